@@ -1,0 +1,315 @@
+import { mkdir, stat, writeFile, chmod } from "node:fs/promises";
+import { dirname, join, resolve, sep } from "node:path";
+import type { Bus } from "../store/bus.js";
+import type { Vault } from "../store/vault.js";
+import { appendLog } from "../store/logs.js";
+import { check, encode } from "../proto/codec.js";
+import type { Command, Reply } from "../proto/command.js";
+import { ReplySchema } from "../proto/command.js";
+import { capability } from "../proto/catalogue.js";
+import { isPlatformError, PlatformError, toWireError } from "../proto/errors.js";
+import {
+  AppRecordSchema,
+  CommitRecordSchema,
+  type AppRecord,
+  type CommitRecord,
+  type Outbox,
+  type Outcome,
+  type VaultEntry,
+  VaultEntrySchema,
+} from "../proto/records.js";
+import { ResourceSchema, type Resource } from "../proto/resources.js";
+import { keys, parseResourceKey, subjects } from "../proto/subjects.js";
+import { makeContext, type AppState } from "./context.js";
+import { handlerOf } from "./capabilities/mod.js";
+
+/** How many recent outcomes a commit record keeps. */
+const OUTCOMES_KEPT = 4;
+
+export interface ActorHost {
+  readonly bus: Bus;
+  readonly vault: Vault;
+  readonly nodeId: string;
+  readonly workspaceRoot: string;
+  /** False once the partition lease is within its safety margin of expiry: apply nothing. */
+  leaseValid(): boolean;
+  log(msg: string): void;
+  /** Test instrumentation: called when a command starts and ends taking effect. */
+  onApply?: ((e: { app: string; command_id: string; phase: "enter" | "exit"; t: number; node: string }) => void) | undefined;
+}
+
+/** Thrown inside the actor when its fence (the commit record) moved under it. */
+class FencedError extends Error {}
+
+/**
+ * One app's actor: applies its commands one at a time in stream order, behind
+ * the commit record fence (DESIGN §2).
+ */
+export class AppActor {
+  readonly app: string;
+  private readonly host: ActorHost;
+  private record: CommitRecord | undefined;
+  private revision = 0;
+  private active = false;
+  private readonly vaultCache = new Map<string, VaultEntry | null>();
+  private appCache: AppRecord | null | undefined;
+
+  constructor(app: string, host: ActorHost) {
+    this.app = app;
+    this.host = host;
+  }
+
+  private async activate(): Promise<void> {
+    const e = await this.host.bus.kv.actors.get(keys.actor(this.app));
+    this.vaultCache.clear();
+    this.appCache = undefined;
+    if (e && e.operation === "PUT") {
+      this.record = check(CommitRecordSchema, e.json(), `commit record of ${this.app}`);
+      this.revision = e.revision;
+      if (this.record.outbox) await this.applyOutbox(this.record.outbox);
+    } else {
+      this.record = { app: this.app, seq: 0, outcomes: [], outbox: null, node: this.host.nodeId };
+      this.revision = 0;
+    }
+    this.active = true;
+  }
+
+  /** Drops in-memory state; the next command re-reads the commit record. */
+  deactivate(): void {
+    this.active = false;
+    this.record = undefined;
+    this.vaultCache.clear();
+    this.appCache = undefined;
+  }
+
+  private state(): AppState {
+    const { bus } = this.host;
+    const app = this.app;
+    return {
+      getApp: async () => {
+        if (this.appCache === undefined) {
+          const e = await bus.kv.apps.get(keys.app(app));
+          this.appCache = e && e.operation === "PUT" ? check(AppRecordSchema, e.json(), `app ${app}`) : null;
+        }
+        return this.appCache ?? undefined;
+      },
+      getVaultEntry: async (name) => {
+        if (!this.vaultCache.has(name)) {
+          const e = await bus.kv.vault.get(keys.vault(app, name));
+          this.vaultCache.set(name, e && e.operation === "PUT" ? check(VaultEntrySchema, e.json(), `vault ${app}.${name}`) : null);
+        }
+        return this.vaultCache.get(name) ?? undefined;
+      },
+      getResource: async (type, id) => {
+        const e = await bus.kv.resources.get(keys.resource(app, type, id));
+        return e && e.operation === "PUT" ? (check(ResourceSchema, e.json(), `resource ${id}`) as Resource) : undefined;
+      },
+      listResources: async (type) => {
+        const out: Resource[] = [];
+        const it = await bus.kv.resources.keys(`${app}.${type ?? "*"}.*`);
+        const ks: string[] = [];
+        for await (const k of it) ks.push(k);
+        for (const k of ks) {
+          const e = await bus.kv.resources.get(k);
+          if (e && e.operation === "PUT") out.push(check(ResourceSchema, e.json(), `resource ${k}`) as Resource);
+        }
+        return out;
+      },
+      listVaultNames: async () => {
+        const it = await bus.kv.vault.keys(`${app}.*`);
+        const names: string[] = [];
+        for await (const k of it) names.push(k.slice(app.length + 1));
+        return names;
+      },
+    };
+  }
+
+  private reply(cmd: Command, reply: Reply): void {
+    this.host.bus.nc.publish(subjects.reply(cmd.gateway_id, cmd.id), encode(reply));
+  }
+
+  /** Applies one command (stream sequence `seq`). Never throws. */
+  async handle(cmd: Command, seq: number): Promise<void> {
+    try {
+      await this.handleInner(cmd, seq);
+    } catch (e) {
+      if (e instanceof FencedError) {
+        this.host.log(`actor ${this.app}: fenced out at seq ${seq} (another node owns the app now)`);
+        this.deactivate();
+        return;
+      }
+      this.host.log(`actor ${this.app}: command ${cmd.id} failed: ${e instanceof Error ? e.stack : String(e)}`);
+      this.deactivate();
+      const w = toWireError(e);
+      this.reply(cmd, { command_id: cmd.id, http: w.status, ok: false, error: w.body.error, seq });
+    }
+  }
+
+  private async handleInner(cmd: Command, seq: number): Promise<void> {
+    if (!this.active) await this.activate();
+    const rec = this.record!;
+    const known = rec.outcomes.find((o) => o.id === cmd.id);
+    if (known || seq <= rec.seq) {
+      // Applied before (a replay after takeover, or a re-publish past the dedup window): answer from the record.
+      if (known) this.reply(cmd, this.openOutcome(known));
+      return;
+    }
+    // An Idempotency-Key command already answered (e.g. outcome older than the record keeps).
+    if (cmd.body_hash) {
+      const prior = await this.host.bus.kv.idempotency.get(keys.idempotency(cmd.id));
+      if (prior && prior.operation === "PUT") return; // the gateway answers from the idempotency record
+    }
+    if (!this.host.leaseValid()) throw new FencedError("lease expiring");
+
+    this.host.onApply?.({ app: this.app, command_id: cmd.id, phase: "enter", t: performance.now(), node: this.host.nodeId });
+    const ctx = makeContext({
+      app: this.app,
+      cmd,
+      seq,
+      now: new Date(),
+      nodeId: this.host.nodeId,
+      vault: this.host.vault,
+      bus: this.host.bus,
+      workspaceRoot: this.host.workspaceRoot,
+      state: this.state(),
+    });
+    let reply: Reply;
+    let outbox: Outbox | null = null;
+    let sensitive = false;
+    const info = capability(cmd.capability);
+    try {
+      const effect = await handlerOf(cmd.capability)(ctx, cmd.input);
+      outbox = ctx.outbox;
+      sensitive = effect.sensitive === true;
+      const r = effect.resource;
+      const http = info?.long_running && effect.status === "running" ? 202 : 200;
+      reply = {
+        command_id: cmd.id,
+        http,
+        ok: true,
+        seq,
+        body: {
+          status: effect.status,
+          resource: r,
+          events: ctx.outbox.events,
+          links: {
+            resource: `/resources/${r.type}/${r.id}`,
+            logs: `/logs/${r.id}`,
+            events: `/events?resource_id=${r.id}`,
+          },
+          ...(effect.result ? { result: effect.result } : {}),
+        },
+      };
+    } catch (e) {
+      if (!isPlatformError(e)) throw e;
+      const w = toWireError(e, cmd.request_id);
+      reply = { command_id: cmd.id, http: w.status, ok: false, error: w.body.error, seq };
+    }
+
+    const outcome = this.sealOutcome(cmd.id, seq, reply, sensitive);
+    if (outbox) {
+      // Commit: compare-and-set the record on the revision this actor holds. A failure means another node owns the app.
+      const next: CommitRecord = {
+        app: this.app,
+        seq,
+        outcomes: [...rec.outcomes, outcome].slice(-OUTCOMES_KEPT),
+        outbox,
+        node: this.host.nodeId,
+      };
+      if (!this.host.leaseValid()) throw new FencedError("lease expiring");
+      try {
+        this.revision =
+          this.revision === 0
+            ? await this.host.bus.kv.actors.create(keys.actor(this.app), encode(next))
+            : await this.host.bus.kv.actors.update(keys.actor(this.app), encode(next), this.revision);
+      } catch (e) {
+        if (isWrongRevision(e)) throw new FencedError("commit record moved");
+        throw e;
+      }
+      this.record = next;
+      const revisions = await this.applyOutbox(outbox);
+      if (reply.body) {
+        reply.body.resource = { ...reply.body.resource };
+        const rev = revisions.get(keys.resource(reply.body.resource.app_id, reply.body.resource.type, reply.body.resource.id));
+        if (rev !== undefined) reply.resource_revision = rev;
+      }
+    }
+    if (cmd.body_hash) {
+      await this.host.bus.kv.idempotency.put(
+        keys.idempotency(cmd.id),
+        encode({ body_hash: cmd.body_hash, outcome, created_at: new Date().toISOString() }),
+      );
+    }
+    this.host.onApply?.({ app: this.app, command_id: cmd.id, phase: "exit", t: performance.now(), node: this.host.nodeId });
+    this.reply(cmd, reply);
+  }
+
+  private sealOutcome(id: string, seq: number, reply: Reply, sensitive: boolean): Outcome {
+    if (!sensitive) return { id, seq, reply };
+    return { id, seq, sealed: this.host.vault.seal(JSON.stringify(reply), `outcome/${id}`) };
+  }
+
+  private openOutcome(o: Outcome): Reply {
+    if (o.reply) return o.reply;
+    return check(ReplySchema, JSON.parse(this.host.vault.openString(o.sealed!, `outcome/${o.id}`)), "sealed outcome");
+  }
+
+  /** Applies an outbox idempotently; returns the KV revision of each resource written. */
+  private async applyOutbox(outbox: Outbox): Promise<Map<string, number>> {
+    const { bus } = this.host;
+    const revisions = new Map<string, number>();
+    const jobs: Promise<unknown>[] = [];
+    for (const r of outbox.resources) {
+      const write = r.doc
+        ? bus.kv.resources.put(r.key, encode(r.doc))
+        : bus.kv.resources.delete(r.key).then(async () => (await bus.kv.resources.get(r.key))?.revision);
+      jobs.push(
+        write.then((rev) => {
+          if (typeof rev === "number") revisions.set(r.key, rev);
+        }),
+      );
+    }
+    for (const v of outbox.vault) {
+      this.vaultCache.set(v.key.slice(this.app.length + 1), v.entry);
+      jobs.push(v.entry ? bus.kv.vault.put(v.key, encode(v.entry)) : bus.kv.vault.delete(v.key));
+    }
+    for (const a of outbox.apps) {
+      this.appCache = a.record;
+      jobs.push(a.record ? bus.kv.apps.put(a.key, encode(a.record)) : bus.kv.apps.delete(a.key));
+    }
+    outbox.events.forEach((ev, i) => {
+      jobs.push(bus.js.publish(subjects.event(ev.app_id, ev.resource_type, ev.type), encode(ev), { msgID: `${outbox.command_id}/${i}` }));
+    });
+    outbox.logs.forEach((l, i) => {
+      jobs.push(appendLog(bus, l.resource_id, { ts: l.ts, stream: l.stream, line: l.line }, `${outbox.command_id}/log/${i}`));
+    });
+    for (const f of outbox.files) jobs.push(this.writeFile(f));
+    await Promise.all(jobs);
+    return revisions;
+  }
+
+  private async writeFile(f: Outbox["files"][number]): Promise<void> {
+    const root = resolve(this.host.workspaceRoot);
+    const path = resolve(join(root, f.path));
+    if (!path.startsWith(root + sep)) throw new PlatformError("internal", "outbox file outside the workspace root");
+    if (f.keep_existing) {
+      try {
+        await stat(path);
+        return;
+      } catch {
+        /* not there yet */
+      }
+    }
+    await mkdir(dirname(path), { recursive: true });
+    const content = f.sealed ? this.host.vault.open(f.sealed, f.aad ?? "") : (f.content ?? "");
+    await writeFile(path, content, { mode: f.mode ?? 0o644 });
+    if (f.mode !== undefined) await chmod(path, f.mode);
+  }
+}
+
+function isWrongRevision(e: unknown): boolean {
+  const msg = e instanceof Error ? e.message : String(e);
+  return /wrong last sequence|key exists|wrong last msg/i.test(msg);
+}
+
+export { parseResourceKey };

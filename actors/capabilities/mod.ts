@@ -1,0 +1,27 @@
+import type { Handler } from "../context.js";
+import { PlatformError } from "../../proto/errors.js";
+import type { CapabilityName } from "../../proto/inputs.js";
+import { initializeApp } from "./initialize-app.js";
+import { inspect } from "./inspect.js";
+import { setSecret, unsetSecret } from "./secrets.js";
+
+/** Handlers of the capabilities built so far. */
+const HANDLERS: Partial<Record<CapabilityName, Handler>> = {
+  "initialize-app": initializeApp,
+  "set-secret": setSecret,
+  "unset-secret": unsetSecret,
+  inspect,
+};
+
+/** The handler of a capability; one not built yet answers 501 not_implemented naming it. */
+export function handlerOf(name: string): Handler {
+  const h = HANDLERS[name as CapabilityName];
+  if (h) return h;
+  return async () => {
+    throw new PlatformError("not_implemented", `capability ${name} is not implemented yet`);
+  };
+}
+
+export function isImplemented(name: string): boolean {
+  return name in HANDLERS;
+}

@@ -1,0 +1,349 @@
+import { randomBytes } from "node:crypto";
+import { DeliverPolicy } from "@nats-io/jetstream";
+import type { Bus } from "../store/bus.js";
+import type { Vault } from "../store/vault.js";
+import { CommandSchema } from "../proto/command.js";
+import { check } from "../proto/codec.js";
+import { keys, LEASE_TTL_MS, PARTITIONS, STREAMS, subjects } from "../proto/subjects.js";
+import { AppActor, type ActorHost } from "./app-actor.js";
+
+export interface NodeOptions {
+  bus: Bus;
+  vault: Vault;
+  workspaceRoot: string;
+  /** Stable id of this node (default: random). */
+  nodeId?: string;
+  /** Must match the bucket TTL of `slipway_leases`. */
+  leaseTtlMs?: number;
+  /** A holder stops applying this long before its lease expires by its own clock. */
+  leaseMarginMs?: number;
+  /** How often the node renews, scans for free partitions and rebalances. */
+  tickMs?: number;
+  /**
+   * Test hook: partitions this node treats as held without any lease (to force
+   * two nodes to both believe they own one). Never set in production.
+   */
+  forcePartitions?: number[];
+  /** Take no leases at all (with forcePartitions: a node that only has forced partitions). */
+  noLeases?: boolean;
+  onApply?: ActorHost["onApply"];
+  log?: (msg: string) => void;
+}
+
+export interface NodeHandle {
+  readonly nodeId: string;
+  /** Partitions this node currently applies. */
+  partitions(): number[];
+  close(): Promise<void>;
+}
+
+interface Queued {
+  run: () => Promise<void>;
+}
+
+/** Per-app mailbox: runs one command at a time, in arrival order. */
+class Mailbox {
+  private readonly queue: Queued[] = [];
+  private running = false;
+  idle: Promise<void> = Promise.resolve();
+  private resolveIdle: (() => void) | undefined;
+
+  push(q: Queued): void {
+    this.queue.push(q);
+    if (!this.running) {
+      this.running = true;
+      this.idle = new Promise((r) => {
+        this.resolveIdle = r;
+      });
+      void this.drain();
+    }
+  }
+
+  private async drain(): Promise<void> {
+    while (this.queue.length > 0) {
+      const q = this.queue.shift()!;
+      await q.run();
+    }
+    this.running = false;
+    this.resolveIdle?.();
+  }
+}
+
+/** Reads one partition's commands in stream order and hands them to app actors. */
+class PartitionWorker {
+  readonly partition: number;
+  private readonly node: RuntimeNode;
+  private readonly actors = new Map<string, AppActor>();
+  private readonly mailboxes = new Map<string, Mailbox>();
+  private readonly inflight = new Set<number>();
+  private maxDelivered = 0;
+  private committed = 0;
+  private stopFn: (() => void) | undefined;
+  private flushTimer: NodeJS.Timeout | undefined;
+  private stopped = false;
+  private loop: Promise<void> | undefined;
+  leaseRevision = 0;
+  leaseValidUntil = Number.POSITIVE_INFINITY;
+  lastRenewSent = 0;
+
+  constructor(partition: number, node: RuntimeNode) {
+    this.partition = partition;
+    this.node = node;
+  }
+
+  leaseValid(): boolean {
+    return !this.stopped && Date.now() < this.leaseValidUntil;
+  }
+
+  async start(): Promise<void> {
+    const { bus } = this.node;
+    const off = await bus.kv.offsets.get(keys.offset(this.partition));
+    this.committed = off && off.operation === "PUT" ? Number(off.string()) || 0 : 0;
+    this.maxDelivered = this.committed;
+    const consumer = await bus.js.consumers.get(STREAMS.commands, {
+      filter_subjects: subjects.commandPartition(this.partition),
+      ...(this.committed > 0
+        ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: this.committed + 1 }
+        : { deliver_policy: DeliverPolicy.All }),
+    });
+    const msgs = await consumer.consume({ max_messages: 256 });
+    this.stopFn = () => void msgs.stop();
+    this.flushTimer = setInterval(() => void this.flushOffset(), 200);
+    this.loop = (async () => {
+      for await (const m of msgs) {
+        if (this.stopped) break;
+        const seq = m.seq;
+        let cmd: ReturnType<typeof check<typeof CommandSchema>>;
+        try {
+          cmd = check(CommandSchema, m.json(), `command seq ${seq}`);
+        } catch (e) {
+          this.node.log(`partition ${this.partition}: dropped malformed command at seq ${seq}: ${String(e)}`);
+          this.maxDelivered = Math.max(this.maxDelivered, seq);
+          continue;
+        }
+        this.maxDelivered = Math.max(this.maxDelivered, seq);
+        this.inflight.add(seq);
+        const actor = this.actor(cmd.app);
+        this.mailbox(cmd.app).push({
+          run: async () => {
+            try {
+              if (!this.stopped) await actor.handle(cmd, seq);
+            } finally {
+              this.inflight.delete(seq);
+            }
+          },
+        });
+        // Bound memory: wait while too much is queued.
+        while (this.inflight.size > 10_000 && !this.stopped) await new Promise((r) => setTimeout(r, 5));
+      }
+    })().catch((e) => this.node.log(`partition ${this.partition}: consumer ended: ${String(e)}`));
+  }
+
+  private actor(app: string): AppActor {
+    let a = this.actors.get(app);
+    if (!a) {
+      const host: ActorHost = {
+        bus: this.node.bus,
+        vault: this.node.vault,
+        nodeId: this.node.nodeId,
+        workspaceRoot: this.node.workspaceRoot,
+        leaseValid: () => this.leaseValid(),
+        log: (m) => this.node.log(m),
+        onApply: this.node.onApply,
+      };
+      a = new AppActor(app, host);
+      this.actors.set(app, a);
+    }
+    return a;
+  }
+
+  private mailbox(app: string): Mailbox {
+    let m = this.mailboxes.get(app);
+    if (!m) {
+      m = new Mailbox();
+      this.mailboxes.set(app, m);
+    }
+    return m;
+  }
+
+  /** Low-water mark: everything at or below it has been applied. */
+  private lowWater(): number {
+    if (this.inflight.size === 0) return this.maxDelivered;
+    let min = Number.POSITIVE_INFINITY;
+    for (const s of this.inflight) if (s < min) min = s;
+    return min - 1;
+  }
+
+  private async flushOffset(): Promise<void> {
+    const lw = this.lowWater();
+    if (lw <= this.committed || !this.leaseValid()) return;
+    try {
+      await this.node.bus.kv.offsets.put(keys.offset(this.partition), String(lw));
+      this.committed = lw;
+    } catch {
+      /* retried on the next flush */
+    }
+  }
+
+  /** Stops reading, lets running commands finish, and records the offset. */
+  async stop(graceful: boolean): Promise<void> {
+    if (this.stopped) return;
+    if (graceful) {
+      this.stopFn?.();
+      await Promise.race([Promise.all([...this.mailboxes.values()].map((m) => m.idle)), sleep(5000)]);
+      await this.flushOffset();
+    }
+    this.stopped = true;
+    this.stopFn?.();
+    if (this.flushTimer) clearInterval(this.flushTimer);
+    await Promise.race([this.loop, sleep(1000)]);
+  }
+}
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** A runtime node: competes for partition leases and runs the actors of the partitions it holds. */
+class RuntimeNode {
+  readonly bus: Bus;
+  readonly vault: Vault;
+  readonly nodeId: string;
+  readonly workspaceRoot: string;
+  readonly onApply: ActorHost["onApply"];
+  readonly log: (msg: string) => void;
+  private readonly ttl: number;
+  private readonly margin: number;
+  private readonly tickMs: number;
+  private readonly workers = new Map<number, PartitionWorker>();
+  private timer: NodeJS.Timeout | undefined;
+  private closed = false;
+  private ticking: Promise<void> = Promise.resolve();
+  private readonly opts: NodeOptions;
+
+  constructor(opts: NodeOptions) {
+    this.opts = opts;
+    this.bus = opts.bus;
+    this.vault = opts.vault;
+    this.nodeId = opts.nodeId ?? `n${randomBytes(4).toString("hex")}`;
+    this.workspaceRoot = opts.workspaceRoot;
+    this.onApply = opts.onApply;
+    this.log = opts.log ?? (() => {});
+    this.ttl = opts.leaseTtlMs ?? LEASE_TTL_MS;
+    this.margin = opts.leaseMarginMs ?? Math.min(2000, Math.floor(this.ttl / 4));
+    this.tickMs = opts.tickMs ?? 1000;
+  }
+
+  async start(): Promise<void> {
+    for (const p of this.opts.forcePartitions ?? []) {
+      const w = new PartitionWorker(p, this);
+      this.workers.set(p, w);
+      await w.start();
+    }
+    if (!this.opts.noLeases) {
+      await this.tick();
+      this.timer = setInterval(() => {
+        this.ticking = this.ticking.then(() => this.tick()).catch((e) => this.log(`node ${this.nodeId}: lease tick failed: ${String(e)}`));
+      }, this.tickMs);
+    }
+  }
+
+  partitions(): number[] {
+    return [...this.workers.keys()].sort((a, b) => a - b);
+  }
+
+  private forced(p: number): boolean {
+    return (this.opts.forcePartitions ?? []).includes(p);
+  }
+
+  /** Renews held leases, announces the node, takes free partitions up to a fair share, gives back extras. */
+  private async tick(): Promise<void> {
+    if (this.closed || !this.bus.connected()) return;
+    const kv = this.bus.kv.leases;
+    const now = Date.now();
+    await kv.put(keys.nodeLease(this.nodeId), String(now));
+    // renew at about a third of the TTL
+    for (const w of this.workers.values()) {
+      if (this.forced(w.partition)) continue;
+      if (now - w.lastRenewSent < this.ttl / 3) continue;
+      const sent = Date.now();
+      try {
+        w.leaseRevision = await kv.update(keys.partitionLease(w.partition), this.nodeId, w.leaseRevision);
+        w.lastRenewSent = sent;
+        w.leaseValidUntil = sent + this.ttl - this.margin;
+      } catch (e) {
+        this.log(`node ${this.nodeId}: lost lease of partition ${w.partition}: ${String(e)}`);
+        this.workers.delete(w.partition);
+        await w.stop(false);
+      }
+    }
+    // who is alive, and what is free
+    const nodes = new Set<string>();
+    const held = new Set<number>();
+    for await (const k of await kv.keys()) {
+      if (k.startsWith("node.")) nodes.add(k.slice(5));
+      else if (k.startsWith("partition.")) held.add(Number(k.slice(10)));
+    }
+    nodes.add(this.nodeId);
+    const share = Math.ceil(PARTITIONS / nodes.size);
+    const mine = [...this.workers.keys()].filter((p) => !this.forced(p));
+    if (mine.length > share) {
+      // give back extras (highest first), after finishing what they run
+      for (const p of mine.sort((a, b) => b - a).slice(0, mine.length - share)) {
+        const w = this.workers.get(p)!;
+        this.workers.delete(p);
+        await w.stop(true);
+        await kv.delete(keys.partitionLease(p)).catch(() => {});
+        this.log(`node ${this.nodeId}: released partition ${p} (share ${share} of ${nodes.size} nodes)`);
+      }
+      return;
+    }
+    let room = share - mine.length;
+    if (room <= 0) return;
+    const start = Number.parseInt(this.nodeId.replace(/[^0-9a-f]/g, "").slice(0, 6) || "0", 16) % PARTITIONS;
+    for (let i = 0; i < PARTITIONS && room > 0; i++) {
+      const p = (start + i) % PARTITIONS;
+      if (held.has(p) || this.workers.has(p)) continue;
+      const sent = Date.now();
+      let rev: number;
+      try {
+        rev = await kv.create(keys.partitionLease(p), this.nodeId);
+      } catch {
+        continue; // someone else took it
+      }
+      const w = new PartitionWorker(p, this);
+      w.leaseRevision = rev;
+      w.lastRenewSent = sent;
+      w.leaseValidUntil = sent + this.ttl - this.margin;
+      this.workers.set(p, w);
+      try {
+        await w.start();
+      } catch (e) {
+        this.workers.delete(p);
+        await kv.delete(keys.partitionLease(p)).catch(() => {});
+        this.log(`node ${this.nodeId}: could not start partition ${p}: ${String(e)}`);
+        continue;
+      }
+      room--;
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.timer) clearInterval(this.timer);
+    await this.ticking.catch(() => {});
+    const ws = [...this.workers.values()];
+    this.workers.clear();
+    await Promise.all(ws.map((w) => w.stop(true)));
+    if (this.bus.connected() && !this.opts.noLeases) {
+      await Promise.all(ws.filter((w) => !this.forced(w.partition)).map((w) => this.bus.kv.leases.delete(keys.partitionLease(w.partition)).catch(() => {})));
+      await this.bus.kv.leases.delete(keys.nodeLease(this.nodeId)).catch(() => {});
+    }
+  }
+}
+
+/** Starts a runtime node (DESIGN §2). */
+export async function startNode(opts: NodeOptions): Promise<NodeHandle> {
+  const node = new RuntimeNode(opts);
+  await node.start();
+  return { nodeId: node.nodeId, partitions: () => node.partitions(), close: () => node.close() };
+}

@@ -1,0 +1,183 @@
+import { mkdirSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { startNode, type NodeHandle, type NodeOptions } from "../actors/runtime.js";
+import { AppDirectory, isLoopback, loadControlToken } from "../gateway/auth.js";
+import { startGateway, uwsIsNative, type GatewayHandle } from "../gateway/server.js";
+import { DEFAULT_PORTS } from "../proto/catalogue.js";
+import { openBus, type Bus } from "../store/bus.js";
+import { startEmbeddedNats, type EmbeddedNats } from "../store/embedded-nats.js";
+import { ReadIndex } from "../store/read-index.js";
+import { Vault } from "../store/vault.js";
+
+export type Role = "up" | "gateway" | "node";
+
+export interface PlatformOptions {
+  role?: Role;
+  /** For role gateway: which plane. */
+  plane?: "control" | "data";
+  dataDir?: string;
+  workspaceRoot?: string;
+  /** External NATS (no embedded server). */
+  natsUrl?: string;
+  /** Port of the embedded nats-server. */
+  natsPort?: number;
+  controlHost?: string;
+  dataHost?: string;
+  controlPort?: number;
+  dataPort?: number;
+  /** Require the control token on the control plane even on loopback. */
+  requireControlToken?: boolean;
+  nodeId?: string;
+  node?: Partial<NodeOptions>;
+  replyTimeoutMs?: number;
+  env?: NodeJS.ProcessEnv;
+  log?: (msg: string) => void;
+}
+
+export interface PlatformHandle {
+  readonly dataDir: string;
+  readonly natsUrl: string;
+  readonly nats?: EmbeddedNats | undefined;
+  readonly bus: Bus;
+  readonly vault: Vault;
+  readonly control?: GatewayHandle | undefined;
+  readonly data?: GatewayHandle | undefined;
+  readonly node?: NodeHandle | undefined;
+  readonly index?: ReadIndex | undefined;
+  readonly controlToken: string;
+  close(): Promise<void>;
+}
+
+/** Options from the environment (DESIGN §1). */
+export function optionsFromEnv(env: NodeJS.ProcessEnv = process.env): PlatformOptions {
+  const int = (v: string | undefined) => (v ? Number.parseInt(v, 10) : undefined);
+  return {
+    dataDir: env.SLIPWAY_DATA_DIR,
+    workspaceRoot: env.SLIPWAY_WORKSPACE,
+    natsUrl: env.NATS_URL,
+    natsPort: int(env.SLIPWAY_NATS_PORT),
+    controlHost: env.SLIPWAY_CONTROL_HOST,
+    dataHost: env.SLIPWAY_DATA_HOST,
+    controlPort: int(env.SLIPWAY_CONTROL_PORT),
+    dataPort: int(env.SLIPWAY_DATA_PORT),
+    requireControlToken: env.SLIPWAY_REQUIRE_CONTROL_TOKEN === "1",
+    nodeId: env.SLIPWAY_NODE_ID,
+    env,
+  };
+}
+
+/** Starts the processes of a role in this process; `close()` shuts down in reverse order. */
+export async function startPlatform(opts: PlatformOptions = {}): Promise<PlatformHandle> {
+  const role = opts.role ?? "up";
+  const log = opts.log ?? ((m: string) => console.error(m));
+  const env = opts.env ?? process.env;
+  const dataDir = resolve(opts.dataDir ?? ".slipway");
+  const workspaceRoot = resolve(opts.workspaceRoot ?? join(dataDir, "apps"));
+  mkdirSync(dataDir, { recursive: true });
+  mkdirSync(workspaceRoot, { recursive: true });
+  const closers: (() => Promise<void>)[] = [];
+  const closeAll = async () => {
+    for (const c of closers.reverse()) await c().catch((e) => log(`shutdown: ${String(e)}`));
+  };
+  try {
+    let nats: EmbeddedNats | undefined;
+    let natsUrl = opts.natsUrl;
+    if (!natsUrl) {
+      nats = await startEmbeddedNats({ dir: dataDir, port: opts.natsPort ?? DEFAULT_PORTS.nats });
+      natsUrl = nats.url;
+      const n = nats;
+      closers.push(() => n.stop());
+    }
+    const bus = await openBus({ servers: natsUrl, name: `slipway-${role}` });
+    closers.push(() => bus.close());
+    const vault = Vault.open(dataDir, env);
+    const controlToken = loadControlToken(dataDir, env);
+
+    let index: ReadIndex | undefined;
+    let control: GatewayHandle | undefined;
+    let data: GatewayHandle | undefined;
+    if (role === "up" || role === "gateway") {
+      if (!uwsIsNative()) log("warning: uWebSockets.js is not the native build; expect far lower throughput");
+      index = await ReadIndex.open(
+        join(dataDir, role === "up" ? "index" : `index-${opts.plane ?? "control"}`),
+      );
+      const idx = index;
+      closers.push(() => idx.close());
+      await index.follow(bus, log);
+      const apps = new AppDirectory();
+      await apps.follow(bus, log);
+      closers.push(async () => apps.stop());
+      const controlHost = opts.controlHost ?? "127.0.0.1";
+      const controlPort = opts.controlPort ?? DEFAULT_PORTS.control;
+      const dataPort = opts.dataPort ?? DEFAULT_PORTS.data;
+      const common = {
+        bus,
+        vault,
+        index,
+        apps,
+        controlToken,
+        log,
+        ...(opts.replyTimeoutMs ? { replyTimeoutMs: opts.replyTimeoutMs } : {}),
+      };
+      if (role === "up" || opts.plane !== "data") {
+        control = await startGateway({
+          ...common,
+          plane: "control",
+          host: controlHost,
+          port: controlPort,
+          otherPort: dataPort,
+          controlTokenRequired: opts.requireControlToken === true || !isLoopback(controlHost),
+        });
+        const c = control;
+        closers.push(() => c.close());
+      }
+      if (role === "up" || opts.plane === "data") {
+        data = await startGateway({
+          ...common,
+          plane: "data",
+          host: opts.dataHost ?? "127.0.0.1",
+          port: dataPort,
+          otherPort: control?.port ?? controlPort,
+          controlTokenRequired: true,
+        });
+        const d = data;
+        closers.push(() => d.close());
+      }
+    }
+    let node: NodeHandle | undefined;
+    if (role === "up" || role === "node") {
+      node = await startNode({
+        bus,
+        vault,
+        workspaceRoot,
+        log,
+        ...(opts.nodeId ? { nodeId: opts.nodeId } : {}),
+        ...opts.node,
+      });
+      const n = node;
+      closers.push(() => n.close());
+    }
+    // gateways close first (stop accepting), then the node finishes in-flight work, then the bus drains, then nats stops
+    const order = [control, data].filter(Boolean) as GatewayHandle[];
+    return {
+      dataDir,
+      natsUrl,
+      nats,
+      bus,
+      vault,
+      control,
+      data,
+      node,
+      index,
+      controlToken,
+      close: async () => {
+        for (const g of order) await g.close().catch(() => {});
+        if (node) await node.close().catch(() => {});
+        await closeAll();
+      },
+    };
+  } catch (e) {
+    await closeAll();
+    throw e;
+  }
+}

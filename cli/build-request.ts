@@ -1,0 +1,59 @@
+import type { CliConfig } from "./config.js";
+import type { HttpRequest } from "./http.js";
+import type { Invocation } from "./parse-verb-args.js";
+import { UsageError } from "./usage-error.js";
+
+/** Client version, sent in the user agent. */
+export const CLIENT_VERSION = "0.1.0";
+
+/**
+ * The plane a call goes to: the capability's own plane, and for routes
+ * accepted on both planes the control plane unless `--plane data` was given.
+ */
+export function planeFor(inv: Invocation): "control" | "data" {
+  const { plane } = inv.verb;
+  const asked = inv.globals.plane;
+  if (plane === "both") return asked ?? "control";
+  if (asked !== undefined && asked !== plane) {
+    const name = inv.verb.capability ?? inv.verb.words.join(" ");
+    throw new UsageError(`${name} is accepted on the ${plane} plane only`, inv.verb.words);
+  }
+  return plane;
+}
+
+function join(base: URL, path: string): URL {
+  const url = new URL(base.href);
+  url.pathname = `${url.pathname.replace(/\/+$/, "")}${path}`;
+  return url;
+}
+
+function queryOf(values: Readonly<Record<string, unknown>>): string {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(values)) {
+    if (v === undefined) continue;
+    q.set(k, Array.isArray(v) ? v.join(",") : String(v));
+  }
+  const s = q.toString();
+  return s === "" ? "" : `?${s}`;
+}
+
+/** Turns an invocation into the HTTP request: URL of the right plane, headers, JSON body. */
+export function buildRequest(inv: Invocation, config: CliConfig): HttpRequest {
+  const plane = planeFor(inv);
+  const base = plane === "data" ? config.dataUrl : config.controlUrl;
+  const headers: Record<string, string> = {
+    accept: inv.verb.output === "text" ? "text/plain, application/json" : "application/json",
+    "user-agent": `slipway-cli/${CLIENT_VERSION}`,
+    "x-platform-actor-type": "cli",
+    "x-platform-actor-id": config.actorId,
+  };
+  if (config.token !== undefined) headers.authorization = `Bearer ${config.token}`;
+  if (inv.verb.method === "GET") {
+    const url = join(base, inv.path);
+    url.search = queryOf(inv.values);
+    return { url, method: "GET", headers };
+  }
+  headers["content-type"] = "application/json";
+  if (inv.globals.idempotencyKey !== undefined) headers["idempotency-key"] = inv.globals.idempotencyKey;
+  return { url: join(base, inv.path), method: "POST", headers, body: JSON.stringify(inv.values) };
+}

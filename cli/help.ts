@@ -1,0 +1,137 @@
+import { DEFAULT_URLS, ENV_VARS } from "./config.js";
+import { alignRows } from "./format-values.js";
+import { GLOBAL_FLAGS, type GlobalFlagSpec } from "./globals.js";
+import { type FlagSpec, FlagKind, type VerbSpec } from "./verb-types.js";
+import { VERBS } from "./verbs.js";
+
+/** The help texts are generated from the verb table (cli/verbs.ts) and the input schemas (proto/inputs.ts). */
+const GENERATED = "generated from cli/verbs.ts and proto/inputs.ts";
+
+function metavar(f: FlagSpec): string {
+  switch (f.kind) {
+    case FlagKind.boolean:
+    case FlagKind.constant:
+      return "";
+    case FlagKind.integer:
+      return " <n>";
+    case FlagKind.list:
+      return " <a,b,...>";
+    case FlagKind.json:
+      return " <json>";
+    case FlagKind.env:
+      return " <VAR>";
+    default:
+      return f.choices && f.choices.join("|").length <= 30 ? ` <${f.choices.join("|")}>` : ` <${f.field}>`;
+  }
+}
+
+function planeText(verb: VerbSpec): string {
+  if (verb.plane === "control") return `control plane (${ENV_VARS.controlUrl})`;
+  if (verb.plane === "data") return `data plane (${ENV_VARS.dataUrl})`;
+  return `either plane: control (${ENV_VARS.controlUrl}) unless --plane data (${ENV_VARS.dataUrl})`;
+}
+
+function columns(rows: readonly (readonly string[])[]): string[] {
+  return alignRows(rows, 2);
+}
+
+function verbRows(verbs: readonly VerbSpec[]): string[] {
+  return columns(verbs.map((v) => [v.words.join(" "), `${v.method} ${v.path}`, v.plane, v.summary]));
+}
+
+function globalFlagRows(): string[] {
+  return columns(
+    Object.entries(GLOBAL_FLAGS as Record<string, GlobalFlagSpec>).map(([name, spec]) => [
+      `${spec.short ? `-${spec.short}, ` : ""}--${name}${spec.metavar ? ` ${spec.metavar}` : ""}`,
+      spec.description,
+    ]),
+  );
+}
+
+/** The top-level help: every verb of the table, the global flags, environment and exit codes. */
+export function topHelp(): string {
+  return [
+    "slipway: the Slipway command-line client. A thin HTTP client; it holds no credential of its own.",
+    "",
+    "Usage: slipway [global flags] <verb> [flags]",
+    "       slipway <verb> --help",
+    "",
+    `Verbs (${GENERATED}):`,
+    ...verbRows(VERBS),
+    "",
+    "Global flags:",
+    ...globalFlagRows(),
+    "",
+    "Environment:",
+    ...columns([
+      [ENV_VARS.controlUrl, `control plane base URL (default ${DEFAULT_URLS.control})`],
+      [ENV_VARS.dataUrl, `data plane base URL (default ${DEFAULT_URLS.data})`],
+      [ENV_VARS.token, "when set, sent as Authorization: Bearer <token>"],
+      [ENV_VARS.actorId, "sent as x-platform-actor-id (default <user>@<host>)"],
+    ]),
+    "",
+    "Exit codes:",
+    ...columns([
+      ["0", "succeeded or running (a read: answered)"],
+      ["1", "the platform ran the call and it failed"],
+      ["2", "usage error"],
+      ["3", "rejected by the platform (HTTP 4xx): code and message on stderr"],
+      ["4", "platform unreachable, HTTP 5xx, or an answer outside the contract"],
+    ]),
+    "",
+  ].join("\n");
+}
+
+/** Help of a group of verbs that share their first words (`slipway secrets --help`). */
+export function groupHelp(prefix: readonly string[], verbs: readonly VerbSpec[]): string {
+  return [
+    `Usage: slipway ${prefix.join(" ")} <${verbs.map((v) => v.words.slice(prefix.length).join(" ")).join("|")}> [flags]`,
+    "",
+    ...verbRows(verbs),
+    "",
+  ].join("\n");
+}
+
+/** Help of one verb: synopsis, route and plane, each flag with the field it fills. */
+export function verbHelp(verb: VerbSpec): string {
+  const name = verb.words.join(" ");
+  const synopsis = [
+    `slipway ${name}`,
+    ...verb.positionals.map((p) => (p.required ? `<${p.name}>` : `[<${p.name}>]`)),
+    ...verb.flags.filter((f) => f.required).map((f) => `--${f.name}${metavar(f)}`),
+    "[flags]",
+  ].join(" ");
+  const target = verb.transport === "body" ? "body field" : "query parameter";
+  const rows = [
+    ...verb.positionals.map((p) => [
+      `<${p.name}>`,
+      verb.path.includes(`{${p.field}}`) ? `path` : `-> ${p.field}`,
+      p.required ? "required" : "",
+      p.choices ? `${p.description}: one of ${p.choices.join(", ")}` : p.description,
+    ]),
+    ...verb.flags.map((f) => [
+      `--${f.name}${metavar(f)}`,
+      f.kind === FlagKind.constant ? `-> ${f.field}=${String(f.constant)}` : `-> ${f.field}`,
+      f.required ? "required" : "",
+      f.choices ? `${f.description}: one of ${f.choices.join(", ")}` : f.description,
+    ]),
+  ];
+  const lines = [
+    `Usage: ${synopsis}`,
+    "",
+    verb.summary,
+    "",
+    `Route: ${verb.method} ${verb.path}${verb.capability ? ` (capability ${verb.capability})` : ""}`,
+    `Plane: ${planeText(verb)}`,
+    "",
+    rows.length > 0 ? `Flags (each fills the ${target} after ->; ${GENERATED}):` : "Flags: none of its own.",
+    ...columns(rows),
+  ];
+  const fixed = Object.entries(verb.fixed).map(([k, v]) => `${k}=${String(v)}`);
+  const defaults = Object.entries(verb.defaults).map(([k, v]) => `${k}=${String(v)}`);
+  if (fixed.length > 0) lines.push("", `Always sends: ${fixed.join(", ")}`);
+  if (defaults.length > 0)
+    lines.push("", `Sends by default (when no flag sets the field): ${defaults.join(", ")}`);
+  lines.push("", "Global flags:", ...globalFlagRows(), "");
+  return lines.join("\n");
+}

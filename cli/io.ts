@@ -1,0 +1,27 @@
+/** Something the client writes to (process.stdout, or a collector in tests). */
+export interface CliWriter {
+  write(chunk: string | Uint8Array): unknown;
+  once?(event: "drain", listener: () => void): unknown;
+}
+
+/** What the client gets from its caller instead of reaching for `process`. */
+export interface CliIo {
+  /** Environment variables (SLIPWAY_* and the variables named by `--from-env`). */
+  readonly env: Readonly<Record<string, string | undefined>>;
+  readonly stdout: CliWriter;
+  readonly stderr: CliWriter;
+}
+
+/** Writes a chunk and waits for `drain` when the writer asks for it (long log streams). */
+export async function writeChunk(out: CliWriter, chunk: string | Uint8Array): Promise<void> {
+  const ok = out.write(chunk);
+  if (ok === false && out.once) {
+    const once = out.once.bind(out);
+    await new Promise<void>((resolve) => once("drain", resolve));
+  }
+}
+
+/** Writes one line (a newline is added). */
+export function writeLine(out: CliWriter, line: string): void {
+  out.write(`${line}\n`);
+}

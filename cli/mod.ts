@@ -1,0 +1,10 @@
+/** cli: the `slipway` command-line client. Verbs -> HTTP, output modes, exit codes. */
+export { runCli } from "./run.js";
+export type { CliIo, CliWriter } from "./io.js";
+export { ExitCode } from "./exit-codes.js";
+export { OutputMode, GLOBAL_FLAGS } from "./globals.js";
+export { VERBS, findVerb } from "./verbs.js";
+export type { FlagSpec, PositionalSpec, VerbSpec } from "./verb-types.js";
+export { FlagKind } from "./verb-types.js";
+export { UsageError, isUsageError } from "./usage-error.js";
+export { topHelp, verbHelp } from "./help.js";

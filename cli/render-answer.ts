@@ -1,0 +1,91 @@
+import { type CapabilityAnswer, type ErrorAnswer, isListAnswer, isRecord } from "./answer-shapes.js";
+import { fieldLines, keyValuePairs, printableEntries, scalarText, tableLines } from "./format-values.js";
+
+const NOT_SHOWN_AS_FIELDS = new Set(["type", "id"]);
+
+function resourceFields(answer: CapabilityAnswer): Record<string, unknown> {
+  return Object.fromEntries(Object.entries(answer.resource).filter(([k]) => !NOT_SHOWN_AS_FIELDS.has(k)));
+}
+
+function tokenOf(answer: CapabilityAnswer): string | undefined {
+  const token = answer.result?.token;
+  return typeof token === "string" ? token : undefined;
+}
+
+/** Human view of a capability answer: status, resource type and id, the resource's own fields, events, result. */
+export function humanCapability(answer: CapabilityAnswer): string[] {
+  const { resource } = answer;
+  const lines = [`${answer.status}  ${resource.type}  ${resource.id}`, ...fieldLines(resourceFields(answer))];
+  const events = (answer.events ?? []).map((e) => scalarText(e.type));
+  if (events.length > 0) lines.push(`events: ${events.join(", ")}`);
+  const token = tokenOf(answer);
+  if (token !== undefined) {
+    lines.push(
+      `token: ${token}`,
+      "  shown once: the platform keeps only its hash. Store it now; it cannot be read again.",
+    );
+  }
+  const rest = Object.fromEntries(printableEntries(answer.result ?? {}).filter(([k]) => k !== "token"));
+  if (Object.keys(rest).length > 0) lines.push("result:", ...fieldLines(rest));
+  if (answer.status === "running") lines.push(`follow: slipway logs ${resource.id} --follow`);
+  if (answer.status === "failed") {
+    lines.push(`log: slipway logs ${resource.id}`, `why: slipway explain --resource ${resource.id}`);
+  }
+  return lines;
+}
+
+/** Summary view of a capability answer: one line (`succeeded Secret sec_1 name=K`). */
+export function summaryCapability(answer: CapabilityAnswer): string {
+  const { resource } = answer;
+  const own = Object.fromEntries(
+    Object.entries(resourceFields(answer)).filter(
+      ([k]) => !["app_id", "status", "created_at", "updated_at"].includes(k),
+    ),
+  );
+  const token = tokenOf(answer);
+  const parts = [
+    answer.status,
+    resource.type,
+    resource.id,
+    keyValuePairs(own),
+    token === undefined ? "" : `token=${token}`,
+  ];
+  return parts.filter((p) => p !== "").join(" ");
+}
+
+/** Human view of a read: a list as one line per item, anything else as fields. */
+export function humanRead(body: unknown, columns: readonly string[] | undefined): string[] {
+  if (isListAnswer(body)) {
+    const lines = body.items.length === 0 ? ["(no items)"] : tableLines(body.items, columns);
+    if (typeof body.next_cursor === "string") lines.push(`next_cursor: ${body.next_cursor}`);
+    return lines;
+  }
+  if (Array.isArray(body)) return body.length === 0 ? ["(no items)"] : tableLines(body, columns);
+  if (isRecord(body)) return fieldLines(body, 0);
+  return [scalarText(body)];
+}
+
+/** Summary view of a read: one line. */
+export function summaryRead(body: unknown): string {
+  if (isListAnswer(body)) {
+    const more = typeof body.next_cursor === "string" ? ` next_cursor=${body.next_cursor}` : "";
+    return `ok ${body.items.length} items${more}`;
+  }
+  if (Array.isArray(body)) return `ok ${body.length} items`;
+  return isRecord(body) ? `ok ${keyValuePairs(body)}`.trimEnd() : "ok";
+}
+
+/** The stderr lines of an error answer: code and message, the details, the request id. */
+export function errorLines(httpStatus: number | undefined, body: ErrorAnswer): string[] {
+  const { error } = body;
+  const where = httpStatus === undefined ? "" : ` (HTTP ${httpStatus})`;
+  const lines = [`slipway: ${error.code}${where}: ${error.message}`];
+  for (const d of error.details ?? []) lines.push(`  ${scalarText(d.path)}: ${scalarText(d.message)}`);
+  if (typeof error.request_id === "string") lines.push(`  request_id: ${error.request_id}`);
+  return lines;
+}
+
+/** Summary view of an error: one line. */
+export function summaryError(body: ErrorAnswer): string {
+  return `error ${body.error.code} ${JSON.stringify(body.error.message)}`;
+}

@@ -1,0 +1,132 @@
+import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import type { Bus } from "../store/bus.js";
+import { check } from "../proto/codec.js";
+import { PlatformError } from "../proto/errors.js";
+import { AppRecordSchema, type AppRecord } from "../proto/records.js";
+
+/** True for loopback addresses (127.0.0.0/8, ::1, localhost). */
+export function isLoopback(host: string): boolean {
+  return host === "localhost" || host === "::1" || host === "[::1]" || /^127\.\d+\.\d+\.\d+$/.test(host);
+}
+
+/** The control token: `SLIPWAY_CONTROL_TOKEN`, or `<data>/control.token` (0600) made at first boot. */
+export function loadControlToken(dataDir: string, env: NodeJS.ProcessEnv = process.env): string {
+  if (env.SLIPWAY_CONTROL_TOKEN) return env.SLIPWAY_CONTROL_TOKEN;
+  const file = join(dataDir, "control.token");
+  if (!existsSync(file)) {
+    mkdirSync(dirname(file), { recursive: true });
+    writeFileSync(file, `slwc_${randomBytes(32).toString("base64url")}\n`, { mode: 0o600, flag: "wx" });
+  }
+  chmodSync(file, 0o600);
+  return readFileSync(file, "utf8").trim();
+}
+
+export function bearer(headers: Record<string, string>): string | undefined {
+  const h = headers.authorization;
+  if (!h) return undefined;
+  const m = /^Bearer\s+(\S+)\s*$/i.exec(h);
+  return m?.[1];
+}
+
+function sha256(s: string): string {
+  return createHash("sha256").update(s).digest("hex");
+}
+
+function safeEqual(a: string, b: string): boolean {
+  const x = Buffer.from(a);
+  const y = Buffer.from(b);
+  return x.length === y.length && timingSafeEqual(x, y);
+}
+
+/** Who a request is: an operator holding the control token, or one app holding its data-plane token. */
+export type Principal = { kind: "operator" } | { kind: "app"; app: string } | { kind: "local" };
+
+/**
+ * Knows every app's token hash (from a watch on `slipway_apps`) and decides
+ * who a request is. Tokens themselves are never stored.
+ */
+export class AppDirectory {
+  private readonly byHash = new Map<string, string>();
+  private readonly apps = new Map<string, AppRecord>();
+  private stopFn: (() => void) | undefined;
+  ready = false;
+
+  async follow(bus: Bus, log: (m: string) => void = () => {}): Promise<void> {
+    const w = await bus.kv.apps.watch({
+      initializedFn: () => {
+        this.ready = true;
+      },
+    } as Parameters<typeof bus.kv.apps.watch>[0]);
+    this.stopFn = () => w.stop();
+    const status = await bus.kv.apps.status();
+    if (status.values === 0) this.ready = true;
+    (async () => {
+      for await (const e of w) {
+        if (e.operation === "PUT") {
+          try {
+            const rec = check(AppRecordSchema, e.json(), `app ${e.key}`);
+            this.put(rec);
+          } catch (err) {
+            log(`app directory: skipped ${e.key}: ${String(err)}`);
+          }
+        } else {
+          const old = this.apps.get(e.key);
+          if (old) this.byHash.delete(old.token_hash);
+          this.apps.delete(e.key);
+        }
+        if (e.delta === 0) this.ready = true;
+      }
+    })().catch(() => {});
+  }
+
+  /** Learns an app at once (from a command answer), before the watch delivers it. */
+  put(rec: AppRecord): void {
+    const old = this.apps.get(rec.name);
+    if (old) this.byHash.delete(old.token_hash);
+    this.apps.set(rec.name, rec);
+    this.byHash.set(rec.token_hash, rec.name);
+  }
+
+  appOfToken(token: string): string | undefined {
+    return this.byHash.get(sha256(token));
+  }
+
+  has(app: string): boolean {
+    return this.apps.has(app);
+  }
+
+  stop(): void {
+    this.stopFn?.();
+  }
+}
+
+export interface AuthPolicy {
+  plane: "control" | "data";
+  /** Control plane: a token is required (bound to a non-loopback address, or forced). */
+  controlTokenRequired: boolean;
+  controlToken: string;
+  apps: AppDirectory;
+}
+
+/** Decides who a request is, or throws 401/403 (DESIGN §5). */
+export function authenticate(p: AuthPolicy, headers: Record<string, string>): Principal {
+  const token = bearer(headers);
+  if (token && safeEqual(token, p.controlToken)) return { kind: "operator" };
+  if (p.plane === "control") {
+    if (!p.controlTokenRequired) return { kind: "local" };
+    if (!token) throw new PlatformError("unauthenticated", "the control plane needs Authorization: Bearer <control token>");
+    throw new PlatformError("unauthenticated", "the control token is not valid");
+  }
+  if (!token) throw new PlatformError("unauthenticated", "the data plane needs Authorization: Bearer <app token>");
+  const app = p.apps.appOfToken(token);
+  if (!app) throw new PlatformError("unauthenticated", "the app token is not valid");
+  return { kind: "app", app };
+}
+
+/** Throws 403 when an app's token is used for another app. */
+export function requireScope(principal: Principal, app: string | undefined): void {
+  if (principal.kind !== "app") return;
+  if (app !== principal.app) throw new PlatformError("forbidden", `this token belongs to app ${principal.app}, not ${app ?? "the platform"}`);
+}

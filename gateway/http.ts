@@ -1,0 +1,166 @@
+import type { HttpRequest, HttpResponse } from "uWebSockets.js";
+import { PLATFORM_MODEL } from "../proto/catalogue.js";
+import { PlatformError, toWireError } from "../proto/errors.js";
+
+/** Largest accepted request body. */
+export const MAX_BODY = 1024 * 1024;
+
+const STATUS_TEXT: Record<number, string> = {
+  200: "OK",
+  202: "Accepted",
+  204: "No Content",
+  400: "Bad Request",
+  401: "Unauthorized",
+  403: "Forbidden",
+  404: "Not Found",
+  405: "Method Not Allowed",
+  409: "Conflict",
+  413: "Payload Too Large",
+  415: "Unsupported Media Type",
+  422: "Unprocessable Entity",
+  429: "Too Many Requests",
+  500: "Internal Server Error",
+  501: "Not Implemented",
+  503: "Service Unavailable",
+  504: "Gateway Timeout",
+};
+
+export function statusLine(code: number): string {
+  return `${code} ${STATUS_TEXT[code] ?? "Status"}`;
+}
+
+/** What a handler needs of a request, copied out of uWS's stack-allocated request. */
+export interface Req {
+  method: string;
+  url: string;
+  query: URLSearchParams;
+  headers: Record<string, string>;
+  requestId: string;
+}
+
+export function readReq(req: HttpRequest, requestId: string): Req {
+  const headers: Record<string, string> = {};
+  req.forEach((k, v) => {
+    headers[k] = v;
+  });
+  return {
+    method: req.getCaseSensitiveMethod().toUpperCase(),
+    url: req.getUrl(),
+    query: new URLSearchParams(req.getQuery() ?? ""),
+    headers,
+    requestId,
+  };
+}
+
+/** A response that knows whether the client went away. */
+export class Res {
+  readonly raw: HttpResponse;
+  aborted = false;
+  done = false;
+  readonly requestId: string;
+  private readonly onAbort: (() => void)[] = [];
+
+  constructor(raw: HttpResponse, requestId: string) {
+    this.raw = raw;
+    this.requestId = requestId;
+    raw.onAborted(() => {
+      this.aborted = true;
+      for (const f of this.onAbort) f();
+    });
+  }
+
+  whenAborted(f: () => void): void {
+    this.onAbort.push(f);
+  }
+
+  send(status: number, body: string | Uint8Array, contentType = "application/json", headers: Record<string, string> = {}): void {
+    if (this.aborted || this.done) return;
+    this.done = true;
+    this.raw.cork(() => {
+      this.raw.writeStatus(statusLine(status));
+      this.raw.writeHeader("content-type", contentType);
+      this.raw.writeHeader("x-platform-model", PLATFORM_MODEL);
+      this.raw.writeHeader("x-request-id", this.requestId);
+      for (const [k, v] of Object.entries(headers)) this.raw.writeHeader(k, v);
+      this.raw.end(body);
+    });
+  }
+
+  json(status: number, value: unknown, headers: Record<string, string> = {}): void {
+    this.send(status, JSON.stringify(value), "application/json", headers);
+  }
+
+  error(e: unknown, log?: (e: unknown) => void): void {
+    const w = toWireError(e, this.requestId, log);
+    const headers = e instanceof PlatformError && e.headers ? e.headers : {};
+    this.json(w.status, w.body, headers);
+  }
+
+  /** Starts a streamed answer (logs, SSE). */
+  begin(status: number, contentType: string, headers: Record<string, string> = {}): void {
+    if (this.aborted || this.done) return;
+    this.raw.cork(() => {
+      this.raw.writeStatus(statusLine(status));
+      this.raw.writeHeader("content-type", contentType);
+      this.raw.writeHeader("x-platform-model", PLATFORM_MODEL);
+      this.raw.writeHeader("x-request-id", this.requestId);
+      for (const [k, v] of Object.entries(headers)) this.raw.writeHeader(k, v);
+    });
+  }
+
+  write(chunk: string): void {
+    if (this.aborted || this.done) return;
+    this.raw.cork(() => {
+      this.raw.write(chunk);
+    });
+  }
+
+  end(chunk = ""): void {
+    if (this.aborted || this.done) return;
+    this.done = true;
+    this.raw.cork(() => {
+      this.raw.end(chunk);
+    });
+  }
+}
+
+/** Reads the whole body, refusing more than MAX_BODY bytes. */
+export function readBody(res: Res): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let failed = false;
+    res.whenAborted(() => reject(new Error("aborted")));
+    res.raw.onData((ab, isLast) => {
+      if (failed) return;
+      size += ab.byteLength;
+      if (size > MAX_BODY) {
+        failed = true;
+        reject(new PlatformError("payload_too_large", `request body is larger than ${MAX_BODY} bytes`));
+        return;
+      }
+      chunks.push(Buffer.from(new Uint8Array(ab).slice()));
+      if (isLast) resolve(Buffer.concat(chunks));
+    });
+  });
+}
+
+/** Parses a JSON object body, with the errors of the HTTP contract. */
+export function parseJsonObject(body: Buffer): Record<string, unknown> {
+  let v: unknown;
+  try {
+    v = JSON.parse(body.toString("utf8"));
+  } catch {
+    throw new PlatformError("invalid_json", "request body is not valid JSON");
+  }
+  if (v === null || typeof v !== "object" || Array.isArray(v)) {
+    throw new PlatformError("invalid_input", "request body must be a JSON object", { details: [{ path: "", message: "must be object" }] });
+  }
+  return v as Record<string, unknown>;
+}
+
+export function isJsonContentType(ct: string | undefined): boolean {
+  if (!ct) return false;
+  const base = ct.split(";")[0]!.trim().toLowerCase();
+  return base === "application/json" || (base.startsWith("application/") && base.endsWith("+json"));
+}

@@ -1,0 +1,83 @@
+import type { Static, TSchema } from "typebox";
+import { Compile } from "typebox/compile";
+import { PlatformError, type ErrorDetail } from "./errors.js";
+import { INPUT_SCHEMAS, type CapabilityName } from "./inputs.js";
+
+/**
+ * The one codec: every value that enters a process (HTTP bodies, NATS
+ * payloads, KV values, LevelDB values) is checked here against its schema.
+ */
+
+type Validator = ReturnType<typeof Compile>;
+const cache = new WeakMap<TSchema, Validator>();
+
+function validator(schema: TSchema): Validator {
+  let v = cache.get(schema);
+  if (!v) {
+    v = Compile(schema);
+    cache.set(schema, v);
+  }
+  return v;
+}
+
+/** A value from NATS, KV or LevelDB that does not match its schema. */
+export class CodecError extends Error {
+  override readonly name = "CodecError";
+  readonly details: ErrorDetail[];
+  constructor(what: string, details: ErrorDetail[]) {
+    super(`${what}: ${details.map((d) => `${d.path || "/"} ${d.message}`).join("; ")}`);
+    this.details = details;
+  }
+}
+
+function details(v: Validator, value: unknown, max = 20): ErrorDetail[] {
+  const out: ErrorDetail[] = [];
+  for (const e of v.Errors(value)) {
+    if (e.keyword === "boolean") continue; // duplicate of additionalProperties
+    if (e.keyword === "additionalProperties") {
+      const extra = (e.params as { additionalProperties?: string[] }).additionalProperties ?? [];
+      for (const name of extra) out.push({ path: `${e.instancePath}/${name}`, message: "unknown field" });
+    } else if (e.keyword === "required") {
+      const req = (e.params as { requiredProperties?: string[] }).requiredProperties ?? [];
+      if (req.length) for (const name of req) out.push({ path: `${e.instancePath}/${name}`, message: "is required" });
+      else out.push({ path: e.instancePath, message: e.message });
+    } else {
+      out.push({ path: e.instancePath, message: e.message });
+    }
+    if (out.length >= max) break;
+  }
+  return out;
+}
+
+/** Checks a value against a schema; throws CodecError naming what failed. */
+export function check<S extends TSchema>(schema: S, value: unknown, what: string): Static<S> {
+  const v = validator(schema);
+  if (!v.Check(value)) throw new CodecError(what, details(v, value));
+  return value as Static<S>;
+}
+
+const dec = new TextDecoder();
+/** Parses JSON bytes and checks them against a schema. */
+export function decode<S extends TSchema>(schema: S, bytes: Uint8Array | string, what: string): Static<S> {
+  let value: unknown;
+  try {
+    value = JSON.parse(typeof bytes === "string" ? bytes : dec.decode(bytes));
+  } catch {
+    throw new CodecError(what, [{ path: "", message: "not JSON" }]);
+  }
+  return check(schema, value, what);
+}
+
+export function encode(value: unknown): Uint8Array {
+  return Buffer.from(JSON.stringify(value));
+}
+
+/** Validates a capability body; throws PlatformError invalid_input with every problem's path. */
+export function validateInput(name: CapabilityName, body: unknown): Record<string, unknown> {
+  const v = validator(INPUT_SCHEMAS[name]);
+  if (v.Check(body)) return body as Record<string, unknown>;
+  const d = details(v, body);
+  const first = d[0];
+  const message = first ? `${first.path.slice(1) || "body"}: ${first.message}` : "invalid input";
+  throw new PlatformError("invalid_input", message, { details: d });
+}

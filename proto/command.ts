@@ -1,0 +1,66 @@
+import Type, { type Static } from "typebox";
+import { ActorSchema, PlatformEventSchema } from "./events.js";
+import { ResourceSchema } from "./resources.js";
+import { WireErrorSchema } from "./errors.js";
+
+/** A value sealed with the vault (AES-256-GCM). */
+export const SealedSchema = Type.Object({
+  /** Vault key id. */
+  kid: Type.String(),
+  /** 96-bit nonce, base64. */
+  iv: Type.String(),
+  /** Ciphertext, base64. */
+  ct: Type.String(),
+  /** GCM tag, base64. */
+  tag: Type.String(),
+});
+export type Sealed = Static<typeof SealedSchema>;
+
+/** A capability command on `slipway.cmd.<partition>.<app>`. */
+export const CommandSchema = Type.Object({
+  /** Command id; also the `Nats-Msg-Id` and the idempotency key of side effects. */
+  id: Type.String(),
+  capability: Type.String(),
+  /** App (or the platform pseudo-app) whose actor applies the command. */
+  app: Type.String(),
+  /** The validated input; sensitive fields are removed from here and sealed in `sealed`. */
+  input: Type.Record(Type.String(), Type.Unknown()),
+  /** Sensitive input fields, sealed by the gateway with AAD `cmd/<id>/<field>`. */
+  sealed: Type.Optional(Type.Record(Type.String(), SealedSchema)),
+  actor: ActorSchema,
+  plane: Type.Union([Type.Literal("control"), Type.Literal("data")]),
+  /** Gateway waiting for the answer (reply subject). */
+  gateway_id: Type.String(),
+  request_id: Type.String(),
+  /** ISO 8601 time the gateway accepted the request. */
+  received_at: Type.String(),
+  /** Set when the client sent Idempotency-Key: keyed hash of the canonical body. */
+  body_hash: Type.Optional(Type.String()),
+});
+export type Command = Static<typeof CommandSchema>;
+
+/** Body of a capability answer (DESIGN §3). */
+export const CapabilityResponseSchema = Type.Object({
+  status: Type.Union([Type.Literal("succeeded"), Type.Literal("running"), Type.Literal("failed")]),
+  resource: ResourceSchema,
+  events: Type.Array(PlatformEventSchema),
+  links: Type.Object({ resource: Type.String(), logs: Type.String(), events: Type.String() }),
+  /** Extra, capability-specific fields (e.g. the app token, returned once by initialize-app). */
+  result: Type.Optional(Type.Record(Type.String(), Type.Unknown())),
+});
+export type CapabilityResponse = Static<typeof CapabilityResponseSchema>;
+
+/** What an actor sends back on `slipway.reply.<gateway>.<command>`. */
+export const ReplySchema = Type.Object({
+  command_id: Type.String(),
+  /** HTTP status the gateway answers with. */
+  http: Type.Integer(),
+  ok: Type.Boolean(),
+  body: Type.Optional(CapabilityResponseSchema),
+  error: Type.Optional(WireErrorSchema),
+  /** Stream sequence of the command. */
+  seq: Type.Optional(Type.Integer()),
+  /** KV revision of the answered resource's write (lets a gateway's read index apply it at once). */
+  resource_revision: Type.Optional(Type.Integer()),
+});
+export type Reply = Static<typeof ReplySchema>;

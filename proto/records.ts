@@ -1,0 +1,85 @@
+import Type, { type Static } from "typebox";
+import { SealedSchema, ReplySchema } from "./command.js";
+import { PlatformEventSchema } from "./events.js";
+import { ResourceSchema } from "./resources.js";
+
+/** `slipway_apps` value: the app registry entry (never a token, only its hash). */
+export const AppRecordSchema = Type.Object({
+  name: Type.String(),
+  resource_id: Type.String(),
+  /** SHA-256 (hex) of the data-plane token. */
+  token_hash: Type.String(),
+  /** Per-app HMAC key of service tokens, sealed (AAD `<app>/$service`). */
+  service_key: SealedSchema,
+  /** Where the platform calls the app back. */
+  base_url: Type.Union([Type.String(), Type.Null()]),
+  platform: Type.String(),
+  framework: Type.String(),
+  workspace: Type.String(),
+  created_at: Type.String(),
+  updated_at: Type.String(),
+});
+export type AppRecord = Static<typeof AppRecordSchema>;
+
+/** `slipway_vault` value: a sealed secret and the resource that names it. */
+export const VaultEntrySchema = Type.Object({
+  sealed: SealedSchema,
+  resource_id: Type.String(),
+  version: Type.Integer(),
+  updated_at: Type.String(),
+});
+export type VaultEntry = Static<typeof VaultEntrySchema>;
+
+/** A file the outbox writes under the workspace root (content plain, or sealed when it holds a credential). */
+export const OutboxFileSchema = Type.Object({
+  path: Type.String(),
+  content: Type.Optional(Type.String()),
+  sealed: Type.Optional(SealedSchema),
+  aad: Type.Optional(Type.String()),
+  mode: Type.Optional(Type.Integer()),
+  /** Keep an existing file (starter files are never overwritten). */
+  keep_existing: Type.Optional(Type.Boolean()),
+});
+
+/** Everything a command changes, applied idempotently after the commit. */
+export const OutboxSchema = Type.Object({
+  command_id: Type.String(),
+  resources: Type.Array(Type.Object({ key: Type.String(), doc: Type.Union([ResourceSchema, Type.Null()]) })),
+  vault: Type.Array(Type.Object({ key: Type.String(), entry: Type.Union([VaultEntrySchema, Type.Null()]) })),
+  apps: Type.Array(Type.Object({ key: Type.String(), record: Type.Union([AppRecordSchema, Type.Null()]) })),
+  events: Type.Array(PlatformEventSchema),
+  logs: Type.Array(Type.Object({ resource_id: Type.String(), ts: Type.String(), stream: Type.String(), line: Type.String() })),
+  files: Type.Array(OutboxFileSchema),
+});
+export type Outbox = Static<typeof OutboxSchema>;
+
+/** A recorded outcome: the reply, sealed when it carries a credential. */
+export const OutcomeSchema = Type.Object({
+  id: Type.String(),
+  seq: Type.Integer(),
+  reply: Type.Optional(ReplySchema),
+  sealed: Type.Optional(SealedSchema),
+});
+export type Outcome = Static<typeof OutcomeSchema>;
+
+/** `slipway_actors` value: the commit record and fence of one app actor (DESIGN §2). */
+export const CommitRecordSchema = Type.Object({
+  app: Type.String(),
+  /** Stream sequence of the last applied command. */
+  seq: Type.Integer(),
+  /** Outcomes of the most recent commands. */
+  outcomes: Type.Array(OutcomeSchema),
+  /** Outbox of the last applied command. */
+  outbox: Type.Union([OutboxSchema, Type.Null()]),
+  /** Node that wrote the record. */
+  node: Type.String(),
+});
+export type CommitRecord = Static<typeof CommitRecordSchema>;
+
+/** `slipway_idempotency` value. */
+export const IdempotencyRecordSchema = Type.Object({
+  body_hash: Type.String(),
+  outcome: OutcomeSchema,
+  created_at: Type.String(),
+});
+export type IdempotencyRecord = Static<typeof IdempotencyRecordSchema>;

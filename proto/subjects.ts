@@ -1,0 +1,112 @@
+/**
+ * Every NATS subject, stream and bucket name of Slipway (DESIGN §1). No other
+ * module builds a subject from strings.
+ */
+
+/** Number of command partitions; fixed when the command stream is made. */
+export const PARTITIONS = 64;
+
+export const STREAMS = {
+  commands: "SLIPWAY_CMD",
+  events: "SLIPWAY_EVENTS",
+  appEvents: "SLIPWAY_APP_EVENTS",
+  logs: "SLIPWAY_LOGS",
+} as const;
+
+export const BUCKETS = {
+  resources: "slipway_resources",
+  vault: "slipway_vault",
+  jobs: "slipway_jobs",
+  leases: "slipway_leases",
+  apps: "slipway_apps",
+  actors: "slipway_actors",
+  offsets: "slipway_offsets",
+  idempotency: "slipway_idempotency",
+} as const;
+
+/** Lease TTL (bucket-wide max age of `slipway_leases`). */
+export const LEASE_TTL_MS = 10_000;
+/** Command stream retention and idempotency window. */
+export const COMMAND_RETENTION_MS = 24 * 60 * 60 * 1000;
+/** Duplicate window of the command stream (`Nats-Msg-Id` = command id). */
+export const COMMAND_DEDUP_MS = 2 * 60 * 1000;
+
+/** FNV-1a 32-bit hash. */
+export function fnv1a32(s: string): number {
+  let h = 0x811c9dc5;
+  const bytes = Buffer.from(s, "utf8");
+  for (const b of bytes) {
+    h ^= b;
+    h = Math.imul(h, 0x01000193) >>> 0;
+  }
+  return h >>> 0;
+}
+
+/** Partition of an app: fnv1a32(app) mod P. */
+export function partitionOf(app: string): number {
+  return fnv1a32(app) % PARTITIONS;
+}
+
+/** base64url without padding: makes free text (owners, subjects) safe inside a NATS token. */
+export function encodeToken(s: string): string {
+  return Buffer.from(s, "utf8").toString("base64url");
+}
+export function decodeToken(t: string): string {
+  return Buffer.from(t, "base64url").toString("utf8");
+}
+
+const SAFE = /^[A-Za-z0-9_-]+$/;
+function token(s: string, what: string): string {
+  if (!SAFE.test(s)) throw new Error(`unsafe ${what} for a subject token: ${JSON.stringify(s)}`);
+  return s;
+}
+
+export const subjects = {
+  /** A capability command of `app` (stream SLIPWAY_CMD). */
+  command: (app: string) => `slipway.cmd.${partitionOf(app)}.${token(app, "app")}`,
+  /** All commands of one partition. */
+  commandPartition: (partition: number) => `slipway.cmd.${partition}.>`,
+  commandsAll: "slipway.cmd.>",
+  /** The answer to a command, back to the waiting gateway (core NATS). */
+  reply: (gatewayId: string, commandId: string) => `slipway.reply.${token(gatewayId, "gateway id")}.${token(commandId, "command id")}`,
+  replyInbox: (gatewayId: string) => `slipway.reply.${token(gatewayId, "gateway id")}.>`,
+  /** A platform event. */
+  event: (app: string, resourceType: string, eventType: string) =>
+    `slipway.evt.${token(app, "app")}.${token(resourceType, "resource type")}.${token(eventType, "event type")}`,
+  eventsAll: "slipway.evt.>",
+  eventsOfApp: (app: string) => `slipway.evt.${token(app, "app")}.>`,
+  /** An application event; owner and subject are free text, encoded. */
+  appEvent: (app: string, owner: string, subject: string) =>
+    `slipway.appevt.${token(app, "app")}.${encodeToken(owner) || "_"}.${encodeToken(subject) || "_"}`,
+  appEventsAll: "slipway.appevt.>",
+  /** Log lines of a resource. */
+  log: (resourceId: string) => `slipway.log.${token(resourceId, "resource id")}`,
+  logsAll: "slipway.log.>",
+} as const;
+
+/** Parses the app out of a command subject. */
+export function appOfCommandSubject(subject: string): string | undefined {
+  const parts = subject.split(".");
+  return parts.length === 4 ? parts[3] : undefined;
+}
+
+/** KV keys. */
+export const keys = {
+  resource: (app: string, type: string, id: string) => `${app}.${type}.${id}`,
+  vault: (app: string, name: string) => `${app}.${name}`,
+  app: (app: string) => app,
+  actor: (app: string) => app,
+  offset: (partition: number) => `p${partition}`,
+  partitionLease: (partition: number) => `partition.${partition}`,
+  nodeLease: (nodeId: string) => `node.${token(nodeId, "node id")}`,
+  schedulerLease: "scheduler",
+  idempotency: (commandId: string) => commandId,
+} as const;
+
+/** Splits a resource key `<app>.<Type>.<id>`. */
+export function parseResourceKey(key: string): { app: string; type: string; id: string } | undefined {
+  const parts = key.split(".");
+  if (parts.length !== 3) return undefined;
+  const [app, type, id] = parts as [string, string, string];
+  return { app, type, id };
+}

@@ -1,0 +1,150 @@
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { mkdir, writeFile } from "node:fs/promises";
+import { dirname, join, resolve, sep } from "node:path";
+import { fileURLToPath } from "node:url";
+import { PlatformError } from "../proto/errors.js";
+
+/**
+ * starter: the files `initialize-app` writes into a new app's workspace.
+ *
+ * The files live in `starter/template/` as data (the platform build excludes
+ * them); placeholders `{{APP}}`, `{{PLATFORM}}` and `{{FRAMEWORK}}` are
+ * substituted when rendering.
+ */
+
+/** Inputs of {@link renderStarter}. */
+export interface StarterOptions {
+  /** The app's name, a DNS label (`^[a-z][a-z0-9-]{0,39}$`). */
+  app: string;
+  /** Target platform (e.g. `node`). */
+  platform: string;
+  /** Framework (e.g. `node-http`). */
+  framework: string;
+}
+
+/** One rendered file: `path` is relative to the workspace, with `/` separators. */
+export interface StarterFile {
+  path: string;
+  content: string;
+}
+
+const APP_NAME = /^[a-z][a-z0-9-]{0,39}$/;
+const TAG = /^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$/;
+const PLACEHOLDER = /\{\{([A-Z_]+)\}\}/g;
+/** Folders inside the template that are never part of it (left there by building or testing it in place). */
+const SKIP_DIRS = new Set(["node_modules", "dist", ".git"]);
+
+function isTemplateDir(dir: string): boolean {
+  return existsSync(join(dir, "package.json")) && existsSync(join(dir, "src", "server.ts"));
+}
+
+/**
+ * Absolute path of the template folder. Found next to this module when it runs
+ * from source (`starter/mod.ts`), two levels up when it runs from the build
+ * (`dist/starter/mod.js` -> `starter/template`), and otherwise by walking up
+ * from this module to the first folder that holds `starter/template`.
+ *
+ * @throws Error when no template folder can be found
+ */
+export function starterTemplateDir(): string {
+  const here = dirname(fileURLToPath(import.meta.url));
+  const candidates = [join(here, "template"), resolve(here, "..", "..", "starter", "template")];
+  for (let dir = here; ; ) {
+    candidates.push(join(dir, "starter", "template"));
+    const parent = dirname(dir);
+    if (parent === dir) break;
+    dir = parent;
+  }
+  for (const c of candidates) if (isTemplateDir(c)) return c;
+  throw new Error(`starter template not found (looked from ${here})`);
+}
+
+function listFiles(root: string, rel = ""): string[] {
+  const out: string[] = [];
+  const entries = readdirSync(join(root, rel), { withFileTypes: true }).sort((a, b) =>
+    a.name < b.name ? -1 : a.name > b.name ? 1 : 0,
+  );
+  for (const e of entries) {
+    const path = rel ? `${rel}/${e.name}` : e.name;
+    if (e.isDirectory()) {
+      if (!SKIP_DIRS.has(e.name)) out.push(...listFiles(root, path));
+    } else if (e.isFile() || (e.isSymbolicLink() && statSync(join(root, path)).isFile())) {
+      out.push(path);
+    }
+  }
+  return out;
+}
+
+function check(opts: StarterOptions): void {
+  const bad: Array<{ path: string; message: string }> = [];
+  if (typeof opts.app !== "string" || !APP_NAME.test(opts.app)) {
+    bad.push({ path: "/app", message: "must match ^[a-z][a-z0-9-]{0,39}$" });
+  }
+  for (const k of ["platform", "framework"] as const) {
+    if (typeof opts[k] !== "string" || !TAG.test(opts[k])) {
+      bad.push({
+        path: `/${k}`,
+        message: "must be 1-64 of [A-Za-z0-9._+-], starting with a letter or digit",
+      });
+    }
+  }
+  if (bad.length > 0) {
+    throw new PlatformError(
+      "invalid_input",
+      `starter: ${bad.map((b) => `${b.path.slice(1)} ${b.message}`).join("; ")}`,
+      {
+        details: bad,
+      },
+    );
+  }
+}
+
+/**
+ * The starter's files for one app, placeholders substituted, sorted by path.
+ * Reads the template folder (see {@link starterTemplateDir}) on every call.
+ *
+ * @throws PlatformError `invalid_input` when app, platform or framework is not acceptable
+ * @throws Error when a template file uses an unknown placeholder
+ */
+export function renderStarter(opts: StarterOptions): StarterFile[] {
+  check(opts);
+  const values: Record<string, string> = {
+    APP: opts.app,
+    PLATFORM: opts.platform,
+    FRAMEWORK: opts.framework,
+  };
+  const root = starterTemplateDir();
+  return listFiles(root).map((path) => {
+    const raw = readFileSync(join(root, ...path.split("/")), "utf8");
+    const content = raw.replace(PLACEHOLDER, (whole, name: string) => {
+      const v = values[name];
+      if (v === undefined) throw new Error(`starter: ${path} uses unknown placeholder ${whole}`);
+      return v;
+    });
+    return { path, content };
+  });
+}
+
+/**
+ * Writes the starter into `dir` (created if missing). A file that already
+ * exists is left as it is: this never overwrites the builder's work.
+ *
+ * @returns the relative paths (as in {@link renderStarter}) of the files written
+ */
+export async function writeStarter(dir: string, opts: StarterOptions): Promise<string[]> {
+  const files = renderStarter(opts);
+  const root = resolve(dir);
+  const written: string[] = [];
+  for (const f of files) {
+    const target = resolve(root, ...f.path.split("/"));
+    if (!target.startsWith(root + sep)) throw new Error(`starter: ${f.path} leaves the workspace`);
+    await mkdir(dirname(target), { recursive: true });
+    try {
+      await writeFile(target, f.content, { flag: "wx" });
+      written.push(f.path);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
+    }
+  }
+  return written;
+}

@@ -1,0 +1,260 @@
+import { Level } from "level";
+import { DeliverPolicy } from "@nats-io/jetstream";
+import type { Bus } from "./bus.js";
+import { check, CodecError } from "../proto/codec.js";
+import { PlatformEventSchema, type PlatformEvent } from "../proto/events.js";
+import { ResourceSchema, type Resource } from "../proto/resources.js";
+import { parseResourceKey, STREAMS } from "../proto/subjects.js";
+
+/**
+ * The local read index (LevelDB) of a process that serves reads: resources by
+ * app/type/owner and events by app/resource, newest first. Kept current from a
+ * watch on the resources bucket and a consumer of the events stream, and
+ * rebuilt from them when missing: JetStream is the truth.
+ *
+ * Each resource entry carries the KV revision it came from; older revisions
+ * never overwrite newer ones, so a gateway can apply a command's answer at once
+ * (read your writes) while the watch catches up.
+ */
+
+export interface ListQuery {
+  app_id?: string | undefined;
+  type?: string | undefined;
+  owner?: string | undefined;
+  resource_id?: string | undefined;
+  limit: number;
+  cursor?: string | undefined;
+}
+
+export interface Page<T> {
+  items: T[];
+  next_cursor: string | null;
+}
+
+interface StoredResource {
+  rev: number;
+  doc: Resource | null; // null = tombstone
+}
+
+const SEP = "\x00";
+/** Sort key of an id: the time-sortable part after the prefix. */
+function sortKey(id: string): string {
+  const i = id.lastIndexOf("_");
+  return (i >= 0 ? id.slice(i + 1) : id) + SEP + id;
+}
+
+function resourceIndexKeys(doc: Resource): string[] {
+  const s = sortKey(doc.id);
+  const out = [`x!all!${s}`, `x!a!${doc.app_id}!${s}`, `x!t!${doc.type}!${s}`, `x!at!${doc.app_id}!${doc.type}!${s}`];
+  if (doc.owner) out.push(`x!o!${doc.owner}!${s}`);
+  return out;
+}
+
+function eventIndexKeys(ev: PlatformEvent): string[] {
+  const s = sortKey(ev.id);
+  return [`y!all!${s}`, `y!a!${ev.app_id}!${s}`, `y!r!${ev.resource_id}!${s}`];
+}
+
+export class ReadIndex {
+  private readonly db: Level<string, string>;
+  private stopped = false;
+  private readonly stops: (() => void)[] = [];
+  private initialResources = false;
+  private initialEvents = false;
+  private eventsSeq = 0;
+  private resourcesRev = 0;
+  private chain: Promise<unknown> = Promise.resolve();
+
+  private constructor(db: Level<string, string>) {
+    this.db = db;
+  }
+
+  static async open(dir: string): Promise<ReadIndex> {
+    const db = new Level<string, string>(dir, { valueEncoding: "utf8" });
+    await db.open();
+    return new ReadIndex(db);
+  }
+
+  /** True once both feeds have caught up with what the server had at start. */
+  get ready(): boolean {
+    return this.initialResources && this.initialEvents;
+  }
+
+  /** Serializes writes so that read-modify-write of one id never interleaves. */
+  private serial<T>(fn: () => Promise<T>): Promise<T> {
+    const p = this.chain.then(fn, fn);
+    this.chain = p.catch(() => {});
+    return p;
+  }
+
+  /** Applies a resource document (or its deletion) at a KV revision. Older revisions are ignored. */
+  applyResource(key: string, doc: Resource | null, rev: number): Promise<void> {
+    return this.serial(async () => {
+      const parsed = parseResourceKey(key);
+      if (!parsed) return;
+      const existingRaw = await this.db.get(`r!${parsed.id}`);
+      const existing = existingRaw ? (JSON.parse(existingRaw) as StoredResource) : undefined;
+      if (existing && existing.rev >= rev) return;
+      const batch = this.db.batch();
+      if (existing?.doc) for (const k of resourceIndexKeys(existing.doc)) batch.del(k);
+      const stored: StoredResource = { rev, doc };
+      batch.put(`r!${parsed.id}`, JSON.stringify(stored));
+      if (doc) for (const k of resourceIndexKeys(doc)) batch.put(k, doc.id);
+      await batch.write();
+    });
+  }
+
+  applyEvent(ev: PlatformEvent): Promise<void> {
+    return this.serial(async () => {
+      const batch = this.db.batch();
+      batch.put(`e!${ev.id}`, JSON.stringify(ev));
+      for (const k of eventIndexKeys(ev)) batch.put(k, ev.id);
+      await batch.write();
+    });
+  }
+
+  async getResource(id: string): Promise<Resource | undefined> {
+    const raw = await this.db.get(`r!${id}`);
+    if (!raw) return undefined;
+    const stored = JSON.parse(raw) as StoredResource;
+    return stored.doc ?? undefined;
+  }
+
+  /** Revision of the newest known state of a resource (0 when unknown). */
+  async resourceRevision(id: string): Promise<number> {
+    const raw = await this.db.get(`r!${id}`);
+    return raw ? (JSON.parse(raw) as StoredResource).rev : 0;
+  }
+
+  async listResources(q: ListQuery): Promise<Page<Resource>> {
+    const prefix = q.app_id && q.type ? `x!at!${q.app_id}!${q.type}!` : q.app_id ? `x!a!${q.app_id}!` : q.type ? `x!t!${q.type}!` : q.owner ? `x!o!${q.owner}!` : "x!all!";
+    return this.page(prefix, q, async (id) => {
+      const doc = await this.getResource(id);
+      if (!doc) return undefined;
+      if (q.owner && doc.owner !== q.owner) return undefined;
+      if (q.type && doc.type !== q.type) return undefined;
+      return doc;
+    });
+  }
+
+  async listEvents(q: ListQuery): Promise<Page<PlatformEvent>> {
+    const prefix = q.resource_id ? `y!r!${q.resource_id}!` : q.app_id ? `y!a!${q.app_id}!` : "y!all!";
+    return this.page(prefix, q, async (id) => {
+      const raw = await this.db.get(`e!${id}`);
+      if (!raw) return undefined;
+      const ev = JSON.parse(raw) as PlatformEvent;
+      if (q.app_id && ev.app_id !== q.app_id) return undefined;
+      if (q.type && ev.type !== q.type) return undefined;
+      return ev;
+    });
+  }
+
+  private async page<T>(prefix: string, q: ListQuery, load: (id: string) => Promise<T | undefined>): Promise<Page<T>> {
+    const items: T[] = [];
+    const lt = q.cursor ? prefix + Buffer.from(q.cursor, "base64url").toString("utf8") : `${prefix}\xff`;
+    let last: string | undefined;
+    let more = false;
+    let scanned = 0;
+    for await (const [k, id] of this.db.iterator({ gte: prefix, lt, reverse: true })) {
+      if (items.length >= q.limit) {
+        more = true;
+        break;
+      }
+      if (++scanned > 20_000) {
+        more = true;
+        break;
+      }
+      last = k.slice(prefix.length);
+      const item = await load(id);
+      if (item !== undefined) items.push(item);
+    }
+    return { items, next_cursor: more && last ? Buffer.from(last, "utf8").toString("base64url") : null };
+  }
+
+  /**
+   * Follows the resources bucket and the events stream from where this index
+   * left off (or from the start when the index is new), until close().
+   */
+  async follow(bus: Bus, log: (msg: string) => void = () => {}): Promise<void> {
+    this.resourcesRev = Number((await this.db.get("meta!resources_rev")) ?? 0);
+    this.eventsSeq = Number((await this.db.get("meta!events_seq")) ?? 0);
+    await this.followResources(bus, log);
+    await this.followEvents(bus, log);
+  }
+
+  private async followResources(bus: Bus, log: (msg: string) => void): Promise<void> {
+    const status = await bus.kv.resources.status();
+    const target = status.values > 0 ? ((await bus.jsm.streams.info(status.streamInfo.config.name)).state.last_seq) : 0;
+    if (target <= this.resourcesRev || target === 0) this.initialResources = true;
+    const w = await bus.kv.resources.watch({
+      include: "history",
+      ...(this.resourcesRev > 0 ? { resumeFromRevision: this.resourcesRev + 1 } : {}),
+    });
+    this.stops.push(() => w.stop());
+    (async () => {
+      let sinceSave = 0;
+      for await (const e of w) {
+        if (this.stopped) break;
+        try {
+          if (e.operation === "PUT") {
+            const doc = check(ResourceSchema, e.json(), `resource ${e.key}`) as Resource;
+            await this.applyResource(e.key, doc, e.revision);
+          } else {
+            await this.applyResource(e.key, null, e.revision);
+          }
+        } catch (err) {
+          log(`read index: skipped resource ${e.key}: ${err instanceof CodecError ? err.message : String(err)}`);
+        }
+        this.resourcesRev = e.revision;
+        if (++sinceSave >= 50 || e.delta === 0) {
+          sinceSave = 0;
+          await this.db.put("meta!resources_rev", String(this.resourcesRev));
+        }
+        if (e.revision >= target) this.initialResources = true;
+      }
+    })().catch((err) => log(`read index: resource watch ended: ${String(err)}`));
+  }
+
+  private async followEvents(bus: Bus, log: (msg: string) => void): Promise<void> {
+    const info = await bus.jsm.streams.info(STREAMS.events);
+    const target = info.state.last_seq;
+    if (target <= this.eventsSeq) this.initialEvents = true;
+    const consumer = await bus.js.consumers.get(STREAMS.events, {
+      deliver_policy: this.eventsSeq > 0 ? DeliverPolicy.StartSequence : DeliverPolicy.All,
+      ...(this.eventsSeq > 0 ? { opt_start_seq: this.eventsSeq + 1 } : {}),
+    });
+    const msgs = await consumer.consume({ max_messages: 512 });
+    this.stops.push(() => void msgs.stop());
+    (async () => {
+      let sinceSave = 0;
+      for await (const m of msgs) {
+        if (this.stopped) break;
+        try {
+          const ev = check(PlatformEventSchema, m.json(), `event seq ${m.seq}`);
+          await this.applyEvent(ev);
+        } catch (err) {
+          log(`read index: skipped event seq ${m.seq}: ${String(err)}`);
+        }
+        this.eventsSeq = m.seq;
+        if (++sinceSave >= 50 || m.info.pending === 0) {
+          sinceSave = 0;
+          await this.db.put("meta!events_seq", String(this.eventsSeq));
+        }
+        if (m.seq >= target) this.initialEvents = true;
+      }
+    })().catch((err) => log(`read index: event consumer ended: ${String(err)}`));
+  }
+
+  async close(): Promise<void> {
+    this.stopped = true;
+    for (const s of this.stops) s();
+    await this.chain.catch(() => {});
+    try {
+      await this.db.put("meta!resources_rev", String(this.resourcesRev));
+      await this.db.put("meta!events_seq", String(this.eventsSeq));
+    } catch {
+      /* closing */
+    }
+    await this.db.close();
+  }
+}

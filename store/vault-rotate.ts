@@ -1,0 +1,51 @@
+import type { Bus } from "./bus.js";
+import { check, encode } from "../proto/codec.js";
+import { VaultEntrySchema } from "../proto/records.js";
+import { secretAad, type Vault, VaultTamperedError } from "./vault.js";
+
+export interface RotateReport {
+  resealed: number;
+  already_current: number;
+  /** Keys whose sealed value does not verify: left untouched, never decrypted into anything. */
+  tampered: string[];
+}
+
+/**
+ * Re-seals every vault entry under the active key (compare-and-set on each
+ * entry, so a concurrent set-secret wins and is simply skipped).
+ */
+export async function resealAll(bus: Bus, vault: Vault): Promise<RotateReport> {
+  const report: RotateReport = { resealed: 0, already_current: 0, tampered: [] };
+  const names: string[] = [];
+  for await (const k of await bus.kv.vault.keys()) names.push(k);
+  for (const key of names) {
+    const e = await bus.kv.vault.get(key);
+    if (!e || e.operation !== "PUT") continue;
+    const entry = check(VaultEntrySchema, e.json(), `vault ${key}`);
+    if (entry.sealed.kid === vault.activeKeyId) {
+      report.already_current++;
+      continue;
+    }
+    const dot = key.indexOf(".");
+    const aad = secretAad(key.slice(0, dot), key.slice(dot + 1));
+    let plain: Buffer;
+    try {
+      plain = vault.open(entry.sealed, aad);
+    } catch (err) {
+      if (err instanceof VaultTamperedError) {
+        report.tampered.push(key);
+        continue;
+      }
+      throw err;
+    }
+    const sealed = vault.seal(plain, aad);
+    plain.fill(0);
+    try {
+      await bus.kv.vault.update(key, encode({ ...entry, sealed }), e.revision);
+      report.resealed++;
+    } catch {
+      /* changed meanwhile: the new value is sealed under the active key already */
+    }
+  }
+  return report;
+}

@@ -1,0 +1,158 @@
+import { createCipheriv, createDecipheriv, createHash, createHmac, randomBytes } from "node:crypto";
+import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import type { Sealed } from "../proto/command.js";
+
+/**
+ * The vault's cipher: AES-256-GCM, a random 96-bit nonce per seal, the AAD
+ * naming what is sealed (`<app>/<NAME>` for secrets), and the key id stored
+ * with each sealed value so keys can rotate (DESIGN §5).
+ */
+
+/** A sealed value whose tag does not verify: tampered, moved, or sealed under a lost key. */
+export class VaultTamperedError extends Error {
+  override readonly name = "VaultTamperedError";
+}
+/** The key that sealed a value is not in the key ring. */
+export class VaultKeyMissingError extends Error {
+  override readonly name = "VaultKeyMissingError";
+}
+
+export interface KeyRing {
+  /** Id of the key new seals use. */
+  active: string;
+  /** All known keys by id. */
+  keys: Map<string, Buffer>;
+}
+
+/** Key id of a key: first 16 hex chars of its SHA-256. */
+export function keyId(key: Buffer): string {
+  return createHash("sha256").update(key).digest("hex").slice(0, 16);
+}
+
+function ringFromKeys(keys: Buffer[]): KeyRing {
+  if (keys.length === 0) throw new Error("empty key ring");
+  const map = new Map<string, Buffer>();
+  for (const k of keys) {
+    if (k.length !== 32) throw new Error("vault keys must be 256 bits (32 bytes, base64)");
+    map.set(keyId(k), k);
+  }
+  return { active: keyId(keys[0]!), keys: map };
+}
+
+/** Key file format: one base64 key per line, the first line is the active key. */
+function parseKeyFile(text: string): Buffer[] {
+  return text
+    .split(/\r?\n/)
+    .map((l) => l.trim())
+    .filter((l) => l && !l.startsWith("#"))
+    .map((l) => Buffer.from(l, "base64"));
+}
+
+/**
+ * Loads the key ring: `SLIPWAY_VAULT_KEY` (base64; a comma-separated list for
+ * rotation, first = active) or `<data>/vault.key`, made with mode 0600 at first boot.
+ */
+export function loadKeyRing(dataDir: string, env: NodeJS.ProcessEnv = process.env): KeyRing {
+  const fromEnv = env.SLIPWAY_VAULT_KEY;
+  if (fromEnv) return ringFromKeys(fromEnv.split(",").map((s) => Buffer.from(s.trim(), "base64")));
+  const file = keyFilePath(dataDir);
+  if (!existsSync(file)) {
+    mkdirSync(dirname(file), { recursive: true });
+    writeFileSync(file, `${randomBytes(32).toString("base64")}\n`, { mode: 0o600, flag: "wx" });
+  }
+  chmodSync(file, 0o600);
+  return ringFromKeys(parseKeyFile(readFileSync(file, "utf8")));
+}
+
+export function keyFilePath(dataDir: string): string {
+  return join(dataDir, "vault.key");
+}
+
+/** Adds a new active key to the key file (old keys stay to open old values). Returns the new key id. */
+export function addKeyToFile(dataDir: string): string {
+  const file = keyFilePath(dataDir);
+  const old = existsSync(file) ? parseKeyFile(readFileSync(file, "utf8")) : [];
+  const fresh = randomBytes(32);
+  const tmp = `${file}.tmp`;
+  writeFileSync(tmp, [fresh, ...old].map((k) => k.toString("base64")).join("\n") + "\n", { mode: 0o600 });
+  renameSync(tmp, file);
+  return keyId(fresh);
+}
+
+export class Vault {
+  private ring: KeyRing;
+  private readonly reload: (() => KeyRing) | undefined;
+  constructor(ring: KeyRing, reload?: () => KeyRing) {
+    this.ring = ring;
+    this.reload = reload;
+  }
+
+  static open(dataDir: string, env: NodeJS.ProcessEnv = process.env): Vault {
+    return new Vault(loadKeyRing(dataDir, env), () => loadKeyRing(dataDir, env));
+  }
+
+  get activeKeyId(): string {
+    return this.ring.active;
+  }
+
+  seal(plain: string | Buffer, aad: string): Sealed {
+    const key = this.ring.keys.get(this.ring.active)!;
+    const iv = randomBytes(12);
+    const c = createCipheriv("aes-256-gcm", key, iv);
+    c.setAAD(Buffer.from(aad, "utf8"));
+    const ct = Buffer.concat([c.update(typeof plain === "string" ? Buffer.from(plain, "utf8") : plain), c.final()]);
+    return { kid: this.ring.active, iv: iv.toString("base64"), ct: ct.toString("base64"), tag: c.getAuthTag().toString("base64") };
+  }
+
+  private key(kid: string): Buffer {
+    let key = this.ring.keys.get(kid);
+    if (!key && this.reload) {
+      this.ring = this.reload();
+      key = this.ring.keys.get(kid);
+    }
+    if (!key) throw new VaultKeyMissingError(`vault key ${kid} is not in the key ring`);
+    return key;
+  }
+
+  /** Opens a sealed value; throws VaultTamperedError when it does not verify (never returns garbage). */
+  open(s: Sealed, aad: string): Buffer {
+    const key = this.key(s.kid);
+    try {
+      const iv = Buffer.from(s.iv, "base64");
+      const tag = Buffer.from(s.tag, "base64");
+      if (iv.length !== 12 || tag.length !== 16) throw new Error("bad sizes");
+      const d = createDecipheriv("aes-256-gcm", key, iv);
+      d.setAAD(Buffer.from(aad, "utf8"));
+      d.setAuthTag(tag);
+      return Buffer.concat([d.update(Buffer.from(s.ct, "base64")), d.final()]);
+    } catch {
+      throw new VaultTamperedError(`sealed value for ${aad} does not verify`);
+    }
+  }
+
+  openString(s: Sealed, aad: string): string {
+    return this.open(s, aad).toString("utf8");
+  }
+
+  /** True when the sealed value verifies (without returning it). */
+  verifies(s: Sealed, aad: string): boolean {
+    try {
+      this.open(s, aad);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  /** A keyed hash (HMAC-SHA256 under a key derived from the active key) for values that must be compared, never stored. */
+  mac(data: string): string {
+    const k = createHmac("sha256", this.ring.keys.get(this.ring.active)!).update("slipway/mac").digest();
+    return createHmac("sha256", k).update(data).digest("base64url");
+  }
+}
+
+/** AAD of a secret in the vault. */
+export const secretAad = (app: string, name: string) => `${app}/${name}`;
+/** AAD of a sensitive command field sealed by the gateway. */
+export const commandFieldAad = (commandId: string, field: string) => `cmd/${commandId}/${field}`;

@@ -1,0 +1,264 @@
+import { type ChildProcess, execFile, spawn } from "node:child_process";
+import { randomBytes, randomUUID } from "node:crypto";
+import { mkdtemp, readFile, rm, symlink, writeFile } from "node:fs/promises";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import anyTest, { type TestFn } from "ava";
+import { PlatformError } from "../../proto/errors.js";
+import { newServiceKey, signServiceToken } from "../../proto/service-token.js";
+import { renderStarter, starterTemplateDir, writeStarter } from "../../starter/mod.js";
+
+interface Context {
+  dir: string;
+  base: string;
+  app: string;
+  key: string;
+  child: ChildProcess;
+  output: () => string;
+}
+
+const test = anyTest as TestFn<Context>;
+const run = promisify(execFile);
+const repoRoot = fileURLToPath(new URL("../../", import.meta.url));
+const tsxLoader = import.meta.resolve("tsx");
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const addr = srv.address();
+      const port = typeof addr === "object" && addr ? addr.port : 0;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+async function waitForHealth(base: string, child: ChildProcess, output: () => string): Promise<void> {
+  const deadline = Date.now() + 20_000;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null || child.signalCode !== null) {
+      throw new Error(`starter server exited (${child.exitCode ?? child.signalCode}):\n${output()}`);
+    }
+    try {
+      const res = await fetch(`${base}/health`);
+      if (res.ok) return;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`starter server did not answer /health in 20 s:\n${output()}`);
+}
+
+test.before(async (t) => {
+  const app = `app-${randomUUID().slice(0, 8)}`;
+  const dir = await mkdtemp(join(tmpdir(), "slipway-starter-"));
+  await writeStarter(dir, { app, platform: "node", framework: "node-http" });
+  const port = await freePort();
+  const key = newServiceKey();
+  let out = "";
+  const child = spawn(process.execPath, [`--import=${tsxLoader}`, join(dir, "src", "server.ts")], {
+    cwd: dir,
+    env: {
+      PATH: process.env.PATH ?? "",
+      PORT: String(port),
+      HOST: "127.0.0.1",
+      SLIPWAY_APP: app,
+      SLIPWAY_SERVICE_KEY: key,
+      SESSION_SECRET: randomBytes(32).toString("base64url"),
+    },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  child.stdout?.on("data", (d: Buffer) => {
+    out += d.toString();
+  });
+  child.stderr?.on("data", (d: Buffer) => {
+    out += d.toString();
+  });
+  const base = `http://127.0.0.1:${port}`;
+  t.context = { dir, base, app, key, child, output: () => out };
+  await waitForHealth(base, child, () => out);
+});
+
+test.after.always(async (t) => {
+  const { child, dir } = (t.context ?? {}) as Partial<Context>;
+  if (child && child.exitCode === null && child.signalCode === null) {
+    const exited = new Promise((r) => child.once("exit", r));
+    child.kill("SIGTERM");
+    const timer = setTimeout(() => child.kill("SIGKILL"), 5000);
+    await exited;
+    clearTimeout(timer);
+  }
+  if (dir) await rm(dir, { recursive: true, force: true });
+});
+
+test("starter: the template folder is found next to the module", (t) => {
+  t.is(starterTemplateDir(), join(repoRoot, "starter", "template"));
+});
+
+test("starter: rendering substitutes every placeholder and keeps the scripts", (t) => {
+  const files = renderStarter({ app: "shop", platform: "node", framework: "node-http" });
+  const paths = files.map((f) => f.path);
+  for (const p of [
+    ".gitignore",
+    "README.md",
+    "package.json",
+    "tsconfig.json",
+    "src/server.ts",
+    "src/service-token.ts",
+    "test/server.test.ts",
+  ]) {
+    t.true(paths.includes(p), p);
+  }
+  for (const f of files) t.notRegex(f.content, /\{\{[A-Z_]+\}\}/, f.path);
+  const pkg = JSON.parse(files.find((f) => f.path === "package.json")!.content);
+  t.is(pkg.name, "shop");
+  t.is(pkg.type, "module");
+  t.is(pkg.scripts.build, "tsc -p tsconfig.json");
+  t.is(pkg.scripts.test, "node --test dist/test/");
+  t.is(pkg.scripts.start, "node dist/src/server.js");
+  t.truthy(pkg.scripts.lint);
+  t.truthy(pkg.scripts.dev);
+  t.deepEqual(pkg.dependencies, undefined);
+  t.regex(files.find((f) => f.path === "README.md")!.content, /^# shop\n[\s\S]*`node`[\s\S]*`node-http`/);
+});
+
+test("starter: a bad app name is invalid input", (t) => {
+  for (const app of ["Shop", "1shop", "", "a".repeat(41), 'x","scripts":{}']) {
+    t.throws(() => renderStarter({ app, platform: "node", framework: "node-http" }), {
+      instanceOf: PlatformError,
+      message: /app must match/,
+    });
+  }
+  t.throws(() => renderStarter({ app: "shop", platform: "", framework: "node-http" }), {
+    instanceOf: PlatformError,
+  });
+});
+
+test("starter: writing never overwrites an existing file", async (t) => {
+  const dir = await mkdtemp(join(tmpdir(), "slipway-starter-"));
+  try {
+    const target = join(dir, "nested", "ws");
+    const opts = { app: "shop", platform: "node", framework: "node-http" };
+    const first = await writeStarter(target, opts);
+    t.deepEqual(
+      first,
+      renderStarter(opts).map((f) => f.path),
+    );
+    await writeFile(join(target, "README.md"), "mine\n");
+    await rm(join(target, "src", "server.ts"));
+    const second = await writeStarter(target, opts);
+    t.deepEqual(second, ["src/server.ts"]);
+    t.is(await readFile(join(target, "README.md"), "utf8"), "mine\n");
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+test("starter server: /health answers 200 with status ok", async (t) => {
+  const res = await fetch(`${t.context.base}/health`);
+  t.is(res.status, 200);
+  t.deepEqual(await res.json(), { status: "ok" });
+});
+
+test("starter server: the root page redirects to /login", async (t) => {
+  const res = await fetch(`${t.context.base}/`, { redirect: "manual" });
+  t.is(res.status, 302);
+  t.is(res.headers.get("location"), "/login");
+  const login = await fetch(`${t.context.base}/login`);
+  t.is(login.status, 200);
+  t.regex(login.headers.get("content-type") ?? "", /^text\/html/);
+  t.regex(await login.text(), new RegExp(`<h1>${t.context.app}</h1>`));
+});
+
+test("starter server: the API answers 401 without a session", async (t) => {
+  const res = await fetch(`${t.context.base}/api/x`);
+  t.is(res.status, 401);
+  t.like(await res.json(), { error: { code: "unauthenticated" } });
+  const forged = await fetch(`${t.context.base}/api/me`, {
+    headers: { cookie: "session=eyJzdWIiOiJ4In0.AAAA" },
+  });
+  t.is(forged.status, 401);
+});
+
+test("starter server: a session from signing up opens the API", async (t) => {
+  const signup = await fetch(`${t.context.base}/auth/signup`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ email: "ada@example.com", password: "correct horse" }),
+  });
+  t.is(signup.status, 201);
+  const cookie = (signup.headers.get("set-cookie") ?? "").split(";")[0] ?? "";
+  const me = await fetch(`${t.context.base}/api/me`, { headers: { cookie } });
+  t.is(me.status, 200);
+  t.deepEqual(await me.json(), { user: { email: "ada@example.com" } });
+});
+
+test("starter server: /cron refuses a call without a token or with a forged, expired or other app's token", async (t) => {
+  const { base, app, key } = t.context;
+  const cron = (token?: string) =>
+    fetch(`${base}/cron/cleanup`, {
+      method: "POST",
+      headers: token === undefined ? {} : { authorization: `Bearer ${token}` },
+    });
+  const claims = { app, job: "cleanup", tick: new Date().toISOString() };
+
+  t.is((await cron()).status, 403, "no token");
+  t.is((await cron("garbage")).status, 403, "garbage");
+
+  const [v, , sig] = signServiceToken(key, claims).split(".");
+  const tampered = Buffer.from(
+    JSON.stringify({ ...claims, job: "other", exp: Math.floor(Date.now() / 1000) + 60 }),
+  ).toString("base64url");
+  t.is((await cron(`${v}.${tampered}.${sig}`)).status, 403, "tampered claims");
+  t.is((await cron(signServiceToken(newServiceKey(), claims))).status, 403, "signed with another key");
+  t.is((await cron(signServiceToken(key, claims, Date.now() - 120_000))).status, 403, "expired");
+  t.is((await cron(signServiceToken(key, { ...claims, app: `${app}-other` }))).status, 403, "other app");
+});
+
+test("starter server: /cron runs with a token signed by the platform's signer", async (t) => {
+  const { base, app, key } = t.context;
+  const tick = "2030-01-02T03:04:00.000Z";
+  const res = await fetch(`${base}/cron/cleanup`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${signServiceToken(key, { app, job: "cleanup", tick })}` },
+  });
+  t.is(res.status, 200);
+  t.deepEqual(await res.json(), { ok: true, job: "cleanup", tick });
+});
+
+test("starter server: /auth/config describes password and email sign-in", async (t) => {
+  const res = await fetch(`${t.context.base}/auth/config`);
+  t.is(res.status, 200);
+  t.deepEqual(await res.json(), { providers: ["password"], email: true, password_signup: true, idp: null });
+});
+
+test("starter server: an unknown route answers 404 JSON", async (t) => {
+  const res = await fetch(`${t.context.base}/nope`);
+  t.is(res.status, 404);
+  t.like(await res.json(), { error: { code: "not_found" } });
+  const wrongMethod = await fetch(`${t.context.base}/health`, { method: "DELETE" });
+  t.is(wrongMethod.status, 405);
+});
+
+test("starter: the rendered app builds with its own tsconfig and its own tests pass", async (t) => {
+  const dir = await mkdtemp(join(tmpdir(), "slipway-starter-build-"));
+  try {
+    await writeStarter(dir, { app: "shop", platform: "node", framework: "node-http" });
+    await symlink(join(repoRoot, "node_modules"), join(dir, "node_modules"), "dir");
+    const tsc = join(repoRoot, "node_modules", "typescript", "bin", "tsc");
+    await run(process.execPath, [tsc, "-p", "tsconfig.json"], { cwd: dir });
+    const { stdout } = await run(process.execPath, ["--test", "dist/test/"], {
+      cwd: dir,
+      env: { PATH: process.env.PATH ?? "" },
+    });
+    t.regex(stdout, /# pass [1-9]/);
+    t.regex(stdout, /# fail 0/);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
