@@ -7,7 +7,7 @@ import { wantsHelp } from "./globals.js";
 import { groupHelp, topHelp, verbHelp } from "./help.js";
 import { isUnreachableError, openRequest } from "./http.js";
 import { type CliIo, writeLine } from "./io.js";
-import { globalsFrom, parseVerbArgs } from "./parse-verb-args.js";
+import { parseVerbArgs } from "./parse-verb-args.js";
 import { reportUnreachable } from "./report.js";
 import { resolveVerb } from "./resolve-verb.js";
 import { UsageError, isUsageError } from "./usage-error.js";
@@ -65,7 +65,6 @@ async function dispatch(argv: readonly string[], io: CliIo): Promise<number> {
       throw new UsageError(`unknown verb '${r.words[0] ?? ""}'`);
     case "none":
       if (askedForHelp) return help(io, topHelp());
-      globalsFrom({}, undefined);
       throw new UsageError(argv.length === 0 ? "no verb given" : `no verb given (got ${argv.join(" ")})`);
   }
 }

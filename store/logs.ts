@@ -1,6 +1,6 @@
-import { DeliverPolicy } from "@nats-io/jetstream";
 import type { Bus } from "./bus.js";
 import { STREAMS, subjects } from "../proto/subjects.js";
+import { readStream } from "./read-stream.js";
 
 /** One log line of a resource (stream SLIPWAY_LOGS). */
 export interface LogLine {
@@ -29,30 +29,11 @@ export async function* readLog(
   resourceId: string,
   opts: { follow?: boolean; done?: () => Promise<boolean>; signal?: AbortSignal } = {},
 ): AsyncGenerator<LogLine> {
-  const subject = subjects.log(resourceId);
-  const consumer = await bus.js.consumers.get(STREAMS.logs, {
-    filter_subjects: subject,
-    deliver_policy: DeliverPolicy.All,
-  });
-  if (!opts.follow && (await consumer.info()).num_pending === 0) return;
-  while (!opts.signal?.aborted) {
-    const batch = await consumer.fetch({ max_messages: 256, expires: opts.follow ? 1000 : 500 });
-    let got = 0;
-    let pending = 0;
-    for await (const m of batch) {
-      got++;
-      pending = m.info.pending;
-      try {
-        yield m.json<LogLine>();
-      } catch {
-        /* a line that is not JSON is skipped */
-      }
+  for await (const m of readStream(bus, STREAMS.logs, subjects.log(resourceId), opts)) {
+    try {
+      yield m.json<LogLine>();
+    } catch {
+      /* a line that is not JSON is skipped */
     }
-    if (got > 0 && pending > 0) continue;
-    if (!opts.follow) {
-      if (got === 0 || pending === 0) return;
-      continue;
-    }
-    if (got === 0 && opts.done && (await opts.done())) return;
   }
 }

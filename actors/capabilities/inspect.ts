@@ -1,4 +1,4 @@
-import { DeliverPolicy } from "@nats-io/jetstream";
+import { readStream } from "../../store/read-stream.js";
 import type { Handler, HandlerContext } from "../context.js";
 import { PlatformError } from "../../proto/errors.js";
 import { newResourceId } from "../../proto/ids.js";
@@ -10,23 +10,10 @@ import { secretAad } from "../../store/vault.js";
 const RECENT = 50;
 
 async function recentEvents(ctx: HandlerContext, limit: number): Promise<PlatformEvent[]> {
-  const c = await ctx.bus.js.consumers.get(STREAMS.events, { filter_subjects: subjects.eventsOfApp(ctx.app), deliver_policy: DeliverPolicy.All });
-  const info = await c.info();
-  const total = info.num_pending;
-  if (total === 0) return [];
   const out: PlatformEvent[] = [];
-  let seen = 0;
-  while (seen < total) {
-    const batch = await c.fetch({ max_messages: 1000, expires: 1000 });
-    let got = 0;
-    for await (const m of batch) {
-      got++;
-      seen++;
-      out.push(m.json<PlatformEvent>());
-      if (out.length > limit) out.shift();
-      if (m.info.pending === 0) seen = total;
-    }
-    if (got === 0) break;
+  for await (const m of readStream(ctx.bus, STREAMS.events, subjects.eventsOfApp(ctx.app))) {
+    out.push(m.json<PlatformEvent>());
+    if (out.length > limit) out.shift();
   }
   return out.reverse();
 }

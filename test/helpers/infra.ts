@@ -1,0 +1,141 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { startEmbeddedNats, type EmbeddedNats } from "../../store/embedded-nats.js";
+import { startPlatform, type PlatformHandle, type PlatformOptions } from "../../bin/platform.js";
+
+/** A free TCP port on 127.0.0.1. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const a = s.address();
+      const port = typeof a === "object" && a ? a.port : 0;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+export function tempDir(prefix = "slipway-test-"): string {
+  return mkdtempSync(join(tmpdir(), prefix));
+}
+
+export interface TestNats {
+  readonly url: string;
+  readonly dir: string;
+  server: EmbeddedNats;
+  /** Stops and starts the server again on the same port and store. */
+  restart(downMs?: number): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/** A real nats-server -js on a free port with a temp store, for one test file. */
+export async function startTestNats(): Promise<TestNats> {
+  const dir = tempDir("slipway-nats-");
+  const port = await freePort();
+  const t: TestNats = {
+    url: `nats://127.0.0.1:${port}`,
+    dir,
+    server: await startEmbeddedNats({ dir, port }),
+    async restart(downMs = 0) {
+      await t.server.stop();
+      if (downMs) await new Promise((r) => setTimeout(r, downMs));
+      t.server = await startEmbeddedNats({ dir, port });
+    },
+    async stop() {
+      await t.server.stop();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+  return t;
+}
+
+export interface TestPlatform extends PlatformHandle {
+  readonly controlUrl: string;
+  readonly dataUrl: string;
+}
+
+/** Starts a platform role against a test NATS, on free ports, in a temp data dir. */
+export async function startTestPlatform(natsUrl: string, opts: Partial<PlatformOptions> = {}): Promise<TestPlatform> {
+  const dataDir = opts.dataDir ?? tempDir();
+  const h = await startPlatform({
+    role: "up",
+    natsUrl,
+    dataDir,
+    controlPort: opts.controlPort ?? 0,
+    dataPort: opts.dataPort ?? 0,
+    env: { SLIPWAY_VAULT_KEY: TEST_VAULT_KEY, ...(opts.env ?? {}) },
+    log: () => {},
+    ...opts,
+  });
+  return Object.assign(Object.create(null), h, {
+    controlUrl: h.control ? `http://127.0.0.1:${h.control.port}` : "",
+    dataUrl: h.data ? `http://127.0.0.1:${h.data.port}` : "",
+  }) as TestPlatform;
+}
+
+/** A fixed vault key so several platform processes of one test share the vault. */
+export const TEST_VAULT_KEY = Buffer.alloc(32, 7).toString("base64");
+
+export const ACTOR = { "x-platform-actor-type": "builder", "x-platform-actor-id": "test-suite" } as const;
+
+export interface CallResult {
+  status: number;
+  body: any;
+  headers: Headers;
+  text: string;
+}
+
+/** POST /capabilities/<name> with the actor headers. */
+export async function call(
+  baseUrl: string,
+  capability: string,
+  body: unknown,
+  headers: Record<string, string> = {},
+): Promise<CallResult> {
+  const r = await fetch(`${baseUrl}/capabilities/${capability}`, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...ACTOR, ...headers },
+    body: typeof body === "string" ? body : JSON.stringify(body),
+  });
+  const text = await r.text();
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    parsed = undefined;
+  }
+  return { status: r.status, body: parsed, headers: r.headers, text };
+}
+
+export async function get(baseUrl: string, path: string, headers: Record<string, string> = {}): Promise<CallResult> {
+  const r = await fetch(`${baseUrl}${path}`, { headers });
+  const text = await r.text();
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    parsed = undefined;
+  }
+  return { status: r.status, body: parsed, headers: r.headers, text };
+}
+
+export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** Polls until `fn` returns a truthy value or the time runs out. */
+export async function eventually<T>(fn: () => Promise<T | undefined | false>, timeoutMs = 10_000, stepMs = 50): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  while (Date.now() < deadline) {
+    try {
+      const v = await fn();
+      if (v) return v;
+    } catch (e) {
+      last = e;
+    }
+    await sleep(stepMs);
+  }
+  throw new Error(`condition not met in ${timeoutMs} ms${last ? `: ${String(last)}` : ""}`);
+}
