@@ -35,11 +35,34 @@ export interface ActorHost {
   leaseValid(): boolean;
   log(msg: string): void;
   /** Test instrumentation: called when a command starts and ends taking effect. */
-  onApply?: ((e: { app: string; command_id: string; phase: "enter" | "exit"; t: number; node: string }) => void) | undefined;
+  onApply?: ((e: ApplyTrace) => void) | undefined;
+  /** The partition lease is no longer safe: the worker must stop and be re-read from its offset. */
+  leaseLost(): void;
+  /** Test instrumentation: the commit record refused this actor's append. */
+  onFenced?: ((app: string, seq: number) => void) | undefined;
 }
 
-/** Thrown inside the actor when its fence (the commit record) moved under it. */
-class FencedError extends Error {}
+/** A trace point of a command taking effect (test instrumentation). */
+export interface ApplyTrace {
+  app: string;
+  command_id: string;
+  seq: number;
+  phase: "enter" | "exit";
+  /** Wall-clock milliseconds with sub-millisecond precision. */
+  t: number;
+  node: string;
+}
+
+/** Thrown inside the actor when its fence (the commit record) moved under it, or its lease is no longer safe. */
+class FencedError extends Error {
+  readonly lease: boolean;
+  constructor(message: string, lease = false) {
+    super(message);
+    this.lease = lease;
+  }
+}
+
+const now = () => performance.timeOrigin + performance.now();
 
 /**
  * One app's actor: applies its commands one at a time in stream order, behind
@@ -134,8 +157,14 @@ export class AppActor {
       await this.handleInner(cmd, seq);
     } catch (e) {
       if (e instanceof FencedError) {
-        this.host.log(`actor ${this.app}: fenced out at seq ${seq} (another node owns the app now)`);
         this.deactivate();
+        if (e.lease) {
+          this.host.log(`actor ${this.app}: lease of its partition is not safe at seq ${seq}; handing the partition back`);
+          this.host.leaseLost();
+        } else {
+          this.host.log(`actor ${this.app}: fenced out at seq ${seq} (another node owns the app now)`);
+          this.host.onFenced?.(this.app, seq);
+        }
         return;
       }
       this.host.log(`actor ${this.app}: command ${cmd.id} failed: ${e instanceof Error ? e.stack : String(e)}`);
@@ -159,9 +188,9 @@ export class AppActor {
       const prior = await this.host.bus.kv.idempotency.get(keys.idempotency(cmd.id));
       if (prior && prior.operation === "PUT") return; // the gateway answers from the idempotency record
     }
-    if (!this.host.leaseValid()) throw new FencedError("lease expiring");
+    if (!this.host.leaseValid()) throw new FencedError("lease expiring", true);
 
-    this.host.onApply?.({ app: this.app, command_id: cmd.id, phase: "enter", t: performance.now(), node: this.host.nodeId });
+    this.host.onApply?.({ app: this.app, command_id: cmd.id, seq, phase: "enter", t: now(), node: this.host.nodeId });
     const ctx = makeContext({
       app: this.app,
       cmd,
@@ -216,7 +245,7 @@ export class AppActor {
         outbox,
         node: this.host.nodeId,
       };
-      if (!this.host.leaseValid()) throw new FencedError("lease expiring");
+      if (!this.host.leaseValid()) throw new FencedError("lease expiring", true);
       try {
         this.revision =
           this.revision === 0
@@ -240,7 +269,7 @@ export class AppActor {
         encode({ body_hash: cmd.body_hash, outcome, created_at: new Date().toISOString() }),
       );
     }
-    this.host.onApply?.({ app: this.app, command_id: cmd.id, phase: "exit", t: performance.now(), node: this.host.nodeId });
+    this.host.onApply?.({ app: this.app, command_id: cmd.id, seq, phase: "exit", t: now(), node: this.host.nodeId });
     this.reply(cmd, reply);
   }
 

@@ -27,6 +27,7 @@ export interface NodeOptions {
   /** Take no leases at all (with forcePartitions: a node that only has forced partitions). */
   noLeases?: boolean;
   onApply?: ActorHost["onApply"];
+  onFenced?: ActorHost["onFenced"];
   log?: (msg: string) => void;
 }
 
@@ -148,8 +149,10 @@ class PartitionWorker {
         nodeId: this.node.nodeId,
         workspaceRoot: this.node.workspaceRoot,
         leaseValid: () => this.leaseValid(),
+        leaseLost: () => this.node.dropWorker(this),
         log: (m) => this.node.log(m),
         onApply: this.node.onApply,
+        onFenced: this.node.onFenced,
       };
       a = new AppActor(app, host);
       this.actors.set(app, a);
@@ -209,6 +212,7 @@ class RuntimeNode {
   readonly nodeId: string;
   readonly workspaceRoot: string;
   readonly onApply: ActorHost["onApply"];
+  readonly onFenced: ActorHost["onFenced"];
   readonly log: (msg: string) => void;
   private readonly ttl: number;
   private readonly margin: number;
@@ -226,6 +230,7 @@ class RuntimeNode {
     this.nodeId = opts.nodeId ?? `n${randomBytes(4).toString("hex")}`;
     this.workspaceRoot = opts.workspaceRoot;
     this.onApply = opts.onApply;
+    this.onFenced = opts.onFenced;
     this.log = opts.log ?? (() => {});
     this.ttl = opts.leaseTtlMs ?? LEASE_TTL_MS;
     this.margin = opts.leaseMarginMs ?? Math.min(2000, Math.floor(this.ttl / 4));
@@ -244,6 +249,13 @@ class RuntimeNode {
         this.ticking = this.ticking.then(() => this.tick()).catch((e) => this.log(`node ${this.nodeId}: lease tick failed: ${String(e)}`));
       }, this.tickMs);
     }
+  }
+
+  /** Stops a worker whose lease is no longer safe; the next tick takes the partition again from its offset. */
+  dropWorker(w: PartitionWorker): void {
+    if (this.workers.get(w.partition) !== w) return;
+    this.workers.delete(w.partition);
+    void w.stop(false);
   }
 
   partitions(): number[] {
@@ -301,11 +313,18 @@ class RuntimeNode {
     const start = Number.parseInt(this.nodeId.replace(/[^0-9a-f]/g, "").slice(0, 6) || "0", 16) % PARTITIONS;
     for (let i = 0; i < PARTITIONS && room > 0; i++) {
       const p = (start + i) % PARTITIONS;
-      if (held.has(p) || this.workers.has(p)) continue;
+      if (this.workers.has(p)) continue;
       const sent = Date.now();
       let rev: number;
       try {
-        rev = await kv.create(keys.partitionLease(p), this.nodeId);
+        if (held.has(p)) {
+          // still ours on the server (e.g. a worker dropped after a bus outage): take it back on its revision
+          const cur = await kv.get(keys.partitionLease(p));
+          if (!cur || cur.operation !== "PUT" || cur.string() !== this.nodeId) continue;
+          rev = await kv.update(keys.partitionLease(p), this.nodeId, cur.revision);
+        } else {
+          rev = await kv.create(keys.partitionLease(p), this.nodeId);
+        }
       } catch {
         continue; // someone else took it
       }

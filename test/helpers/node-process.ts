@@ -1,0 +1,27 @@
+/**
+ * A runtime node in its own process, for tests that kill -9 it.
+ * env: NATS_URL, SLIPWAY_DATA_DIR, SLIPWAY_VAULT_KEY, SLIPWAY_NODE_ID.
+ * Prints `READY <node id>` once started and `PARTITIONS <list>` when its set changes.
+ */
+import { startPlatform } from "../../bin/platform.js";
+
+const h = await startPlatform({
+  role: "node",
+  natsUrl: process.env.NATS_URL!,
+  dataDir: process.env.SLIPWAY_DATA_DIR!,
+  nodeId: process.env.SLIPWAY_NODE_ID!,
+  log: (m) => process.stderr.write(`${m}\n`),
+  node: { tickMs: 500 },
+});
+process.stdout.write(`READY ${h.node!.nodeId}\n`);
+let last = "";
+setInterval(() => {
+  const now = h.node!.partitions().join(",");
+  if (now !== last) {
+    last = now;
+    process.stdout.write(`PARTITIONS ${now}\n`);
+  }
+}, 100);
+process.on("SIGTERM", () => {
+  void h.close().then(() => process.exit(0));
+});
