@@ -1,0 +1,112 @@
+import anyTest, { type TestFn } from "ava";
+import { randomUUID } from "node:crypto";
+import { openBus, type Bus } from "../../store/bus.js";
+import { keys, partitionOf, PARTITIONS } from "../../proto/subjects.js";
+import { call, eventually, get, startTestNats, startTestPlatform, tempDir, TEST_VAULT_KEY, type TestNats, type TestPlatform } from "../helpers/infra.js";
+import { spawnNode, type NodeProcess } from "../helpers/processes.js";
+import { readStream } from "../../store/read-stream.js";
+import { STREAMS, subjects } from "../../proto/subjects.js";
+import type { PlatformEvent } from "../../proto/events.js";
+
+interface Ctx {
+  nats: TestNats;
+  gw: TestPlatform;
+  nodes: NodeProcess[];
+  bus: Bus;
+}
+const test = anyTest as TestFn<Ctx>;
+
+test.before(async (t) => {
+  const nats = await startTestNats();
+  const gw = await startTestPlatform(nats.url, { role: "gateway", plane: "control", replyTimeoutMs: 40_000 });
+  const dataDir = tempDir();
+  const nodes = [
+    await spawnNode({ natsUrl: nats.url, dataDir, vaultKey: TEST_VAULT_KEY, id: "nodea" }),
+    await spawnNode({ natsUrl: nats.url, dataDir, vaultKey: TEST_VAULT_KEY, id: "nodeb" }),
+  ];
+  const bus = await openBus({ servers: nats.url, name: "test-observer" });
+  t.context = { nats, gw, nodes, bus };
+});
+
+test.after.always(async (t) => {
+  for (const n of t.context.nodes ?? []) await n.stop();
+  await t.context.bus?.close();
+  await t.context.gw?.close();
+  await t.context.nats?.stop();
+});
+
+async function ownerOf(bus: Bus, partition: number): Promise<string | undefined> {
+  const e = await bus.kv.leases.get(keys.partitionLease(partition));
+  return e && e.operation === "PUT" ? e.string() : undefined;
+}
+
+test("kill -9 of a partition owner with 200 commands in flight: each acknowledged effect exists once, the other node takes over within the lease TTL, and a retry with the same Idempotency-Key gets the original answer", async (t) => {
+  const { gw, nodes, bus } = t.context;
+  const [a, b] = nodes as [NodeProcess, NodeProcess];
+  await a.waitPartitions((p) => p.length > 0);
+  await b.waitPartitions((p) => p.length > 0);
+  await eventually(async () => a.partitions.length + b.partitions.length === PARTITIONS, 20_000);
+  // apps whose partitions node a owns
+  const apps: string[] = [];
+  while (apps.length < 8) {
+    const name = `k${randomUUID().slice(0, 8)}`;
+    if ((await ownerOf(bus, partitionOf(name))) === "nodea") apps.push(name);
+  }
+  for (const app of apps) t.is((await call(gw.controlUrl, "initialize-app", { name: app })).status, 200);
+
+  const sent = Array.from({ length: 200 }, (_, i) => ({
+    app: apps[i % apps.length]!,
+    name: `S${i}`,
+    key: `idem-${randomUUID()}`,
+  }));
+  let answered = 0;
+  const killedAt: { t?: number } = {};
+  const pending = sent.map(async (c, i) => {
+    await new Promise((r) => setTimeout(r, i * 3)); // a steady stream over ~600 ms
+    const r = await call(gw.controlUrl, "set-secret", { app: c.app, name: c.name, value: `val-${i}` }, { "idempotency-key": c.key });
+    answered++;
+    if (answered === 40 && !killedAt.t) {
+      killedAt.t = Date.now();
+      a.kill9();
+    }
+    return r;
+  });
+  const results = await Promise.all(pending);
+  t.truthy(killedAt.t, "node a was killed mid-run");
+  const ok = results.filter((r) => r.status === 200);
+  t.is(ok.length, 200, `all answered 200: ${JSON.stringify(results.filter((r) => r.status !== 200).map((r) => r.body).slice(0, 3))}`);
+
+  // the other node took the partitions within the lease TTL (+ one scan tick)
+  const tookOver = Date.now();
+  await eventually(async () => (await ownerOf(bus, partitionOf(apps[0]!))) === "nodeb", 15_000, 100);
+  t.true(Date.now() - killedAt.t! < 10_000 + 5_000, "taken within the lease TTL");
+  t.log(`failover: last answer ${tookOver - killedAt.t!} ms after the kill`);
+
+  // every acknowledged command took effect exactly once: one SecretSet per name, version 1
+  const events: PlatformEvent[] = [];
+  for (const app of apps) {
+    for await (const m of readStream(bus, STREAMS.events, subjects.eventsOfApp(app))) events.push(m.json<PlatformEvent>());
+  }
+  const sets = events.filter((e) => e.type === "SecretSet");
+  const byName = new Map<string, number>();
+  for (const e of sets) byName.set(`${e.app_id}/${e.data.name}`, (byName.get(`${e.app_id}/${e.data.name}`) ?? 0) + 1);
+  t.is(byName.size, 200);
+  t.true([...byName.values()].every((n) => n === 1), "exactly one SecretSet per command");
+  t.true(sets.every((e) => e.data.version === 1));
+  for (const r of ok) {
+    const doc = await get(gw.controlUrl, `/resources/Secret/${r.body.resource.id}`);
+    t.is(doc.status, 200);
+  }
+
+  // retries with the same Idempotency-Key get the original answer (before and after the kill)
+  for (const i of [0, 39, 120, 199]) {
+    const c = sent[i]!;
+    const again = await call(gw.controlUrl, "set-secret", { app: c.app, name: c.name, value: `val-${i}` }, { "idempotency-key": c.key });
+    t.is(again.status, 200);
+    t.is(again.body.resource.id, results[i]!.body.resource.id);
+    t.is(again.body.events[0].id, results[i]!.body.events[0].id, "same event: not applied twice");
+    const mismatch = await call(gw.controlUrl, "set-secret", { app: c.app, name: c.name, value: "other" }, { "idempotency-key": c.key });
+    t.is(mismatch.status, 409);
+    t.is(mismatch.body.error.code, "idempotency_mismatch");
+  }
+});

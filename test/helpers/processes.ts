@@ -1,0 +1,79 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { createRequire } from "node:module";
+
+const require = createRequire(import.meta.url);
+const tsxLoader = require.resolve("tsx");
+const nodeScript = fileURLToPath(new URL("./node-process.ts", import.meta.url));
+
+export interface NodeProcess {
+  readonly id: string;
+  readonly child: ChildProcess;
+  partitions: number[];
+  /** Resolves when the node reports at least `n` partitions. */
+  waitPartitions(pred: (p: number[]) => boolean, timeoutMs?: number): Promise<void>;
+  kill9(): void;
+  stop(): Promise<void>;
+  stderr(): string;
+}
+
+/** Starts a runtime node in its own process (`node --import tsx`, one pid). */
+export async function spawnNode(opts: { natsUrl: string; dataDir: string; vaultKey: string; id: string }): Promise<NodeProcess> {
+  const child = spawn(process.execPath, ["--import", tsxLoader, nodeScript], {
+    env: { ...process.env, NATS_URL: opts.natsUrl, SLIPWAY_DATA_DIR: opts.dataDir, SLIPWAY_VAULT_KEY: opts.vaultKey, SLIPWAY_NODE_ID: opts.id },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let err = "";
+  child.stderr!.on("data", (d: Buffer) => {
+    err = (err + d.toString()).slice(-20_000);
+  });
+  const listeners: (() => void)[] = [];
+  const np: NodeProcess = {
+    id: opts.id,
+    child,
+    partitions: [],
+    waitPartitions: (pred, timeoutMs = 20_000) =>
+      new Promise((resolve, reject) => {
+        if (pred(np.partitions)) return resolve();
+        const t = setTimeout(() => reject(new Error(`node ${opts.id}: partitions ${np.partitions.length} did not satisfy the condition`)), timeoutMs);
+        listeners.push(() => {
+          if (pred(np.partitions)) {
+            clearTimeout(t);
+            resolve();
+          }
+        });
+      }),
+    kill9: () => child.kill("SIGKILL"),
+    stop: async () => {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      const done = new Promise((r) => child.once("exit", r));
+      child.kill("SIGTERM");
+      const t = setTimeout(() => child.kill("SIGKILL"), 8000);
+      await done;
+      clearTimeout(t);
+    },
+    stderr: () => err,
+  };
+  let buf = "";
+  await new Promise<void>((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error(`node ${opts.id} did not start: ${err}`)), 20_000);
+    child.stdout!.on("data", (d: Buffer) => {
+      buf += d.toString();
+      let i: number;
+      while ((i = buf.indexOf("\n")) >= 0) {
+        const line = buf.slice(0, i);
+        buf = buf.slice(i + 1);
+        if (line.startsWith("READY")) {
+          clearTimeout(t);
+          resolve();
+        } else if (line.startsWith("PARTITIONS")) {
+          const rest = line.slice(11).trim();
+          np.partitions = rest ? rest.split(",").map(Number) : [];
+          for (const l of listeners) l();
+        }
+      }
+    });
+    child.once("exit", () => reject(new Error(`node ${opts.id} exited: ${err}`)));
+  });
+  return np;
+}
