@@ -3,6 +3,7 @@ import { dirname, join, resolve, sep } from "node:path";
 import type { Bus } from "../store/bus.js";
 import type { Vault } from "../store/vault.js";
 import { appendLog } from "../store/logs.js";
+import { isTransientBusError } from "../store/bus-errors.js";
 import { check, encode } from "../proto/codec.js";
 import type { Command, Reply } from "../proto/command.js";
 import { ReplySchema } from "../proto/command.js";
@@ -167,8 +168,14 @@ export class AppActor {
         }
         return;
       }
-      this.host.log(`actor ${this.app}: command ${cmd.id} failed: ${e instanceof Error ? e.stack : String(e)}`);
       this.deactivate();
+      if (isTransientBusError(e)) {
+        // The bus went away mid-command: answer nothing, hand the partition back; the command is read again from the offset.
+        this.host.log(`actor ${this.app}: bus error at seq ${seq} (${e instanceof Error ? e.name : "error"}); re-reading the partition`);
+        this.host.leaseLost();
+        return;
+      }
+      this.host.log(`actor ${this.app}: command ${cmd.id} failed: ${e instanceof Error ? e.stack : String(e)}`);
       const w = toWireError(e);
       this.reply(cmd, { command_id: cmd.id, http: w.status, ok: false, error: w.body.error, seq });
     }

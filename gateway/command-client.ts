@@ -6,6 +6,7 @@ import { PlatformError } from "../proto/errors.js";
 import { IdempotencyRecordSchema, type IdempotencyRecord } from "../proto/records.js";
 import { keys, subjects } from "../proto/subjects.js";
 import type { Vault } from "../store/vault.js";
+import { isTransientBusError } from "../store/bus-errors.js";
 
 /**
  * The gateway's side of the command bus: puts a command on the stream (its id
@@ -93,7 +94,7 @@ export class CommandClient {
         this.pending.delete(cmd.id);
       }
       waiting.catch(() => {});
-      if (!this.bus.connected() || /timeout|disconnect|closed|no responders|503/i.test(String(e))) {
+      if (!this.bus.connected() || isTransientBusError(e)) {
         throw new PlatformError("bus_unavailable", "the command bus is unavailable; retry shortly");
       }
       throw e;

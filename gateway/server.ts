@@ -16,6 +16,7 @@ import { AppRecordSchema } from "../proto/records.js";
 import { isResourceType, TERMINAL } from "../proto/resources.js";
 import { keys, STREAMS, subjects } from "../proto/subjects.js";
 import { commandFieldAad } from "../store/vault.js";
+import { isTransientBusError } from "../store/bus-errors.js";
 import { authenticate, requireScope, type AppDirectory, type Principal } from "./auth.js";
 import { CommandClient } from "./command-client.js";
 import { isJsonContentType, parseJsonObject, readBody, readReq, Res, type Req } from "./http.js";
@@ -172,7 +173,13 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
       await learn(reply);
       answer(res, reply);
     };
-    run().catch((e) => res.error(e, (err) => log(`gateway ${plane}: ${req.requestId}: ${err instanceof Error ? err.stack : String(err)}`)));
+    run().catch((e) => fail(res, req, e));
+  };
+
+  /** Answers an error: bus hiccups become 503 bus_unavailable, unknown errors 500 (logged here, never sent). */
+  const fail = (res: Res, req: Req, e: unknown) => {
+    const err = isTransientBusError(e) ? new PlatformError("bus_unavailable", "the platform bus is unavailable; retry shortly") : e;
+    res.error(err, (x) => log(`gateway ${plane}: ${req.requestId}: ${x instanceof Error ? x.stack : String(x)}`));
   };
 
   /** Applies an answer's resource and events to the local read index at once (read your writes). */
@@ -266,6 +273,8 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
       };
       try {
         for await (const line of readLog(bus, id, { follow, done, signal: ac.signal })) res.write(formatLogLine(line));
+      } catch (e) {
+        log(`gateway ${plane}: ${req.requestId}: log of ${id} ended early: ${String(e)}`);
       } finally {
         res.end();
       }
@@ -387,7 +396,7 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
       const known = ["/version", "/healthz", "/readyz", "/openapi.json", "/capabilities", "/resources", "/events", "/events/stream"];
       if (known.includes(req.url) || /^\/(resources|logs)\//.test(req.url)) return res.error(methodNotAllowed(["GET"]));
     }
-    readRoute(res, req).catch((e) => res.error(e, (err) => log(`gateway ${plane}: ${req.requestId}: ${err instanceof Error ? err.stack : String(err)}`)));
+    readRoute(res, req).catch((e) => fail(res, req, e));
   });
 
   const host = opts.host ?? "127.0.0.1";

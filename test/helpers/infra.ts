@@ -67,7 +67,7 @@ export async function startTestPlatform(natsUrl: string, opts: Partial<PlatformO
     controlPort: opts.controlPort ?? 0,
     dataPort: opts.dataPort ?? 0,
     env: { SLIPWAY_VAULT_KEY: TEST_VAULT_KEY, ...(opts.env ?? {}) },
-    log: () => {},
+    log: process.env.SLIPWAY_TEST_LOG ? (m: string) => process.stderr.write(`[platform] ${m}\n`) : () => {},
     ...opts,
   });
   return Object.assign(Object.create(null), h, {

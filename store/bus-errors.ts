@@ -1,0 +1,19 @@
+/** Names of the NATS client errors that mean "the bus is (briefly) not there", worth a retry. */
+const TRANSIENT = new Set([
+  "TimeoutError",
+  "ClosedConnectionError",
+  "ConnectionError",
+  "DrainingConnectionError",
+  "NoRespondersError",
+  "RequestError",
+  "JetStreamNotEnabled",
+  "JetStreamError",
+  "JetStreamStatusError",
+]);
+
+/** True for an error of the NATS client that a retry after reconnecting may cure. */
+export function isTransientBusError(e: unknown): boolean {
+  if (!(e instanceof Error)) return false;
+  if (TRANSIENT.has(e.name) || TRANSIENT.has(e.constructor?.name ?? "")) return true;
+  return /timeout|disconnect|connection closed|no responders|jetstream is not enabled|503/i.test(e.message);
+}
