@@ -125,7 +125,7 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
           plane: "control",
           host: controlHost,
           port: controlPort,
-          otherPort: dataPort,
+          otherPort: () => data?.port ?? dataPort,
           controlTokenRequired: opts.requireControlToken === true || !isLoopback(controlHost),
         });
         const c = control;
@@ -137,7 +137,7 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
           plane: "data",
           host: opts.dataHost ?? "127.0.0.1",
           port: dataPort,
-          otherPort: control?.port ?? controlPort,
+          otherPort: () => control?.port ?? controlPort,
           controlTokenRequired: true,
         });
         const d = data;

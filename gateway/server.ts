@@ -33,8 +33,8 @@ export interface GatewayOptions {
   port?: number;
   controlToken: string;
   controlTokenRequired: boolean;
-  /** Port of the other plane, named in wrong_plane errors. */
-  otherPort?: number;
+  /** Port of the other plane, named in wrong_plane errors (a function when it is known only later). */
+  otherPort?: number | (() => number);
   replyTimeoutMs?: number;
   log?: (msg: string) => void;
 }
@@ -94,7 +94,10 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
   const gatewayId = `gw${plane[0]}${randomBytes(5).toString("hex")}`;
   const client = new CommandClient(bus, vault, gatewayId, opts.replyTimeoutMs);
   client.start();
-  const otherPort = opts.otherPort ?? (plane === "control" ? DEFAULT_PORTS.data : DEFAULT_PORTS.control);
+  const otherPort = () => {
+    const o = opts.otherPort ?? (plane === "control" ? DEFAULT_PORTS.data : DEFAULT_PORTS.control);
+    return typeof o === "function" ? o() : o;
+  };
   const openapi = JSON.stringify(openApiDocument(plane));
   const streams = new Set<() => void>();
 
@@ -118,7 +121,7 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
       if (req.method !== "POST") throw methodNotAllowed(["POST"]);
       if (!acceptedOn(info, plane)) {
         const right = plane === "control" ? "data" : "control";
-        throw new PlatformError("wrong_plane", `${name} is served on the ${right} plane (port ${otherPort}), not the ${plane} plane`);
+        throw new PlatformError("wrong_plane", `${name} is served on the ${right} plane (port ${otherPort()}), not the ${plane} plane`);
       }
       if (!isJsonContentType(req.headers["content-type"])) {
         throw new PlatformError("unsupported_media_type", "send the body as Content-Type: application/json");
