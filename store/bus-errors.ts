@@ -13,7 +13,7 @@ const TRANSIENT = new Set([
 
 /** True for an error of the NATS client that a retry after reconnecting may cure. */
 export function isTransientBusError(e: unknown): boolean {
-  if (!(e instanceof Error)) return false;
+  if (!(e instanceof Error) || e.name === "PlatformError" || e.name === "CodecError") return false;
   if (TRANSIENT.has(e.name) || TRANSIENT.has(e.constructor?.name ?? "")) return true;
-  return /timeout|disconnect|connection closed|no responders|jetstream is not enabled|503/i.test(e.message);
+  return /^(timeout|disconnected|connection closed|no responders|jetstream is not enabled)/i.test(e.message);
 }
