@@ -5,8 +5,9 @@
  * a `LoadResult`.
  */
 import { Agent, request } from "node:http";
-import { parentPort } from "node:worker_threads";
+import { isMainThread, parentPort } from "node:worker_threads";
 import autocannon from "autocannon";
+import aggregateResult from "autocannon/lib/aggregateResult.js";
 
 /** set-secret bodies: request i goes to app `apps[i % apps.length]`, secret `S<(i / apps) % names>`. */
 export interface SecretMix {
@@ -67,8 +68,10 @@ function pct(sorted: number[], p: number): number {
 
 function runAutocannon(opts: autocannon.Options): Promise<LoadResult> {
   return new Promise((resolve, reject) => {
-    autocannon({ timeout: 10, ...opts }, (err, r) => {
+    autocannon({ timeout: 10, ...opts }, (err, raw) => {
       if (err) return reject(err);
+      // outside the main thread autocannon answers with raw results: merge them as its manager would
+      const r = isMainThread ? raw : aggregateResult(raw, opts);
       const statusCodes: Record<string, number> = {};
       for (const [k, v] of Object.entries(r.statusCodeStats)) statusCodes[k] = v.count;
       resolve({

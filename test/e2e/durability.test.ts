@@ -1,0 +1,148 @@
+import test from "ava";
+import { randomUUID } from "node:crypto";
+import { readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { spawnSync } from "node:child_process";
+import { createRequire } from "node:module";
+import { fileURLToPath } from "node:url";
+import { startPlatform, type PlatformHandle } from "../../bin/platform.js";
+import { readStream } from "../../store/read-stream.js";
+import { STREAMS, BUCKETS } from "../../proto/subjects.js";
+import { encode } from "../../proto/codec.js";
+import { VaultTamperedError, secretAad } from "../../store/vault.js";
+import { resealAll } from "../../store/vault-rotate.js";
+import { call, eventually, freePort, get, tempDir } from "../helpers/infra.js";
+
+const require = createRequire(import.meta.url);
+const tsx = require.resolve("tsx");
+const slipwayd = fileURLToPath(new URL("../../bin/slipwayd.ts", import.meta.url));
+
+async function up(dataDir: string, natsPort: number): Promise<PlatformHandle & { url: string; dataUrl: string }> {
+  const h = await startPlatform({ role: "up", dataDir, natsPort, controlPort: 0, dataPort: 0, log: () => {}, env: {} });
+  return Object.assign(h, { url: `http://127.0.0.1:${h.control!.port}`, dataUrl: `http://127.0.0.1:${h.data!.port}` });
+}
+
+/** Ids of the app's resources other than Inspections (inspect makes new ones). */
+async function ids(url: string, app: string): Promise<string[]> {
+  const r = await get(url, `/resources?app_id=${app}&limit=500`);
+  return r.body.items.filter((x: { type: string }) => x.type !== "Inspection").map((x: { id: string }) => x.id);
+}
+
+function filesUnder(dir: string): string[] {
+  const out: string[] = [];
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    if (e.isDirectory()) out.push(...filesUnder(p));
+    else out.push(p);
+  }
+  return out;
+}
+
+test("restart keeps resources, events and secrets; a deleted index is rebuilt; tampering is refused; rotation re-seals; no secret value is stored anywhere in clear", async (t) => {
+  const dataDir = tempDir();
+  const natsPort = await freePort();
+  const app = `d${randomUUID().slice(0, 8)}`;
+  const secrets = Array.from({ length: 6 }, (_, i) => `SECRET-${i}-${randomUUID()}`);
+  const bodies: string[] = [];
+  const keep = (r: { text: string }) => {
+    bodies.push(r.text);
+    return r;
+  };
+
+  // 1. first life
+  const t0 = Date.now();
+  let p = await up(dataDir, natsPort);
+  t.teardown(() => p.close());
+  await eventually(async () => (await get(p.url, "/readyz")).status === 200, 2000, 20);
+  t.true(Date.now() - t0 < 2000, `ready within 2 s (took ${Date.now() - t0} ms)`);
+  const init = keep(await call(p.url, "initialize-app", { name: app }));
+  const token = init.body.result.token as string;
+  for (let i = 0; i < 4; i++) keep(await call(p.url, "set-secret", { app, name: `S${i}`, value: secrets[i] }, { "idempotency-key": `k${i}` }));
+  keep(await call(p.dataUrl, "set-secret", { app, name: "S4", value: secrets[4] }, { authorization: `Bearer ${token}` }));
+  keep(await call(p.url, "set-secret", { app, name: "GONE", value: secrets[5] }));
+  keep(await call(p.url, "unset-secret", { app, name: "GONE" }));
+  keep(await call(p.url, "set-secret", { app, name: "S0", value: secrets[0] }, { "idempotency-key": "k0" })); // replay
+  const beforeResources = await ids(p.url, app);
+  const beforeEvents = (await get(p.url, `/events?app_id=${app}&limit=500`)).body.items.map((e: { id: string }) => e.id);
+  t.is(beforeResources.length, 6); // Application + S0..S4
+  t.true(beforeEvents.length >= 8);
+  await p.close();
+
+  // 2. second life on the same data dir
+  p = await up(dataDir, natsPort);
+  await eventually(async () => (await get(p.url, "/readyz")).status === 200, 5000, 20);
+  t.deepEqual(await ids(p.url, app), beforeResources);
+  t.deepEqual((await get(p.url, `/events?app_id=${app}&limit=500`)).body.items.map((e: { id: string }) => e.id).slice(-beforeEvents.length), beforeEvents);
+  const listed = keep(await call(p.url, "inspect", { app, type: "secrets" }));
+  t.deepEqual(
+    listed.body.resource.result.items.map((i: { name: string; integrity: string }) => `${i.name}:${i.integrity}`),
+    ["S0:ok", "S1:ok", "S2:ok", "S3:ok", "S4:ok"],
+  );
+  // the vault opens the value sealed in the first life
+  const e0 = await p.bus.kv.vault.get(`${app}.S1`);
+  t.is(p.vault.openString(e0!.json<{ sealed: never }>().sealed, secretAad(app, "S1")), secrets[1]);
+  // the token minted in the first life still works
+  t.is((await call(p.dataUrl, "inspect", { app, type: "app" }, { authorization: `Bearer ${token}` })).status, 200);
+  await p.close();
+
+  // 3. a deleted read index is rebuilt from NATS
+  rmSync(join(dataDir, "index"), { recursive: true, force: true });
+  p = await up(dataDir, natsPort);
+  await eventually(async () => (await get(p.url, "/readyz")).status === 200, 5000, 20);
+  t.deepEqual(await ids(p.url, app), beforeResources);
+  t.deepEqual((await get(p.url, `/events?app_id=${app}&limit=500`)).body.items.map((e: { id: string }) => e.id).slice(-beforeEvents.length), beforeEvents);
+
+  // 4. a tampered sealed value is refused, never decrypted
+  const entry = await p.bus.kv.vault.get(`${app}.S2`);
+  const doc = entry!.json<{ sealed: { ct: string } }>();
+  const ct = Buffer.from(doc.sealed.ct, "base64");
+  ct[0] = ct[0]! ^ 0xff;
+  const tampered = { ...doc, sealed: { ...doc.sealed, ct: ct.toString("base64") } };
+  await p.bus.kv.vault.put(`${app}.S2`, encode(tampered));
+  const stored = (await p.bus.kv.vault.get(`${app}.S2`))!.json<{ sealed: never }>().sealed;
+  t.throws(() => p.vault.open(stored, secretAad(app, "S2")), { instanceOf: VaultTamperedError });
+  // moving a sealed value to another name is refused too (AAD names it)
+  const s3 = (await p.bus.kv.vault.get(`${app}.S3`))!.json<{ sealed: never }>().sealed;
+  t.throws(() => p.vault.open(s3, secretAad(app, "S4")), { instanceOf: VaultTamperedError });
+  const afterTamper = keep(await call(p.url, "inspect", { app, type: "secrets" }));
+  t.is(afterTamper.body.resource.result.items.find((i: { name: string }) => i.name === "S2").integrity, "tampered");
+  await p.close();
+
+  // 5. slipwayd vault rotate: new active key, every intact value re-sealed, the tampered one reported and left alone
+  const rot = spawnSync(process.execPath, ["--import", tsx, slipwayd, "vault", "rotate"], {
+    env: { ...process.env, SLIPWAY_DATA_DIR: dataDir, SLIPWAY_NATS_PORT: String(natsPort), SLIPWAY_VAULT_KEY: "" },
+    encoding: "utf8",
+    timeout: 60_000,
+  });
+  const report = JSON.parse(rot.stdout.trim().split("\n").pop()!);
+  t.is(rot.status, 1, "non-zero: a tampered value was found");
+  t.is(report.resealed, 4);
+  t.deepEqual(report.tampered, [`${app}.S2`]);
+  p = await up(dataDir, natsPort);
+  await eventually(async () => (await get(p.url, "/readyz")).status === 200, 5000, 20);
+  const rotated = keep(await call(p.url, "inspect", { app, type: "secrets" }));
+  const items = rotated.body.resource.result.items as { name: string; key_id: string; integrity: string }[];
+  t.true(items.filter((i) => i.name !== "S2").every((i) => i.key_id === report.active_key_id && i.integrity === "ok"));
+  const r2 = await resealAll(p.bus, p.vault);
+  t.is(r2.resealed, 0, "nothing left to re-seal");
+
+  // 6. the scan: no secret value in any answer, event, log line, KV value, stream message or file of the data dir
+  const haystacks: { where: string; text: string }[] = bodies.map((b, i) => ({ where: `response ${i}`, text: b }));
+  for (const stream of Object.values(STREAMS)) {
+    for await (const m of readStream(p.bus, stream, ">")) haystacks.push({ where: `${stream} seq ${m.seq}`, text: Buffer.from(m.data).toString("latin1") });
+  }
+  for (const name of Object.values(BUCKETS)) {
+    for await (const m of readStream(p.bus, `KV_${name}`, ">")) haystacks.push({ where: `KV ${name} ${m.subject}`, text: Buffer.from(m.data).toString("latin1") });
+  }
+  await p.close();
+  for (const f of filesUnder(dataDir)) {
+    if (statSync(f).size > 64 * 1024 * 1024) continue;
+    haystacks.push({ where: f.slice(dataDir.length), text: readFileSync(f).toString("latin1") });
+  }
+  t.true(haystacks.length > 50, `scanned ${haystacks.length} places`);
+  for (const s of secrets) {
+    const found = haystacks.filter((h) => h.text.includes(s)).map((h) => h.where);
+    t.deepEqual(found, [], `secret value found in ${found.join(", ")}`);
+  }
+  rmSync(dataDir, { recursive: true, force: true });
+});
