@@ -1,0 +1,145 @@
+import test from "ava";
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { createServer } from "node:net";
+import { createRequire } from "node:module";
+import { fileURLToPath } from "node:url";
+import { randomUUID } from "node:crypto";
+import { freePort, get, tempDir } from "../helpers/infra.js";
+
+const require = createRequire(import.meta.url);
+const tsx = require.resolve("tsx");
+const slipwayd = fileURLToPath(new URL("../../bin/slipwayd.ts", import.meta.url));
+const slipway = fileURLToPath(new URL("../../bin/slipway.ts", import.meta.url));
+
+interface Up {
+  child: ChildProcess;
+  control: string;
+  data: string;
+  env: NodeJS.ProcessEnv;
+  out: () => string;
+}
+
+async function startUp(): Promise<Up> {
+  const [natsPort, controlPort, dataPort] = [await freePort(), await freePort(), await freePort()];
+  const env = {
+    ...process.env,
+    SLIPWAY_DATA_DIR: tempDir(),
+    SLIPWAY_NATS_PORT: String(natsPort),
+    SLIPWAY_CONTROL_PORT: String(controlPort),
+    SLIPWAY_DATA_PORT: String(dataPort),
+  };
+  const child = spawn(process.execPath, ["--import", tsx, slipwayd, "up"], { env, stdio: ["ignore", "pipe", "pipe"] });
+  let out = "";
+  child.stdout!.on("data", (d: Buffer) => (out += d.toString()));
+  child.stderr!.on("data", (d: Buffer) => (out += d.toString()));
+  const deadline = Date.now() + 20_000;
+  while (!out.includes("ready in")) {
+    if (child.exitCode !== null) throw new Error(`slipwayd exited: ${out}`);
+    if (Date.now() > deadline) throw new Error(`slipwayd not ready: ${out}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return { child, control: `http://127.0.0.1:${controlPort}`, data: `http://127.0.0.1:${dataPort}`, env, out: () => out };
+}
+
+function cli(args: string[], env: NodeJS.ProcessEnv): { code: number; stdout: string; stderr: string } {
+  const r = spawnSync(process.execPath, ["--import", tsx, slipway, ...args], { env, encoding: "utf8", timeout: 60_000 });
+  return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
+}
+
+async function stop(child: ChildProcess): Promise<number | null> {
+  if (child.exitCode !== null) return child.exitCode;
+  const done = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+  child.kill("SIGTERM");
+  return done;
+}
+
+test("slipwayd up serves, and the CLI drives it: init app, secrets set --from-env, exit codes for success, rejection, usage and unreachable", async (t) => {
+  const up = await startUp();
+  t.teardown(() => void stop(up.child));
+  t.regex(up.out(), /ready in (\d+) ms/);
+  const ms = Number(/ready in (\d+) ms/.exec(up.out())![1]);
+  t.true(ms < 2000, `ready in ${ms} ms`);
+  const env = { ...process.env, SLIPWAY_CONTROL_URL: up.control, SLIPWAY_DATA_URL: up.data, SLIPWAY_ACTOR_ID: "ci" };
+  const name = `c${randomUUID().slice(0, 8)}`;
+  const init = cli(["init", "app", "--name", name, "--json"], env);
+  t.is(init.code, 0, init.stderr);
+  const body = JSON.parse(init.stdout);
+  t.is(body.status, "succeeded");
+  t.is(body.resource.app_id, name);
+  t.is(body.events[0].actor.type, "cli");
+  t.is(body.events[0].actor.id, "ci");
+  const secret = `cli-secret-${randomUUID()}`;
+  const set = cli(["secrets", "set", "--app", name, "--name", "K", "--from-env", "MY_VALUE", "--json"], { ...env, MY_VALUE: secret });
+  t.is(set.code, 0, set.stderr);
+  const s = JSON.parse(set.stdout);
+  t.is(s.resource.type, "Secret");
+  t.is(s.resource.name, "K");
+  t.false(set.stdout.includes(secret) || set.stderr.includes(secret));
+  // the data plane with the app's token
+  const viaData = cli(["secrets", "set", "--app", name, "--name", "D", "--from-env", "MY_VALUE", "--plane", "data", "--json"], {
+    ...env,
+    MY_VALUE: "x",
+    SLIPWAY_TOKEN: body.result.token,
+  });
+  t.is(viaData.code, 0, viaData.stderr);
+  const list = cli(["secrets", "list", "--app", name, "--json"], env);
+  t.is(list.code, 0);
+  t.deepEqual(
+    JSON.parse(list.stdout).resource.result.items.map((i: { name: string }) => i.name),
+    ["D", "K"],
+  );
+  // rejected (4xx): exit 3, error on stdout with --json
+  const again = cli(["init", "app", "--name", name, "--json"], env);
+  t.is(again.code, 3);
+  t.is(JSON.parse(again.stdout).error.code, "already_exists");
+  // usage: exit 2 (missing env var; no --value flag exists)
+  t.is(cli(["secrets", "set", "--app", name, "--name", "K", "--from-env", "NOT_SET_ANYWHERE"], env).code, 2);
+  t.is(cli(["secrets", "set", "--app", name, "--name", "K", "--value", "x"], env).code, 2);
+  // reads
+  const res = cli(["resources", "--app", name, "--json"], env);
+  t.is(res.code, 0);
+  t.is(JSON.parse(res.stdout).items.length, 4); // Application, K, D, Inspection
+  const logs = cli(["logs", body.resource.id], env);
+  t.is(logs.code, 0);
+  t.regex(logs.stdout, /initialized app/);
+  const caps = cli(["capabilities", "--json"], env);
+  t.is(JSON.parse(caps.stdout).items.length, 24);
+  // unreachable: exit 4
+  t.is(cli(["capabilities"], { ...env, SLIPWAY_CONTROL_URL: `http://127.0.0.1:${await freePort()}` }).code, 4);
+  // graceful shutdown
+  const code = await stop(up.child);
+  t.is(code, 0);
+  t.regex(up.out(), /shutting down/);
+  t.is((await get(up.control, "/healthz").catch(() => ({ status: 0 }))).status, 0, "stopped listening");
+});
+
+test("slipwayd says clearly when a port is taken or nats-server is missing", async (t) => {
+  const taken = createServer();
+  await new Promise<void>((r) => taken.listen(0, "127.0.0.1", r));
+  const port = (taken.address() as { port: number }).port;
+  const base = { ...process.env, SLIPWAY_DATA_DIR: tempDir() };
+  const natsTaken = spawnSync(process.execPath, ["--import", tsx, slipwayd, "up"], {
+    env: { ...base, SLIPWAY_NATS_PORT: String(port) },
+    encoding: "utf8",
+    timeout: 30_000,
+  });
+  t.is(natsTaken.status, 1);
+  t.regex(natsTaken.stderr, /port \d+ is already taken/);
+  t.false(natsTaken.stderr.includes("    at "), "no stack trace");
+  const controlTaken = spawnSync(process.execPath, ["--import", tsx, slipwayd, "up"], {
+    env: { ...base, SLIPWAY_NATS_PORT: String(await freePort()), SLIPWAY_CONTROL_PORT: String(port), SLIPWAY_DATA_PORT: String(await freePort()) },
+    encoding: "utf8",
+    timeout: 30_000,
+  });
+  t.is(controlTaken.status, 1);
+  t.regex(controlTaken.stderr, /cannot listen on 127\.0\.0\.1:\d+ \(control plane\)/);
+  t.false(controlTaken.stderr.includes("    at "));
+  taken.close();
+  const missing = spawnSync(process.execPath, ["--import", tsx, slipwayd, "up"], {
+    env: { ...base, NATS_SERVER_BIN: "/nonexistent/nats-server", SLIPWAY_NATS_PORT: String(await freePort()) },
+    encoding: "utf8",
+    timeout: 30_000,
+  });
+  t.is(missing.status, 1);
+  t.regex(missing.stderr, /nats-server was not found.*apt-get install -y nats-server/);
+});
