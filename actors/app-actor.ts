@@ -188,6 +188,15 @@ export class AppActor {
     if (known || seq <= rec.seq) {
       // Applied before (a replay after takeover, or a re-publish past the dedup window): answer from the record.
       if (known) this.reply(cmd, this.openOutcome(known));
+      else {
+        this.reply(cmd, {
+          command_id: cmd.id,
+          http: 409,
+          ok: false,
+          seq,
+          error: { code: "conflict", message: `command ${cmd.id} was applied before; its answer is no longer kept (send an Idempotency-Key to keep answers for 24 h)` },
+        });
+      }
       return;
     }
     // An Idempotency-Key command already answered (e.g. outcome older than the record keeps).

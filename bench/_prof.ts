@@ -23,6 +23,16 @@ async function phase(label: string, conc: number, seconds: number, nameOf: (i: n
   const s = (performance.now() - t0) / 1000; const c = process.cpuUsage(c0); lat.sort((a, b) => a - b);
   console.log(`${label} conc=${conc}: ${Math.round(n / s)}/s p50 ${lat[Math.floor(lat.length / 2)]?.toFixed(2)} ms p99 ${lat[Math.floor(lat.length * 0.99)]?.toFixed(2)} ms; node cpu ${((c.user + c.system) / 1e6 / s * 100).toFixed(0)}% nats cpu ${((natsCpu() - n0) / s * 100).toFixed(0)}%`);
 }
+async function pacedPhase(rate: number, seconds: number) {
+  const lat: number[] = []; const ps: Promise<void>[] = []; const total = rate * seconds; const t0 = performance.now(); const c0 = process.cpuUsage(); const elu0 = performance.eventLoopUtilization();
+  for (let k = 0; k < total; k++) { const due = t0 + (k * 1000) / rate; while (performance.now() < due) await new Promise((r) => setTimeout(r, Math.max(0, due - performance.now()))); ps.push(post("/capabilities/set-secret", { app: apps[k % 50], name: `S${Math.floor(k / 50) % 20}`, value: "v" + k }).then(([s, ms]) => { if (s === 200) lat.push(ms); })); }
+  await Promise.all(ps); lat.sort((a, b) => a - b); const s = (performance.now() - t0) / 1000; const c = process.cpuUsage(c0); const elu = performance.eventLoopUtilization(elu0);
+  console.log(`paced ${rate}/s: p50 ${lat[lat.length >> 1]!.toFixed(2)} p99 ${lat[Math.floor(lat.length * 0.99)]!.toFixed(2)} ms; node cpu ${((c.user + c.system) / 1e6 / s * 100).toFixed(0)}% main ELU ${(elu.utilization * 100).toFixed(0)}%`);
+}
+{ const e0 = performance.eventLoopUtilization(); const c0 = process.cpuUsage(); const n0 = natsCpu(); await new Promise((r) => setTimeout(r, 3000)); const e = performance.eventLoopUtilization(e0); const c = process.cpuUsage(c0);
+  console.log(`idle: main ELU ${(e.utilization * 100).toFixed(1)}% node cpu ${((c.user + c.system) / 3e6 * 100).toFixed(1)}% nats cpu ${((natsCpu() - n0) / 3 * 100).toFixed(1)}%`); }
+await pacedPhase(50, 3); await pacedPhase(100, 3); await pacedPhase(150, 3);
+agent.destroy(); await p.close(); await nats.stop(); rmSync(d1, { recursive: true }); rmSync(d2, { recursive: true }); process.exit(0);
 import { Session } from "node:inspector/promises";
 import { writeFileSync } from "node:fs";
 await phase("warm", 16, 2, (k) => `S${Math.floor(k / 50) % 20}`);

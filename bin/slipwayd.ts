@@ -43,8 +43,11 @@ async function run(argv: string[]): Promise<void> {
   if (cmd === "vault") {
     if (sub !== "rotate") fail(`unknown vault command ${sub ?? ""}; try: slipwayd vault rotate`, 2);
     const dataDir = resolve(base.dataDir ?? ".slipway");
-    if (process.env.SLIPWAY_VAULT_KEY) fail("SLIPWAY_VAULT_KEY is set: rotate by putting a new key first in that list, then run this command again without the new key being absent", 2);
-    const kid = addKeyToFile(dataDir);
+    // With SLIPWAY_VAULT_KEY the keys live in the environment: put the new key first in that list
+    // (old ones after it), restart the processes, then run this to re-seal under it.
+    const fromEnv = Boolean(process.env.SLIPWAY_VAULT_KEY);
+    if (fromEnv) process.stderr.write("slipwayd: keys come from SLIPWAY_VAULT_KEY; re-sealing under its first key\n");
+    const kid = fromEnv ? Vault.open(dataDir).activeKeyId : addKeyToFile(dataDir);
     const vault = Vault.open(dataDir);
     let url = base.natsUrl ?? `nats://127.0.0.1:${base.natsPort ?? DEFAULT_PORTS.nats}`;
     let embedded: Awaited<ReturnType<typeof startEmbeddedNats>> | undefined;

@@ -17,7 +17,11 @@ export function loadControlToken(dataDir: string, env: NodeJS.ProcessEnv = proce
   const file = join(dataDir, "control.token");
   if (!existsSync(file)) {
     mkdirSync(dirname(file), { recursive: true });
-    writeFileSync(file, `slwc_${randomBytes(32).toString("base64url")}\n`, { mode: 0o600, flag: "wx" });
+    try {
+      writeFileSync(file, `slwc_${randomBytes(32).toString("base64url")}\n`, { mode: 0o600, flag: "wx" });
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e; // another process made it first
+    }
   }
   chmodSync(file, 0o600);
   return readFileSync(file, "utf8").trim();

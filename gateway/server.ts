@@ -5,13 +5,24 @@ import type { Bus } from "../store/bus.js";
 import type { Vault } from "../store/vault.js";
 import type { ReadIndex } from "../store/read-index.js";
 import { formatLogLine, readLog } from "../store/logs.js";
-import { acceptedOn, API_VERSION, CAPABILITIES, capability, DEFAULT_PORTS, PLATFORM_APP, PLATFORM_MODEL } from "../proto/catalogue.js";
-import { validateInput, check } from "../proto/codec.js";
+import {
+  acceptedOn,
+  API_VERSION,
+  BUILT_CAPABILITIES,
+  BUILT_INSPECT_TYPES,
+  CAPABILITIES,
+  capability,
+  DEFAULT_PORTS,
+  PLANNED_ROUTES,
+  PLATFORM_APP,
+  PLATFORM_MODEL,
+} from "../proto/catalogue.js";
+import { canonicalJson, check, validateInput } from "../proto/codec.js";
 import type { Command, Reply } from "../proto/command.js";
 import { PlatformError } from "../proto/errors.js";
 import { PlatformEventSchema, type Actor, type PlatformEvent } from "../proto/events.js";
 import { newId } from "../proto/ids.js";
-import { appOf, sensitiveFields, type CapabilityName } from "../proto/inputs.js";
+import { appOf, SECRET_VALUE_MAX, sensitiveFields, type CapabilityName } from "../proto/inputs.js";
 import { AppRecordSchema } from "../proto/records.js";
 import { isResourceType, TERMINAL } from "../proto/resources.js";
 import { keys, STREAMS, subjects } from "../proto/subjects.js";
@@ -130,6 +141,13 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
       const actor = actorOf(req.headers);
       const body = parseJsonObject(await bodyP!);
       const input = validateInput(name as CapabilityName, body);
+      if (name === "set-secret" && Buffer.byteLength(input.value as string, "utf8") > SECRET_VALUE_MAX) {
+        throw new PlatformError("invalid_input", `value: must be at most ${SECRET_VALUE_MAX} bytes`, { details: [{ path: "/value", message: `must be at most ${SECRET_VALUE_MAX} bytes` }] });
+      }
+      if (!BUILT_CAPABILITIES.has(name)) throw new PlatformError("not_implemented", `capability ${name} is not implemented yet`);
+      if (name === "inspect" && !BUILT_INSPECT_TYPES.has(input.type as string)) {
+        throw new PlatformError("not_implemented", `inspect type ${String(input.type)} is not implemented yet`);
+      }
       const target = info.app_less ? PLATFORM_APP : appOf(name as CapabilityName, input)!;
       if (principal.kind === "app") requireScope(principal, info.app_less ? undefined : target);
       if (!bus.connected()) throw new PlatformError("bus_unavailable", "the command bus is unavailable; retry shortly");
@@ -141,7 +159,7 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
       if (idemKey !== undefined) {
         if (!/^[\x21-\x7e]{1,255}$/.test(idemKey)) throw new PlatformError("invalid_input", "Idempotency-Key must be 1-255 visible ASCII characters");
         id = `idk_${vault.mac(`${target}\n${idemKey}`).slice(0, 32)}`;
-        bodyHash = vault.mac(`${name}\n${JSON.stringify(input)}`);
+        bodyHash = vault.mac(`${name}\n${canonicalJson(input)}`);
         const prior = await client.recorded(id);
         if (prior) {
           if (prior.body_hash !== bodyHash) throw new PlatformError("idempotency_mismatch", "this Idempotency-Key was used with another body");
@@ -223,7 +241,7 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
     const principal = auth(req.headers);
     if (path === "/capabilities") {
       return res.json(200, {
-        items: CAPABILITIES.map((c) => ({ ...c, accepted_here: acceptedOn(c, plane) })),
+        items: CAPABILITIES.map((c) => ({ ...c, accepted_here: acceptedOn(c, plane), implemented: BUILT_CAPABILITIES.has(c.name) })),
         next_cursor: null,
         platform_model: PLATFORM_MODEL,
       });
@@ -284,6 +302,7 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
       return;
     }
     if (path.startsWith("/capabilities/")) throw methodNotAllowed(["POST"]);
+    if (PLANNED_ROUTES.some((r) => r.test(path))) throw new PlatformError("not_implemented", `${path} is part of the contract but not implemented yet`);
     throw new PlatformError("not_found", `no route ${req.method} ${path}`);
   };
 
@@ -394,6 +413,9 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
     if (cm) return capabilityRoute(res, req, decodeURIComponent(cm[1]!), bodyP);
     if (!bus.connected() && !["/healthz", "/readyz", "/version", "/openapi.json"].includes(req.url)) {
       return res.error(new PlatformError("bus_unavailable", "the platform bus is unavailable; retry shortly"));
+    }
+    if (PLANNED_ROUTES.some((r) => r.test(req.url))) {
+      return res.error(new PlatformError("not_implemented", `${req.method} ${req.url} is part of the contract but not implemented yet`));
     }
     if (req.method !== "GET" && req.method !== "HEAD") {
       const known = ["/version", "/healthz", "/readyz", "/openapi.json", "/capabilities", "/resources", "/events", "/events/stream"];

@@ -119,6 +119,22 @@ export function acceptedOn(info: CapabilityInfo, plane: "control" | "data"): boo
   return info.plane === "both" || info.plane === plane;
 }
 
+/** Capabilities built so far; the others answer 501 not_implemented naming themselves. */
+export const BUILT_CAPABILITIES: ReadonlySet<string> = new Set(["initialize-app", "set-secret", "unset-secret", "inspect"]);
+/** Types of `inspect` built so far. */
+export const BUILT_INSPECT_TYPES: ReadonlySet<string> = new Set(["app", "resources", "events", "secrets", "health"]);
+
+/** Routes of spec 4.2 that are part of the contract but not built yet (answer 501). */
+export const PLANNED_ROUTES: readonly RegExp[] = [
+  /^\/app-events(\/latest)?$/,
+  /^\/connect\/[^/]+\/send$/,
+  /^\/mcp\/(tools|instructions|proactive)$/,
+  /^\/policies$/,
+  /^\/status\/incidents(\/(update|resolve))?$/,
+  /^\/auth\/.+$/,
+  /^\/owner\/claim-legacy$/,
+];
+
 /**
  * The pseudo-app under which capabilities that act on no application
  * (setup-observability, provision-monitoring, delivery-check) are serialized.

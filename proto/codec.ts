@@ -81,3 +81,15 @@ export function validateInput(name: CapabilityName, body: unknown): Record<strin
   const message = first ? `${first.path.slice(1) || "body"}: ${first.message}` : "invalid input";
   throw new PlatformError("invalid_input", message, { details: d });
 }
+
+/** JSON with object keys sorted at every depth: the same value always gives the same text. */
+export function canonicalJson(value: unknown): string {
+  if (value === null || typeof value !== "object") return JSON.stringify(value) ?? "null";
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
+  const o = value as Record<string, unknown>;
+  return `{${Object.keys(o)
+    .sort()
+    .filter((k) => o[k] !== undefined)
+    .map((k) => `${JSON.stringify(k)}:${canonicalJson(o[k])}`)
+    .join(",")}}`;
+}

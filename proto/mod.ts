@@ -9,3 +9,4 @@ export * from "./inputs.js";
 export * from "./resources.js";
 export * from "./subjects.js";
 export * from "./records.js";
+export * from "./service-token.js";

@@ -96,7 +96,7 @@ export const keys = {
   vault: (app: string, name: string) => `${app}.${name}`,
   app: (app: string) => app,
   actor: (app: string) => app,
-  offset: (partition: number) => `p${partition}`,
+  offset: (partition: number) => String(partition),
   partitionLease: (partition: number) => `partition.${partition}`,
   nodeLease: (nodeId: string) => `node.${token(nodeId, "node id")}`,
   schedulerLease: "scheduler",

@@ -1,7 +1,7 @@
 import type { Bus } from "./bus.js";
 import { check, encode } from "../proto/codec.js";
-import { VaultEntrySchema } from "../proto/records.js";
-import { secretAad, type Vault, VaultTamperedError } from "./vault.js";
+import { AppRecordSchema, VaultEntrySchema } from "../proto/records.js";
+import { secretAad, serviceKeyAad, type Vault, VaultTamperedError } from "./vault.js";
 
 export interface RotateReport {
   resealed: number;
@@ -11,7 +11,7 @@ export interface RotateReport {
 }
 
 /**
- * Re-seals every vault entry under the active key (compare-and-set on each
+ * Re-seals every vault entry and every app's service key under the active key (compare-and-set on each
  * entry, so a concurrent set-secret wins and is simply skipped).
  */
 export async function resealAll(bus: Bus, vault: Vault): Promise<RotateReport> {
@@ -45,6 +45,36 @@ export async function resealAll(bus: Bus, vault: Vault): Promise<RotateReport> {
       report.resealed++;
     } catch {
       /* changed meanwhile: the new value is sealed under the active key already */
+    }
+  }
+  // the apps' service keys
+  const apps: string[] = [];
+  for await (const k of await bus.kv.apps.keys()) apps.push(k);
+  for (const key of apps) {
+    const e = await bus.kv.apps.get(key);
+    if (!e || e.operation !== "PUT") continue;
+    const rec = check(AppRecordSchema, e.json(), `app ${key}`);
+    if (rec.service_key.kid === vault.activeKeyId) {
+      report.already_current++;
+      continue;
+    }
+    let plain: Buffer;
+    try {
+      plain = vault.open(rec.service_key, serviceKeyAad(key));
+    } catch (err) {
+      if (err instanceof VaultTamperedError) {
+        report.tampered.push(`${key}/$service`);
+        continue;
+      }
+      throw err;
+    }
+    const sealed = vault.seal(plain, serviceKeyAad(key));
+    plain.fill(0);
+    try {
+      await bus.kv.apps.update(key, encode({ ...rec, service_key: sealed }), e.revision);
+      report.resealed++;
+    } catch {
+      /* changed meanwhile */
     }
   }
   return report;

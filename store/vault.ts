@@ -1,5 +1,5 @@
 import { createCipheriv, createDecipheriv, createHash, createHmac, randomBytes } from "node:crypto";
-import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import type { Sealed } from "../proto/command.js";
 
@@ -23,6 +23,8 @@ export interface KeyRing {
   active: string;
   /** All known keys by id. */
   keys: Map<string, Buffer>;
+  /** Id of the oldest key: derives the MAC key, so MACs survive rotations. */
+  oldest: string;
 }
 
 /** Key id of a key: first 16 hex chars of its SHA-256. */
@@ -37,7 +39,7 @@ function ringFromKeys(keys: Buffer[]): KeyRing {
     if (k.length !== 32) throw new Error("vault keys must be 256 bits (32 bytes, base64)");
     map.set(keyId(k), k);
   }
-  return { active: keyId(keys[0]!), keys: map };
+  return { active: keyId(keys[0]!), keys: map, oldest: keyId(keys[keys.length - 1]!) };
 }
 
 /** Key file format: one base64 key per line, the first line is the active key. */
@@ -59,7 +61,11 @@ export function loadKeyRing(dataDir: string, env: NodeJS.ProcessEnv = process.en
   const file = keyFilePath(dataDir);
   if (!existsSync(file)) {
     mkdirSync(dirname(file), { recursive: true });
-    writeFileSync(file, `${randomBytes(32).toString("base64")}\n`, { mode: 0o600, flag: "wx" });
+    try {
+      writeFileSync(file, `${randomBytes(32).toString("base64")}\n`, { mode: 0o600, flag: "wx" });
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e; // another process made it first
+    }
   }
   chmodSync(file, 0o600);
   return ringFromKeys(parseKeyFile(readFileSync(file, "utf8")));
@@ -83,20 +89,57 @@ export function addKeyToFile(dataDir: string): string {
 export class Vault {
   private ring: KeyRing;
   private readonly reload: (() => KeyRing) | undefined;
-  constructor(ring: KeyRing, reload?: () => KeyRing) {
+  private readonly changed: (() => boolean) | undefined;
+  private lastCheck = 0;
+  private macKey: Buffer;
+
+  constructor(ring: KeyRing, reload?: () => KeyRing, changed?: () => boolean) {
     this.ring = ring;
     this.reload = reload;
+    this.changed = changed;
+    this.macKey = this.deriveMacKey();
   }
 
+  /** Opens the vault of a data dir. With a key file, a rotation by another process is picked up within a second. */
   static open(dataDir: string, env: NodeJS.ProcessEnv = process.env): Vault {
-    return new Vault(loadKeyRing(dataDir, env), () => loadKeyRing(dataDir, env));
+    const ring = loadKeyRing(dataDir, env);
+    if (env.SLIPWAY_VAULT_KEY) return new Vault(ring, () => loadKeyRing(dataDir, env));
+    const file = keyFilePath(dataDir);
+    let mtime = statSync(file).mtimeMs;
+    const changed = () => {
+      try {
+        const m = statSync(file).mtimeMs;
+        if (m === mtime) return false;
+        mtime = m;
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    return new Vault(ring, () => loadKeyRing(dataDir, env), changed);
+  }
+
+  private deriveMacKey(): Buffer {
+    return createHmac("sha256", this.ring.keys.get(this.ring.oldest)!).update("slipway/mac").digest();
+  }
+
+  private maybeReload(): void {
+    const now = Date.now();
+    if (!this.changed || !this.reload || now - this.lastCheck < 1000) return;
+    this.lastCheck = now;
+    if (this.changed()) {
+      this.ring = this.reload();
+      this.macKey = this.deriveMacKey();
+    }
   }
 
   get activeKeyId(): string {
+    this.maybeReload();
     return this.ring.active;
   }
 
   seal(plain: string | Buffer, aad: string): Sealed {
+    this.maybeReload();
     const key = this.ring.keys.get(this.ring.active)!;
     const iv = randomBytes(12);
     const c = createCipheriv("aes-256-gcm", key, iv);
@@ -145,14 +188,15 @@ export class Vault {
     }
   }
 
-  /** A keyed hash (HMAC-SHA256 under a key derived from the active key) for values that must be compared, never stored. */
+  /** A keyed hash (HMAC-SHA256 under a key derived from the oldest key, stable across rotations) for values compared, never stored. */
   mac(data: string): string {
-    const k = createHmac("sha256", this.ring.keys.get(this.ring.active)!).update("slipway/mac").digest();
-    return createHmac("sha256", k).update(data).digest("base64url");
+    return createHmac("sha256", this.macKey).update(data).digest("base64url");
   }
 }
 
 /** AAD of a secret in the vault. */
 export const secretAad = (app: string, name: string) => `${app}/${name}`;
+/** AAD of an app's sealed service key. */
+export const serviceKeyAad = (app: string) => `${app}/$service`;
 /** AAD of a sensitive command field sealed by the gateway. */
 export const commandFieldAad = (commandId: string, field: string) => `cmd/${commandId}/${field}`;

@@ -8,14 +8,13 @@ import type { Resource } from "../../proto/resources.js";
 import { newServiceKey } from "../../proto/service-token.js";
 import { renderStarter } from "../../starter/mod.js";
 import { keys } from "../../proto/subjects.js";
+import { serviceKeyAad } from "../../store/vault.js";
 
 /** Hash under which a data-plane token is stored (the token itself never is). */
 export function tokenHash(token: string): string {
   return createHash("sha256").update(token).digest("hex");
 }
 
-/** AAD of an app's sealed service key. */
-export const serviceKeyAad = (app: string) => `${app}/$service`;
 /** AAD of the sealed `.env` in an outbox. */
 export const envFileAad = (app: string, commandId: string) => `${app}/.env/${commandId}`;
 

@@ -29,7 +29,7 @@ async function probe(url: string, timeoutMs: number): Promise<{ ok: boolean; sta
   }
 }
 
-const readers: Partial<Record<string, (ctx: HandlerContext) => Promise<unknown>>> = {
+export const readers: Partial<Record<string, (ctx: HandlerContext) => Promise<unknown>>> = {
   async app(ctx) {
     const app = (await ctx.state.getApp())!;
     const resources = await ctx.state.listResources();

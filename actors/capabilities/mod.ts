@@ -22,6 +22,7 @@ export function handlerOf(name: string): Handler {
   };
 }
 
-export function isImplemented(name: string): boolean {
-  return name in HANDLERS;
+/** Names of the capabilities that have a handler (must equal proto's BUILT_CAPABILITIES). */
+export function builtHandlers(): string[] {
+  return Object.keys(HANDLERS);
 }

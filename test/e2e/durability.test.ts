@@ -44,7 +44,7 @@ test("restart keeps resources, events and secrets; a deleted index is rebuilt; t
   const app = `d${randomUUID().slice(0, 8)}`;
   const secrets = Array.from({ length: 6 }, (_, i) => `SECRET-${i}-${randomUUID()}`);
   const bodies: string[] = [];
-  const keep = (r: { text: string }) => {
+  const keep = <R extends { text: string }>(r: R): R => {
     bodies.push(r.text);
     return r;
   };
@@ -80,7 +80,7 @@ test("restart keeps resources, events and secrets; a deleted index is rebuilt; t
   );
   // the vault opens the value sealed in the first life
   const e0 = await p.bus.kv.vault.get(`${app}.S1`);
-  t.is(p.vault.openString(e0!.json<{ sealed: never }>().sealed, secretAad(app, "S1")), secrets[1]);
+  t.is(p.vault.openString(e0!.json<{ sealed: never }>().sealed, secretAad(app, "S1")), secrets[1]!);
   // the token minted in the first life still works
   t.is((await call(p.dataUrl, "inspect", { app, type: "app" }, { authorization: `Bearer ${token}` })).status, 200);
   await p.close();

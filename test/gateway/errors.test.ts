@@ -134,10 +134,33 @@ test("413 payload_too_large and 415 unsupported_media_type", async (t) => {
   t.is(none.status, 415);
 });
 
-test("501 not_implemented names the capability", async (t) => {
-  const r = await call(t.context.p.controlUrl, "deploy", { app: t.context.app });
+test("501 not_implemented names the capability, the inspect type or the route of the contract not built yet", async (t) => {
+  const { p, app } = t.context;
+  const r = await call(p.controlUrl, "deploy", { app });
   isError(t, r, "not_implemented");
   t.regex(r.body.error.message, /deploy/);
+  const jobs = await call(p.controlUrl, "inspect", { app, type: "jobs" });
+  isError(t, jobs, "not_implemented");
+  t.regex(jobs.body.error.message, /jobs/);
+  for (const path of ["/app-events", "/mcp/tools", "/policies", "/status/incidents", "/auth/config"]) {
+    const g = await get(p.controlUrl, path);
+    isError(t, g, "not_implemented");
+    t.true(g.body.error.message.includes(path));
+  }
+  const caps = await get(p.controlUrl, "/capabilities");
+  t.deepEqual(
+    caps.body.items.filter((c: { implemented: boolean }) => c.implemented).map((c: { name: string }) => c.name),
+    ["initialize-app", "inspect", "set-secret", "unset-secret"],
+  );
+});
+
+test("an Idempotency-Key replay matches the body whatever the order of its fields", async (t) => {
+  const { p, app } = t.context;
+  const key = randomUUID();
+  const first = await call(p.controlUrl, "set-secret", { app, name: "ORDER", value: "1" }, { "idempotency-key": key });
+  const second = await call(p.controlUrl, "set-secret", JSON.stringify({ value: "1", name: "ORDER", app }), { "idempotency-key": key });
+  t.is(second.status, 200);
+  t.deepEqual(second.body, first.body);
 });
 
 test("401 on the control plane when the control token is required, 200 with it", async (t) => {
