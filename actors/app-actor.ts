@@ -120,13 +120,18 @@ export class AppActor {
       getVaultEntry: async (name) => {
         if (!this.vaultCache.has(name)) {
           const e = await bus.kv.vault.get(keys.vault(app, name));
-          this.vaultCache.set(name, e && e.operation === "PUT" ? check(VaultEntrySchema, e.json(), `vault ${app}.${name}`) : null);
+          this.vaultCache.set(
+            name,
+            e && e.operation === "PUT" ? check(VaultEntrySchema, e.json(), `vault ${app}.${name}`) : null,
+          );
         }
         return this.vaultCache.get(name) ?? undefined;
       },
       getResource: async (type, id) => {
         const e = await bus.kv.resources.get(keys.resource(app, type, id));
-        return e && e.operation === "PUT" ? (check(ResourceSchema, e.json(), `resource ${id}`) as Resource) : undefined;
+        return e && e.operation === "PUT"
+          ? (check(ResourceSchema, e.json(), `resource ${id}`) as Resource)
+          : undefined;
       },
       listResources: async (type) => {
         const out: Resource[] = [];
@@ -135,7 +140,8 @@ export class AppActor {
         for await (const k of it) ks.push(k);
         for (const k of ks) {
           const e = await bus.kv.resources.get(k);
-          if (e && e.operation === "PUT") out.push(check(ResourceSchema, e.json(), `resource ${k}`) as Resource);
+          if (e && e.operation === "PUT")
+            out.push(check(ResourceSchema, e.json(), `resource ${k}`) as Resource);
         }
         return out;
       },
@@ -160,7 +166,9 @@ export class AppActor {
       if (e instanceof FencedError) {
         this.deactivate();
         if (e.lease) {
-          this.host.log(`actor ${this.app}: lease of its partition is not safe at seq ${seq}; handing the partition back`);
+          this.host.log(
+            `actor ${this.app}: lease of its partition is not safe at seq ${seq}; handing the partition back`,
+          );
           this.host.leaseLost();
         } else {
           this.host.log(`actor ${this.app}: fenced out at seq ${seq} (another node owns the app now)`);
@@ -171,11 +179,15 @@ export class AppActor {
       this.deactivate();
       if (isTransientBusError(e)) {
         // The bus went away mid-command: answer nothing, hand the partition back; the command is read again from the offset.
-        this.host.log(`actor ${this.app}: bus error at seq ${seq} (${e instanceof Error ? e.name : "error"}); re-reading the partition`);
+        this.host.log(
+          `actor ${this.app}: bus error at seq ${seq} (${e instanceof Error ? e.name : "error"}); re-reading the partition`,
+        );
         this.host.leaseLost();
         return;
       }
-      this.host.log(`actor ${this.app}: command ${cmd.id} failed: ${e instanceof Error ? e.stack : String(e)}`);
+      this.host.log(
+        `actor ${this.app}: command ${cmd.id} failed: ${e instanceof Error ? e.stack : String(e)}`,
+      );
       const w = toWireError(e);
       this.reply(cmd, { command_id: cmd.id, http: w.status, ok: false, error: w.body.error, seq });
     }
@@ -194,7 +206,10 @@ export class AppActor {
           http: 409,
           ok: false,
           seq,
-          error: { code: "conflict", message: `command ${cmd.id} was applied before; its answer is no longer kept (send an Idempotency-Key to keep answers for 24 h)` },
+          error: {
+            code: "conflict",
+            message: `command ${cmd.id} was applied before; its answer is no longer kept (send an Idempotency-Key to keep answers for 24 h)`,
+          },
         });
       }
       return;
@@ -206,7 +221,14 @@ export class AppActor {
     }
     if (!this.host.leaseValid()) throw new FencedError("lease expiring", true);
 
-    this.host.onApply?.({ app: this.app, command_id: cmd.id, seq, phase: "enter", t: now(), node: this.host.nodeId });
+    this.host.onApply?.({
+      app: this.app,
+      command_id: cmd.id,
+      seq,
+      phase: "enter",
+      t: now(),
+      node: this.host.nodeId,
+    });
     const ctx = makeContext({
       app: this.app,
       cmd,
@@ -275,7 +297,9 @@ export class AppActor {
       const revisions = await this.applyOutbox(outbox);
       if (reply.body) {
         reply.body.resource = { ...reply.body.resource };
-        const rev = revisions.get(keys.resource(reply.body.resource.app_id, reply.body.resource.type, reply.body.resource.id));
+        const rev = revisions.get(
+          keys.resource(reply.body.resource.app_id, reply.body.resource.type, reply.body.resource.id),
+        );
         if (rev !== undefined) reply.resource_revision = rev;
       }
     }
@@ -285,7 +309,14 @@ export class AppActor {
         encode({ body_hash: cmd.body_hash, outcome, created_at: new Date().toISOString() }),
       );
     }
-    this.host.onApply?.({ app: this.app, command_id: cmd.id, seq, phase: "exit", t: now(), node: this.host.nodeId });
+    this.host.onApply?.({
+      app: this.app,
+      command_id: cmd.id,
+      seq,
+      phase: "exit",
+      t: now(),
+      node: this.host.nodeId,
+    });
     this.reply(cmd, reply);
   }
 
@@ -296,7 +327,11 @@ export class AppActor {
 
   private openOutcome(o: Outcome): Reply {
     if (o.reply) return o.reply;
-    return check(ReplySchema, JSON.parse(this.host.vault.openString(o.sealed!, `outcome/${o.id}`)), "sealed outcome");
+    return check(
+      ReplySchema,
+      JSON.parse(this.host.vault.openString(o.sealed!, `outcome/${o.id}`)),
+      "sealed outcome",
+    );
   }
 
   /** Applies an outbox idempotently; returns the KV revision of each resource written. */
@@ -323,10 +358,21 @@ export class AppActor {
       jobs.push(a.record ? bus.kv.apps.put(a.key, encode(a.record)) : bus.kv.apps.delete(a.key));
     }
     outbox.events.forEach((ev, i) => {
-      jobs.push(bus.js.publish(subjects.event(ev.app_id, ev.resource_type, ev.type), encode(ev), { msgID: `${outbox.command_id}/${i}` }));
+      jobs.push(
+        bus.js.publish(subjects.event(ev.app_id, ev.resource_type, ev.type), encode(ev), {
+          msgID: `${outbox.command_id}/${i}`,
+        }),
+      );
     });
     outbox.logs.forEach((l, i) => {
-      jobs.push(appendLog(bus, l.resource_id, { ts: l.ts, stream: l.stream, line: l.line }, `${outbox.command_id}/log/${i}`));
+      jobs.push(
+        appendLog(
+          bus,
+          l.resource_id,
+          { ts: l.ts, stream: l.stream, line: l.line },
+          `${outbox.command_id}/log/${i}`,
+        ),
+      );
     });
     for (const f of outbox.files) jobs.push(this.writeFile(f));
     await Promise.all(jobs);
@@ -336,7 +382,8 @@ export class AppActor {
   private async writeFile(f: Outbox["files"][number]): Promise<void> {
     const root = resolve(this.host.workspaceRoot);
     const path = resolve(join(root, f.path));
-    if (!path.startsWith(root + sep)) throw new PlatformError("internal", "outbox file outside the workspace root");
+    if (!path.startsWith(root + sep))
+      throw new PlatformError("internal", "outbox file outside the workspace root");
     if (f.keep_existing) {
       try {
         await stat(path);

@@ -53,7 +53,9 @@ export function emptyOutbox(commandId: string): Outbox {
   return { command_id: commandId, resources: [], vault: [], apps: [], events: [], logs: [], files: [] };
 }
 
-export function makeContext(base: Omit<HandlerContext, "emit" | "putResource" | "deleteResource" | "log" | "outbox">): HandlerContext {
+export function makeContext(
+  base: Omit<HandlerContext, "emit" | "putResource" | "deleteResource" | "log" | "outbox">,
+): HandlerContext {
   const outbox = emptyOutbox(base.cmd.id);
   const iso = base.now.toISOString();
   return {
@@ -74,7 +76,8 @@ export function makeContext(base: Omit<HandlerContext, "emit" | "putResource" | 
       return ev;
     },
     putResource(doc, previous) {
-      if (previous && previous.status !== doc.status) assertTransition(doc.type, previous.status as ResourceStatus, doc.status as ResourceStatus);
+      if (previous && previous.status !== doc.status)
+        assertTransition(doc.type, previous.status as ResourceStatus, doc.status as ResourceStatus);
       if (!previous) assertTransition(doc.type, undefined, doc.status as ResourceStatus);
       outbox.resources.push({ key: keys.resource(doc.app_id, doc.type, doc.id), doc });
     },

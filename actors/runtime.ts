@@ -246,7 +246,9 @@ class RuntimeNode {
     if (!this.opts.noLeases) {
       await this.tick();
       this.timer = setInterval(() => {
-        this.ticking = this.ticking.then(() => this.tick()).catch((e) => this.log(`node ${this.nodeId}: lease tick failed: ${String(e)}`));
+        this.ticking = this.ticking
+          .then(() => this.tick())
+          .catch((e) => this.log(`node ${this.nodeId}: lease tick failed: ${String(e)}`));
       }, this.tickMs);
     }
   }
@@ -320,7 +322,7 @@ class RuntimeNode {
         if (held.has(p)) {
           // still ours on the server (e.g. a worker dropped after a bus outage): take it back on its revision
           const cur = await kv.get(keys.partitionLease(p));
-          if (!cur || cur.operation !== "PUT" || cur.string() !== this.nodeId) continue;
+          if (cur?.operation !== "PUT" || cur.string() !== this.nodeId) continue;
           rev = await kv.update(keys.partitionLease(p), this.nodeId, cur.revision);
         } else {
           rev = await kv.create(keys.partitionLease(p), this.nodeId);
@@ -354,7 +356,11 @@ class RuntimeNode {
     this.workers.clear();
     await Promise.all(ws.map((w) => w.stop(true)));
     if (this.bus.connected() && !this.opts.noLeases) {
-      await Promise.all(ws.filter((w) => !this.forced(w.partition)).map((w) => this.bus.kv.leases.delete(keys.partitionLease(w.partition)).catch(() => {})));
+      await Promise.all(
+        ws
+          .filter((w) => !this.forced(w.partition))
+          .map((w) => this.bus.kv.leases.delete(keys.partitionLease(w.partition)).catch(() => {})),
+      );
       await this.bus.kv.leases.delete(keys.nodeLease(this.nodeId)).catch(() => {});
     }
   }

@@ -8,7 +8,7 @@ import { NatsServerMissingError, NatsServerStartError, startEmbeddedNats } from 
 import { addKeyToFile, Vault } from "../store/vault.js";
 import { resealAll } from "../store/vault-rotate.js";
 import { PortInUseError } from "../gateway/server.js";
-import { BusFeatureError } from "../store/bus.js";
+import { BusFeatureError, type Bus } from "../store/bus.js";
 
 const USAGE = `slipwayd: the Slipway platform (model ${PLATFORM_MODEL})
 
@@ -46,12 +46,13 @@ async function run(argv: string[]): Promise<void> {
     // With SLIPWAY_VAULT_KEY the keys live in the environment: put the new key first in that list
     // (old ones after it), restart the processes, then run this to re-seal under it.
     const fromEnv = Boolean(process.env.SLIPWAY_VAULT_KEY);
-    if (fromEnv) process.stderr.write("slipwayd: keys come from SLIPWAY_VAULT_KEY; re-sealing under its first key\n");
+    if (fromEnv)
+      process.stderr.write("slipwayd: keys come from SLIPWAY_VAULT_KEY; re-sealing under its first key\n");
     const kid = fromEnv ? Vault.open(dataDir).activeKeyId : addKeyToFile(dataDir);
     const vault = Vault.open(dataDir);
     let url = base.natsUrl ?? `nats://127.0.0.1:${base.natsPort ?? DEFAULT_PORTS.nats}`;
     let embedded: Awaited<ReturnType<typeof startEmbeddedNats>> | undefined;
-    let bus;
+    let bus: Bus;
     try {
       bus = await openBus({ servers: url, name: "slipwayd-vault" });
     } catch {
@@ -70,7 +71,8 @@ async function run(argv: string[]): Promise<void> {
   const t0 = Date.now();
   if (cmd === "up") handle = await startPlatform({ ...base, role: "up" });
   else if (cmd === "gateway") {
-    if (values.plane !== "control" && values.plane !== "data") fail("gateway needs --plane control or --plane data", 2);
+    if (values.plane !== "control" && values.plane !== "data")
+      fail("gateway needs --plane control or --plane data", 2);
     if (!base.natsUrl) fail("gateway needs NATS_URL (the embedded server runs only with slipwayd up)", 2);
     handle = await startPlatform({ ...base, role: "gateway", plane: values.plane as "control" | "data" });
   } else if (cmd === "node") {
@@ -83,7 +85,9 @@ async function run(argv: string[]): Promise<void> {
     handle.data ? `data http://127.0.0.1:${handle.data.port}` : "",
     handle.node ? `node ${handle.node.nodeId}` : "",
   ].filter(Boolean);
-  process.stdout.write(`slipwayd ${cmd} ready in ${Date.now() - t0} ms: ${parts.join(", ")} (data dir ${handle.dataDir})\n`);
+  process.stdout.write(
+    `slipwayd ${cmd} ready in ${Date.now() - t0} ms: ${parts.join(", ")} (data dir ${handle.dataDir})\n`,
+  );
   let stopping = false;
   const stop = async (sig: string) => {
     if (stopping) return;
@@ -99,7 +103,14 @@ async function run(argv: string[]): Promise<void> {
 }
 
 run(process.argv.slice(2)).catch((e) => {
-  if (e instanceof NatsServerMissingError || e instanceof NatsServerStartError || e instanceof PortInUseError || e instanceof BusFeatureError) fail(e.message);
-  if (e && typeof e === "object" && "code" in e && (e as { code: unknown }).code === "ECONNREFUSED") fail(`cannot reach NATS: ${String((e as Error).message)}`);
+  if (
+    e instanceof NatsServerMissingError ||
+    e instanceof NatsServerStartError ||
+    e instanceof PortInUseError ||
+    e instanceof BusFeatureError
+  )
+    fail(e.message);
+  if (e && typeof e === "object" && "code" in e && (e as { code: unknown }).code === "ECONNREFUSED")
+    fail(`cannot reach NATS: ${String((e as Error).message)}`);
   fail(e instanceof Error ? e.message : String(e));
 });

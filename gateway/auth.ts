@@ -120,10 +120,15 @@ export function authenticate(p: AuthPolicy, headers: Record<string, string>): Pr
   if (token && safeEqual(token, p.controlToken)) return { kind: "operator" };
   if (p.plane === "control") {
     if (!p.controlTokenRequired) return { kind: "local" };
-    if (!token) throw new PlatformError("unauthenticated", "the control plane needs Authorization: Bearer <control token>");
+    if (!token)
+      throw new PlatformError(
+        "unauthenticated",
+        "the control plane needs Authorization: Bearer <control token>",
+      );
     throw new PlatformError("unauthenticated", "the control token is not valid");
   }
-  if (!token) throw new PlatformError("unauthenticated", "the data plane needs Authorization: Bearer <app token>");
+  if (!token)
+    throw new PlatformError("unauthenticated", "the data plane needs Authorization: Bearer <app token>");
   const app = p.apps.appOfToken(token);
   if (!app) throw new PlatformError("unauthenticated", "the app token is not valid");
   return { kind: "app", app };
@@ -132,5 +137,9 @@ export function authenticate(p: AuthPolicy, headers: Record<string, string>): Pr
 /** Throws 403 when an app's token is used for another app. */
 export function requireScope(principal: Principal, app: string | undefined): void {
   if (principal.kind !== "app") return;
-  if (app !== principal.app) throw new PlatformError("forbidden", `this token belongs to app ${principal.app}, not ${app ?? "the platform"}`);
+  if (app !== principal.app)
+    throw new PlatformError(
+      "forbidden",
+      `this token belongs to app ${principal.app}, not ${app ?? "the platform"}`,
+    );
 }

@@ -49,23 +49,33 @@ export class CommandClient {
   /** Answer recorded for an Idempotency-Key command, if any. */
   async recorded(commandId: string): Promise<IdempotencyRecord | undefined> {
     const e = await this.bus.kv.idempotency.get(keys.idempotency(commandId));
-    if (!e || e.operation !== "PUT") return undefined;
+    if (e?.operation !== "PUT") return undefined;
     return check(IdempotencyRecordSchema, e.json(), "idempotency record");
   }
 
   replyOf(rec: IdempotencyRecord): Reply {
     const o = rec.outcome;
     if (o.reply) return o.reply;
-    return check(ReplySchema, JSON.parse(this.vault.openString(o.sealed!, `outcome/${o.id}`)), "sealed outcome");
+    return check(
+      ReplySchema,
+      JSON.parse(this.vault.openString(o.sealed!, `outcome/${o.id}`)),
+      "sealed outcome",
+    );
   }
 
   /** Sends a command and waits for its reply. */
   async send(cmd: Command): Promise<Reply> {
-    if (!this.bus.connected()) throw new PlatformError("bus_unavailable", "the command bus is unavailable; retry shortly");
+    if (!this.bus.connected())
+      throw new PlatformError("bus_unavailable", "the command bus is unavailable; retry shortly");
     const waiting = new Promise<Reply>((resolve, reject) => {
       const timer = setTimeout(() => {
         this.pending.delete(cmd.id);
-        reject(new PlatformError("timeout", `no answer to command ${cmd.id} within ${this.timeoutMs} ms; it may still take effect`));
+        reject(
+          new PlatformError(
+            "timeout",
+            `no answer to command ${cmd.id} within ${this.timeoutMs} ms; it may still take effect`,
+          ),
+        );
       }, this.timeoutMs);
       const prev = this.pending.get(cmd.id);
       if (prev) {
@@ -85,7 +95,10 @@ export class CommandClient {
     });
     let duplicate = false;
     try {
-      const ack = await this.bus.js.publish(subjects.command(cmd.app), encode(cmd), { msgID: cmd.id, timeout: 5000 });
+      const ack = await this.bus.js.publish(subjects.command(cmd.app), encode(cmd), {
+        msgID: cmd.id,
+        timeout: 5000,
+      });
       duplicate = ack.duplicate;
     } catch (e) {
       const p = this.pending.get(cmd.id);
@@ -133,7 +146,12 @@ export class CommandClient {
     for (const [id, p] of this.pending) {
       clearTimeout(p.timer);
       this.pending.delete(id);
-      p.resolve({ command_id: id, http: 503, ok: false, error: { code: "unavailable", message: "gateway shutting down" } });
+      p.resolve({
+        command_id: id,
+        http: 503,
+        ok: false,
+        error: { code: "unavailable", message: "gateway shutting down" },
+      });
     }
   }
 }

@@ -73,7 +73,12 @@ export class Res {
     this.onAbort.push(f);
   }
 
-  send(status: number, body: string | Uint8Array, contentType = "application/json", headers: Record<string, string> = {}): void {
+  send(
+    status: number,
+    body: string | Uint8Array,
+    contentType = "application/json",
+    headers: Record<string, string> = {},
+  ): void {
     if (this.aborted || this.done) return;
     this.done = true;
     this.raw.cork(() => {
@@ -154,7 +159,9 @@ export function parseJsonObject(body: Buffer): Record<string, unknown> {
     throw new PlatformError("invalid_json", "request body is not valid JSON");
   }
   if (v === null || typeof v !== "object" || Array.isArray(v)) {
-    throw new PlatformError("invalid_input", "request body must be a JSON object", { details: [{ path: "", message: "must be object" }] });
+    throw new PlatformError("invalid_input", "request body must be a JSON object", {
+      details: [{ path: "", message: "must be object" }],
+    });
   }
   return v as Record<string, unknown>;
 }

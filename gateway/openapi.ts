@@ -12,12 +12,27 @@ function plain(schema: unknown): unknown {
 
 const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
 const errorResponses = {
-  "400": { description: "invalid_json, invalid_input, missing_actor", content: { "application/json": { schema: ref("ErrorBody") } } },
+  "400": {
+    description: "invalid_json, invalid_input, missing_actor",
+    content: { "application/json": { schema: ref("ErrorBody") } },
+  },
   "401": { description: "unauthenticated", content: { "application/json": { schema: ref("ErrorBody") } } },
-  "403": { description: "forbidden, wrong_plane", content: { "application/json": { schema: ref("ErrorBody") } } },
-  "404": { description: "unknown_capability, unknown_app, not_found", content: { "application/json": { schema: ref("ErrorBody") } } },
-  "409": { description: "conflict, busy, already_exists, idempotency_mismatch", content: { "application/json": { schema: ref("ErrorBody") } } },
-  "503": { description: "bus_unavailable and other unavailable codes", content: { "application/json": { schema: ref("ErrorBody") } } },
+  "403": {
+    description: "forbidden, wrong_plane",
+    content: { "application/json": { schema: ref("ErrorBody") } },
+  },
+  "404": {
+    description: "unknown_capability, unknown_app, not_found",
+    content: { "application/json": { schema: ref("ErrorBody") } },
+  },
+  "409": {
+    description: "conflict, busy, already_exists, idempotency_mismatch",
+    content: { "application/json": { schema: ref("ErrorBody") } },
+  },
+  "503": {
+    description: "bus_unavailable and other unavailable codes",
+    content: { "application/json": { schema: ref("ErrorBody") } },
+  },
 };
 
 /** The OpenAPI document of one plane, generated from proto (never hand-written). */
@@ -38,14 +53,39 @@ export function openApiDocument(plane: "control" | "data"): Record<string, unkno
         operationId: c.name,
         summary: `${c.name} (produces ${c.resource_type}; emits ${c.events.join(", ")})`,
         parameters: [
-          { name: "x-platform-actor-type", in: "header", required: true, schema: { type: "string", enum: ["builder", "cli", "app", "service", "operator"] } },
-          { name: "x-platform-actor-id", in: "header", required: true, schema: { type: "string", pattern: "^[A-Za-z0-9._:@-]{1,128}$" } },
-          { name: "Idempotency-Key", in: "header", required: false, schema: { type: "string", maxLength: 255 } },
+          {
+            name: "x-platform-actor-type",
+            in: "header",
+            required: true,
+            schema: { type: "string", enum: ["builder", "cli", "app", "service", "operator"] },
+          },
+          {
+            name: "x-platform-actor-id",
+            in: "header",
+            required: true,
+            schema: { type: "string", pattern: "^[A-Za-z0-9._:@-]{1,128}$" },
+          },
+          {
+            name: "Idempotency-Key",
+            in: "header",
+            required: false,
+            schema: { type: "string", maxLength: 255 },
+          },
         ],
         requestBody: { required: true, content: { "application/json": { schema: ref(inputName) } } },
         responses: {
-          "200": { description: "the work ended in the call", content: { "application/json": { schema: ref("CapabilityResponse") } } },
-          ...(c.long_running ? { "202": { description: "the work goes on", content: { "application/json": { schema: ref("CapabilityResponse") } } } } : {}),
+          "200": {
+            description: "the work ended in the call",
+            content: { "application/json": { schema: ref("CapabilityResponse") } },
+          },
+          ...(c.long_running
+            ? {
+                "202": {
+                  description: "the work goes on",
+                  content: { "application/json": { schema: ref("CapabilityResponse") } },
+                },
+              }
+            : {}),
           ...errorResponses,
         },
       },
@@ -56,13 +96,28 @@ export function openApiDocument(plane: "control" | "data"): Record<string, unkno
     properties: { items: { type: "array", items: ref(item) }, next_cursor: { type: ["string", "null"] } },
     required: ["items", "next_cursor"],
   });
-  const q = (name: string, schema: Record<string, unknown> = { type: "string" }) => ({ name, in: "query", required: false, schema });
-  paths["/capabilities"] = { get: { summary: "list capabilities", responses: { "200": { description: "catalogue" } } } };
+  const q = (name: string, schema: Record<string, unknown> = { type: "string" }) => ({
+    name,
+    in: "query",
+    required: false,
+    schema,
+  });
+  paths["/capabilities"] = {
+    get: { summary: "list capabilities", responses: { "200": { description: "catalogue" } } },
+  };
   paths["/resources"] = {
     get: {
       summary: "list resources, newest first",
-      parameters: [q("app_id"), q("type"), q("owner"), q("limit", { type: "integer", minimum: 1, maximum: 500 }), q("cursor")],
-      responses: { "200": { description: "page", content: { "application/json": { schema: list("Resource") } } } },
+      parameters: [
+        q("app_id"),
+        q("type"),
+        q("owner"),
+        q("limit", { type: "integer", minimum: 1, maximum: 500 }),
+        q("cursor"),
+      ],
+      responses: {
+        "200": { description: "page", content: { "application/json": { schema: list("Resource") } } },
+      },
     },
   };
   paths["/resources/{type}/{id}"] = {
@@ -72,14 +127,25 @@ export function openApiDocument(plane: "control" | "data"): Record<string, unkno
         { name: "type", in: "path", required: true, schema: { type: "string" } },
         { name: "id", in: "path", required: true, schema: { type: "string" } },
       ],
-      responses: { "200": { description: "resource", content: { "application/json": { schema: ref("Resource") } } }, "404": errorResponses["404"] },
+      responses: {
+        "200": { description: "resource", content: { "application/json": { schema: ref("Resource") } } },
+        "404": errorResponses["404"],
+      },
     },
   };
   paths["/events"] = {
     get: {
       summary: "list platform events, newest first",
-      parameters: [q("app_id"), q("resource_id"), q("type"), q("limit", { type: "integer", minimum: 1, maximum: 500 }), q("cursor")],
-      responses: { "200": { description: "page", content: { "application/json": { schema: list("PlatformEvent") } } } },
+      parameters: [
+        q("app_id"),
+        q("resource_id"),
+        q("type"),
+        q("limit", { type: "integer", minimum: 1, maximum: 500 }),
+        q("cursor"),
+      ],
+      responses: {
+        "200": { description: "page", content: { "application/json": { schema: list("PlatformEvent") } } },
+      },
     },
   };
   paths["/events/stream"] = {
@@ -92,14 +158,22 @@ export function openApiDocument(plane: "control" | "data"): Record<string, unkno
   paths["/logs/{id}"] = {
     get: {
       summary: "log of a resource (text/plain)",
-      parameters: [{ name: "id", in: "path", required: true, schema: { type: "string" } }, q("follow", { type: "string", enum: ["1", "true"] })],
+      parameters: [
+        { name: "id", in: "path", required: true, schema: { type: "string" } },
+        q("follow", { type: "string", enum: ["1", "true"] }),
+      ],
       responses: { "200": { description: "log", content: { "text/plain": { schema: { type: "string" } } } } },
     },
   };
-  for (const p of ["/version", "/healthz", "/readyz"]) paths[p] = { get: { responses: { "200": { description: "ok" } } } };
+  for (const p of ["/version", "/healthz", "/readyz"])
+    paths[p] = { get: { responses: { "200": { description: "ok" } } } };
   return {
     openapi: "3.1.0",
-    info: { title: `Slipway ${plane} plane`, version: PLATFORM_MODEL, description: "generated from proto/ by gateway/openapi.ts" },
+    info: {
+      title: `Slipway ${plane} plane`,
+      version: PLATFORM_MODEL,
+      description: "generated from proto/ by gateway/openapi.ts",
+    },
     paths,
     components: { schemas },
   };

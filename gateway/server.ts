@@ -69,33 +69,51 @@ function actorOf(h: Record<string, string>): Actor {
   const type = h["x-platform-actor-type"];
   const id = h["x-platform-actor-id"];
   if (!type || !id) {
-    throw new PlatformError("missing_actor", "x-platform-actor-type and x-platform-actor-id headers are required");
+    throw new PlatformError(
+      "missing_actor",
+      "x-platform-actor-type and x-platform-actor-id headers are required",
+    );
   }
   if (!ACTOR_TYPES.has(type)) {
-    throw new PlatformError("missing_actor", `x-platform-actor-type must be one of ${[...ACTOR_TYPES].join(", ")}`);
+    throw new PlatformError(
+      "missing_actor",
+      `x-platform-actor-type must be one of ${[...ACTOR_TYPES].join(", ")}`,
+    );
   }
-  if (!ACTOR_ID.test(id)) throw new PlatformError("missing_actor", "x-platform-actor-id must be 1-128 of [A-Za-z0-9._:@-]");
+  if (!ACTOR_ID.test(id))
+    throw new PlatformError("missing_actor", "x-platform-actor-id must be 1-128 of [A-Za-z0-9._:@-]");
   return { type, id };
 }
 
 function intParam(q: URLSearchParams, name: string, def: number, min: number, max: number): number {
   const v = q.get(name);
   if (v === null || v === "") return def;
-  if (!/^\d+$/.test(v)) throw new PlatformError("invalid_input", `${name}: must be an integer`, { details: [{ path: `/${name}`, message: "must be integer" }] });
+  if (!/^\d+$/.test(v))
+    throw new PlatformError("invalid_input", `${name}: must be an integer`, {
+      details: [{ path: `/${name}`, message: "must be integer" }],
+    });
   const n = Number(v);
-  if (n < min || n > max) throw new PlatformError("invalid_input", `${name}: must be between ${min} and ${max}`, { details: [{ path: `/${name}`, message: `must be ${min}..${max}` }] });
+  if (n < min || n > max)
+    throw new PlatformError("invalid_input", `${name}: must be between ${min} and ${max}`, {
+      details: [{ path: `/${name}`, message: `must be ${min}..${max}` }],
+    });
   return n;
 }
 
 function cursorParam(q: URLSearchParams): string | undefined {
   const c = q.get("cursor");
   if (!c) return undefined;
-  if (!/^[A-Za-z0-9_-]{1,512}$/.test(c)) throw new PlatformError("invalid_input", "cursor: not a cursor returned by this API", { details: [{ path: "/cursor", message: "invalid cursor" }] });
+  if (!/^[A-Za-z0-9_-]{1,512}$/.test(c))
+    throw new PlatformError("invalid_input", "cursor: not a cursor returned by this API", {
+      details: [{ path: "/cursor", message: "invalid cursor" }],
+    });
   return c;
 }
 
 function methodNotAllowed(allow: string[]): PlatformError {
-  return new PlatformError("method_not_allowed", `use ${allow.join(" or ")}`, { headers: { allow: allow.join(", ") } });
+  return new PlatformError("method_not_allowed", `use ${allow.join(" or ")}`, {
+    headers: { allow: allow.join(", ") },
+  });
 }
 
 /** Starts one plane's gateway. */
@@ -113,12 +131,16 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
   const streams = new Set<() => void>();
 
   const auth = (h: Record<string, string>): Principal =>
-    authenticate({ plane, controlTokenRequired: opts.controlTokenRequired, controlToken: opts.controlToken, apps }, h);
+    authenticate(
+      { plane, controlTokenRequired: opts.controlTokenRequired, controlToken: opts.controlToken, apps },
+      h,
+    );
 
   /** For data-plane reads: an app's token only sees its own app. */
   const scopedApp = (p: Principal, requested: string | null): string | undefined => {
     if (p.kind !== "app") return requested ?? undefined;
-    if (requested && requested !== p.app) throw new PlatformError("forbidden", `this token belongs to app ${p.app}`);
+    if (requested && requested !== p.app)
+      throw new PlatformError("forbidden", `this token belongs to app ${p.app}`);
     return p.app;
   };
 
@@ -128,11 +150,18 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
   const capabilityRoute = (res: Res, req: Req, name: string, bodyP: Promise<Buffer> | undefined) => {
     const run = async () => {
       const info = capability(name);
-      if (!info) throw new PlatformError("unknown_capability", `unknown capability ${name}; GET /capabilities lists them`);
+      if (!info)
+        throw new PlatformError(
+          "unknown_capability",
+          `unknown capability ${name}; GET /capabilities lists them`,
+        );
       if (req.method !== "POST") throw methodNotAllowed(["POST"]);
       if (!acceptedOn(info, plane)) {
         const right = plane === "control" ? "data" : "control";
-        throw new PlatformError("wrong_plane", `${name} is served on the ${right} plane (port ${otherPort()}), not the ${plane} plane`);
+        throw new PlatformError(
+          "wrong_plane",
+          `${name} is served on the ${right} plane (port ${otherPort()}), not the ${plane} plane`,
+        );
       }
       if (!isJsonContentType(req.headers["content-type"])) {
         throw new PlatformError("unsupported_media_type", "send the body as Content-Type: application/json");
@@ -142,27 +171,39 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
       const body = parseJsonObject(await bodyP!);
       const input = validateInput(name as CapabilityName, body);
       if (name === "set-secret" && Buffer.byteLength(input.value as string, "utf8") > SECRET_VALUE_MAX) {
-        throw new PlatformError("invalid_input", `value: must be at most ${SECRET_VALUE_MAX} bytes`, { details: [{ path: "/value", message: `must be at most ${SECRET_VALUE_MAX} bytes` }] });
+        throw new PlatformError("invalid_input", `value: must be at most ${SECRET_VALUE_MAX} bytes`, {
+          details: [{ path: "/value", message: `must be at most ${SECRET_VALUE_MAX} bytes` }],
+        });
       }
-      if (!BUILT_CAPABILITIES.has(name)) throw new PlatformError("not_implemented", `capability ${name} is not implemented yet`);
+      if (!BUILT_CAPABILITIES.has(name))
+        throw new PlatformError("not_implemented", `capability ${name} is not implemented yet`);
       if (name === "inspect" && !BUILT_INSPECT_TYPES.has(input.type as string)) {
-        throw new PlatformError("not_implemented", `inspect type ${String(input.type)} is not implemented yet`);
+        throw new PlatformError(
+          "not_implemented",
+          `inspect type ${String(input.type)} is not implemented yet`,
+        );
       }
       const target = info.app_less ? PLATFORM_APP : appOf(name as CapabilityName, input)!;
       if (principal.kind === "app") requireScope(principal, info.app_less ? undefined : target);
-      if (!bus.connected()) throw new PlatformError("bus_unavailable", "the command bus is unavailable; retry shortly");
+      if (!bus.connected())
+        throw new PlatformError("bus_unavailable", "the command bus is unavailable; retry shortly");
 
       // command id: random, or derived from Idempotency-Key (scoped to the app)
       const idemKey = req.headers["idempotency-key"];
       let id: string;
       let bodyHash: string | undefined;
       if (idemKey !== undefined) {
-        if (!/^[\x21-\x7e]{1,255}$/.test(idemKey)) throw new PlatformError("invalid_input", "Idempotency-Key must be 1-255 visible ASCII characters");
+        if (!/^[\x21-\x7e]{1,255}$/.test(idemKey))
+          throw new PlatformError("invalid_input", "Idempotency-Key must be 1-255 visible ASCII characters");
         id = `idk_${vault.mac(`${target}\n${idemKey}`).slice(0, 32)}`;
         bodyHash = vault.mac(`${name}\n${canonicalJson(input)}`);
         const prior = await client.recorded(id);
         if (prior) {
-          if (prior.body_hash !== bodyHash) throw new PlatformError("idempotency_mismatch", "this Idempotency-Key was used with another body");
+          if (prior.body_hash !== bodyHash)
+            throw new PlatformError(
+              "idempotency_mismatch",
+              "this Idempotency-Key was used with another body",
+            );
           return answer(res, client.replyOf(prior));
         }
       } else {
@@ -199,8 +240,12 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
 
   /** Answers an error: bus hiccups become 503 bus_unavailable, unknown errors 500 (logged here, never sent). */
   const fail = (res: Res, req: Req, e: unknown) => {
-    const err = isTransientBusError(e) ? new PlatformError("bus_unavailable", "the platform bus is unavailable; retry shortly") : e;
-    res.error(err, (x) => log(`gateway ${plane}: ${req.requestId}: ${x instanceof Error ? x.stack : String(x)}`));
+    const err = isTransientBusError(e)
+      ? new PlatformError("bus_unavailable", "the platform bus is unavailable; retry shortly")
+      : e;
+    res.error(err, (x) =>
+      log(`gateway ${plane}: ${req.requestId}: ${x instanceof Error ? x.stack : String(x)}`),
+    );
   };
 
   /** Applies an answer's resource and events to the local read index at once (read your writes). */
@@ -210,7 +255,11 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
     try {
       if (reply.resource_revision !== undefined) {
         const deleted = reply.body.events.some((e) => e.type === "SecretUnset");
-        await index.applyResource(keys.resource(r.app_id, r.type, r.id), deleted ? null : r, reply.resource_revision);
+        await index.applyResource(
+          keys.resource(r.app_id, r.type, r.id),
+          deleted ? null : r,
+          reply.resource_revision,
+        );
       }
       for (const ev of reply.body.events) await index.applyEvent(ev);
       if (r.type === "Application") {
@@ -224,7 +273,14 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
 
   const answer = (res: Res, reply: Reply) => {
     if (reply.ok && reply.body) res.json(reply.http, reply.body);
-    else res.json(reply.http, { status: "error", error: { ...(reply.error ?? { code: "internal", message: "internal error" }), request_id: res.requestId } });
+    else
+      res.json(reply.http, {
+        status: "error",
+        error: {
+          ...(reply.error ?? { code: "internal", message: "internal error" }),
+          request_id: res.requestId,
+        },
+      });
   };
 
   // ---- reads ----
@@ -235,20 +291,31 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
     if (path === "/healthz") return res.json(200, { status: "ok", plane });
     if (path === "/readyz") {
       const ready = bus.connected() && index.ready && apps.ready;
-      return res.json(ready ? 200 : 503, { status: ready ? "ready" : "not_ready", bus: bus.connected(), index: index.ready });
+      return res.json(ready ? 200 : 503, {
+        status: ready ? "ready" : "not_ready",
+        bus: bus.connected(),
+        index: index.ready,
+      });
     }
     if (path === "/openapi.json") return res.send(200, openapi);
     const principal = auth(req.headers);
     if (path === "/capabilities") {
       return res.json(200, {
-        items: CAPABILITIES.map((c) => ({ ...c, accepted_here: acceptedOn(c, plane), implemented: BUILT_CAPABILITIES.has(c.name) })),
+        items: CAPABILITIES.map((c) => ({
+          ...c,
+          accepted_here: acceptedOn(c, plane),
+          implemented: BUILT_CAPABILITIES.has(c.name),
+        })),
         next_cursor: null,
         platform_model: PLATFORM_MODEL,
       });
     }
     if (path === "/resources") {
       const type = q.get("type");
-      if (type && !isResourceType(type)) throw new PlatformError("invalid_input", `type: unknown resource type ${type}`, { details: [{ path: "/type", message: "unknown resource type" }] });
+      if (type && !isResourceType(type))
+        throw new PlatformError("invalid_input", `type: unknown resource type ${type}`, {
+          details: [{ path: "/type", message: "unknown resource type" }],
+        });
       const page = await index.listResources({
         app_id: scopedApp(principal, q.get("app_id")),
         type: type ?? undefined,
@@ -283,7 +350,8 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
     if (lm) {
       const id = lm[1]!;
       const doc = await index.getResource(id);
-      if (!doc || (principal.kind === "app" && doc.app_id !== principal.app)) throw new PlatformError("not_found", `no resource ${id}`);
+      if (!doc || (principal.kind === "app" && doc.app_id !== principal.app))
+        throw new PlatformError("not_found", `no resource ${id}`);
       const follow = q.get("follow") === "1" || q.get("follow") === "true";
       const ac = new AbortController();
       res.whenAborted(() => ac.abort());
@@ -293,7 +361,8 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
         return !d || TERMINAL.has(d.status);
       };
       try {
-        for await (const line of readLog(bus, id, { follow, done, signal: ac.signal })) res.write(formatLogLine(line));
+        for await (const line of readLog(bus, id, { follow, done, signal: ac.signal }))
+          res.write(formatLogLine(line));
       } catch (e) {
         log(`gateway ${plane}: ${req.requestId}: log of ${id} ended early: ${String(e)}`);
       } finally {
@@ -302,7 +371,8 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
       return;
     }
     if (path.startsWith("/capabilities/")) throw methodNotAllowed(["POST"]);
-    if (PLANNED_ROUTES.some((r) => r.test(path))) throw new PlatformError("not_implemented", `${path} is part of the contract but not implemented yet`);
+    if (PLANNED_ROUTES.some((r) => r.test(path)))
+      throw new PlatformError("not_implemented", `${path} is part of the contract but not implemented yet`);
     throw new PlatformError("not_found", `no route ${req.method} ${path}`);
   };
 
@@ -313,7 +383,9 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
   ): Promise<() => void> => {
     const consumer = await bus.js.consumers.get(STREAMS.events, {
       ...(filters.app ? { filter_subjects: subjects.eventsOfApp(filters.app) } : {}),
-      ...(filters.fromSeq ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: filters.fromSeq } : { deliver_policy: DeliverPolicy.New }),
+      ...(filters.fromSeq
+        ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: filters.fromSeq }
+        : { deliver_policy: DeliverPolicy.New }),
     });
     const msgs = await consumer.consume({ max_messages: 256 });
     (async () => {
@@ -332,18 +404,26 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
 
   const feedFilters = (principal: Principal, q: URLSearchParams, lastEventId?: string) => {
     const fromRaw = q.get("from_seq") ?? (lastEventId ? String(Number(lastEventId) + 1) : null);
-    const fromSeq = fromRaw === null ? undefined : intParam(new URLSearchParams({ from_seq: fromRaw }), "from_seq", 1, 1, Number.MAX_SAFE_INTEGER);
+    const fromSeq =
+      fromRaw === null
+        ? undefined
+        : intParam(new URLSearchParams({ from_seq: fromRaw }), "from_seq", 1, 1, Number.MAX_SAFE_INTEGER);
     return { app: scopedApp(principal, q.get("app_id")), type: q.get("type") ?? undefined, fromSeq };
   };
 
   const sseStream = async (res: Res, req: Req, principal: Principal) => {
     if (!(req.headers.accept ?? "").includes("text/event-stream")) {
-      throw new PlatformError("invalid_input", "GET /events/stream needs Accept: text/event-stream or a WebSocket upgrade");
+      throw new PlatformError(
+        "invalid_input",
+        "GET /events/stream needs Accept: text/event-stream or a WebSocket upgrade",
+      );
     }
     const filters = feedFilters(principal, req.query, req.headers["last-event-id"]);
     res.begin(200, "text/event-stream", { "cache-control": "no-store" });
     res.write(": tail of platform events\n\n");
-    const stop = await openFeed(filters, (ev, seq) => res.write(`id: ${seq}\nevent: ${ev.type}\ndata: ${JSON.stringify({ seq, ...ev })}\n\n`));
+    const stop = await openFeed(filters, (ev, seq) =>
+      res.write(`id: ${seq}\nevent: ${ev.type}\ndata: ${JSON.stringify({ seq, ...ev })}\n\n`),
+    );
     const ping = setInterval(() => res.write(": ping\n\n"), 15_000);
     const close = () => {
       clearInterval(ping);
@@ -412,21 +492,43 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
     const cm = /^\/capabilities\/([^/]+)$/.exec(req.url);
     if (cm) return capabilityRoute(res, req, decodeURIComponent(cm[1]!), bodyP);
     if (!bus.connected() && !["/healthz", "/readyz", "/version", "/openapi.json"].includes(req.url)) {
-      return res.error(new PlatformError("bus_unavailable", "the platform bus is unavailable; retry shortly"));
+      return res.error(
+        new PlatformError("bus_unavailable", "the platform bus is unavailable; retry shortly"),
+      );
     }
     if (PLANNED_ROUTES.some((r) => r.test(req.url))) {
-      return res.error(new PlatformError("not_implemented", `${req.method} ${req.url} is part of the contract but not implemented yet`));
+      return res.error(
+        new PlatformError(
+          "not_implemented",
+          `${req.method} ${req.url} is part of the contract but not implemented yet`,
+        ),
+      );
     }
     if (req.method !== "GET" && req.method !== "HEAD") {
-      const known = ["/version", "/healthz", "/readyz", "/openapi.json", "/capabilities", "/resources", "/events", "/events/stream"];
-      if (known.includes(req.url) || /^\/(resources|logs)\//.test(req.url)) return res.error(methodNotAllowed(["GET"]));
+      const known = [
+        "/version",
+        "/healthz",
+        "/readyz",
+        "/openapi.json",
+        "/capabilities",
+        "/resources",
+        "/events",
+        "/events/stream",
+      ];
+      if (known.includes(req.url) || /^\/(resources|logs)\//.test(req.url))
+        return res.error(methodNotAllowed(["GET"]));
     }
     readRoute(res, req).catch((e) => fail(res, req, e));
   });
 
   const host = opts.host ?? "127.0.0.1";
-  const token = await new Promise<uWS.us_listen_socket | false>((resolve) => app.listen(host, opts.port ?? 0, resolve));
-  if (!token) throw new PortInUseError(`cannot listen on ${host}:${opts.port ?? 0} (${plane} plane): the port is taken or the address is not local`);
+  const token = await new Promise<uWS.us_listen_socket | false>((resolve) =>
+    app.listen(host, opts.port ?? 0, resolve),
+  );
+  if (!token)
+    throw new PortInUseError(
+      `cannot listen on ${host}:${opts.port ?? 0} (${plane} plane): the port is taken or the address is not local`,
+    );
   const port = uWS.us_socket_local_port(token);
   let closed = false;
   return {
@@ -446,5 +548,7 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
 
 /** True when uWebSockets.js runs its native build. */
 export function uwsIsNative(): boolean {
-  return typeof (uWS as unknown as { us_listen_socket_close?: unknown }).us_listen_socket_close === "function";
+  return (
+    typeof (uWS as unknown as { us_listen_socket_close?: unknown }).us_listen_socket_close === "function"
+  );
 }

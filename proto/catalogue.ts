@@ -48,7 +48,9 @@ const row = (
   c_number: string | null,
   events: string[],
   skill_action_planned: boolean,
-  extra: Partial<Pick<CapabilityInfo, "requires_container_runtime" | "long_running" | "busy_group" | "app_less">> = {},
+  extra: Partial<
+    Pick<CapabilityInfo, "requires_container_runtime" | "long_running" | "busy_group" | "app_less">
+  > = {},
 ): CapabilityInfo => ({
   name,
   plane,
@@ -63,7 +65,11 @@ const row = (
 });
 
 const ws = { long_running: true, busy_group: BusyGroup.workspace } as const;
-const prod = { long_running: true, busy_group: BusyGroup.production, requires_container_runtime: true } as const;
+const prod = {
+  long_running: true,
+  busy_group: BusyGroup.production,
+  requires_container_runtime: true,
+} as const;
 
 /** The 24 capabilities of spec 1.2, in the spec's order. */
 export const CAPABILITIES: readonly CapabilityInfo[] = [
@@ -78,7 +84,15 @@ export const CAPABILITIES: readonly CapabilityInfo[] = [
   }),
   row("build", "control", "Build", null, ["BuildStarted", "BuildSucceeded", "BuildFailed"], false, ws),
   row("test", "control", "TestRun", null, ["TestRunStarted", "TestRunSucceeded", "TestRunFailed"], false, ws),
-  row("lint", "control", "CheckRun", null, ["CheckRunStarted", "CheckRunSucceeded", "CheckRunFailed"], false, ws),
+  row(
+    "lint",
+    "control",
+    "CheckRun",
+    null,
+    ["CheckRunStarted", "CheckRunSucceeded", "CheckRunFailed"],
+    false,
+    ws,
+  ),
   row("inspect", "both", "Inspection", null, ["InspectionCreated"], false),
   row("verify", "both", "Verification", "C14", ["VerificationCompleted"], true),
   row("explain-failure", "control", "Analysis", null, ["AnalysisCreated"], false),
@@ -86,25 +100,58 @@ export const CAPABILITIES: readonly CapabilityInfo[] = [
   row("set-secret", "both", "Secret", "C5", ["SecretSet"], true),
   row("unset-secret", "both", "Secret", "C5", ["SecretUnset"], true),
   row("schedule-job", "both", "ScheduledJob", "C2", ["JobScheduled", "JobUnscheduled"], true),
-  row("deploy", "control", "Deployment", "C7", ["DeploymentStarted", "DeploymentCompleted", "DeploymentRolledBack"], true, prod),
+  row(
+    "deploy",
+    "control",
+    "Deployment",
+    "C7",
+    ["DeploymentStarted", "DeploymentCompleted", "DeploymentRolledBack"],
+    true,
+    prod,
+  ),
   row("productionize", "control", "ProductionArtifacts", "C8", ["ProductionArtifactsGenerated"], true, {
     busy_group: BusyGroup.workspace,
   }),
-  row("release", "control", "Release", "C18", ["ReleaseStarted", "ReleaseCompleted", "ReleaseFailed"], true, prod),
-  row("agent-run", "data", "AgentTask", "C1", ["AgentRunSucceeded", "AgentRunFailed", "ArtifactCreated"], true),
+  row(
+    "release",
+    "control",
+    "Release",
+    "C18",
+    ["ReleaseStarted", "ReleaseCompleted", "ReleaseFailed"],
+    true,
+    prod,
+  ),
+  row(
+    "agent-run",
+    "data",
+    "AgentTask",
+    "C1",
+    ["AgentRunSucceeded", "AgentRunFailed", "ArtifactCreated"],
+    true,
+  ),
   row("send-email", "data", "EmailDelivery", "C12", ["EmailSent", "EmailFailed"], true),
   row("send-message", "data", "EmailDelivery", "C25", ["MessageSent", "MessageFailed"], true),
-  row("setup-observability", "both", "ObservabilityStack", "C36", ["ObservabilityConfigured"], true, { app_less: true }),
+  row("setup-observability", "both", "ObservabilityStack", "C36", ["ObservabilityConfigured"], true, {
+    app_less: true,
+  }),
   row("provision-monitoring", "control", "MonitoringStack", null, ["MonitoringConfigured"], true, {
     long_running: true,
     requires_container_runtime: true,
     app_less: true,
   }),
   row("eval", "control", "EvalRun", "C30", ["EvalRunCompleted"], true, { long_running: true }),
-  row("delivery-check", "control", "DeliveryCheckRun", "C38", ["DeliveryCheckCompleted", "DeliveryCheckFailed"], true, {
-    long_running: true,
-    app_less: true,
-  }),
+  row(
+    "delivery-check",
+    "control",
+    "DeliveryCheckRun",
+    "C38",
+    ["DeliveryCheckCompleted", "DeliveryCheckFailed"],
+    true,
+    {
+      long_running: true,
+      app_less: true,
+    },
+  ),
 ];
 
 const byName = new Map(CAPABILITIES.map((c) => [c.name, c]));
@@ -120,9 +167,20 @@ export function acceptedOn(info: CapabilityInfo, plane: "control" | "data"): boo
 }
 
 /** Capabilities built so far; the others answer 501 not_implemented naming themselves. */
-export const BUILT_CAPABILITIES: ReadonlySet<string> = new Set(["initialize-app", "set-secret", "unset-secret", "inspect"]);
+export const BUILT_CAPABILITIES: ReadonlySet<string> = new Set([
+  "initialize-app",
+  "set-secret",
+  "unset-secret",
+  "inspect",
+]);
 /** Types of `inspect` built so far. */
-export const BUILT_INSPECT_TYPES: ReadonlySet<string> = new Set(["app", "resources", "events", "secrets", "health"]);
+export const BUILT_INSPECT_TYPES: ReadonlySet<string> = new Set([
+  "app",
+  "resources",
+  "events",
+  "secrets",
+  "health",
+]);
 
 /** Routes of spec 4.2 that are part of the contract but not built yet (answer 501). */
 export const PLANNED_ROUTES: readonly RegExp[] = [

@@ -39,7 +39,8 @@ function details(v: Validator, value: unknown, max = 20): ErrorDetail[] {
       for (const name of extra) out.push({ path: `${e.instancePath}/${name}`, message: "unknown field" });
     } else if (e.keyword === "required") {
       const req = (e.params as { requiredProperties?: string[] }).requiredProperties ?? [];
-      if (req.length) for (const name of req) out.push({ path: `${e.instancePath}/${name}`, message: "is required" });
+      if (req.length)
+        for (const name of req) out.push({ path: `${e.instancePath}/${name}`, message: "is required" });
       else out.push({ path: e.instancePath, message: e.message });
     } else {
       out.push({ path: e.instancePath, message: e.message });

@@ -57,7 +57,11 @@ export class PlatformError extends Error {
   readonly details?: ErrorDetail[];
   /** Extra headers to send with the answer (Allow, Retry-After). */
   readonly headers?: Record<string, string>;
-  constructor(code: ErrorCode, message: string, opts: { details?: ErrorDetail[]; headers?: Record<string, string> } = {}) {
+  constructor(
+    code: ErrorCode,
+    message: string,
+    opts: { details?: ErrorDetail[]; headers?: Record<string, string> } = {},
+  ) {
     super(message);
     this.code = code;
     if (opts.details) this.details = opts.details;
@@ -81,7 +85,11 @@ export function isErrorCode(s: unknown): s is ErrorCode {
  * unknown ones become `internal` with a generic message and are handed to `log`
  * (never sent: no stack trace or secret leaves the process).
  */
-export function toWireError(e: unknown, requestId?: string, log?: (e: unknown) => void): { status: number; body: ErrorBody } {
+export function toWireError(
+  e: unknown,
+  requestId?: string,
+  log?: (e: unknown) => void,
+): { status: number; body: ErrorBody } {
   if (isPlatformError(e)) {
     const error: WireError = { code: e.code, message: e.message };
     if (e.details?.length) error.details = e.details;

@@ -53,7 +53,9 @@ export const INPUT_SCHEMAS = {
     name: App,
     platform,
     framework,
-    base_url: Type.Optional(Url("where the platform calls the app back until a dev server or deploy sets it")),
+    base_url: Type.Optional(
+      Url("where the platform calls the app back until a dev server or deploy sets it"),
+    ),
   }),
   "provision-environment": Obj({
     app: App,
@@ -124,8 +126,15 @@ export const INPUT_SCHEMAS = {
   "generate-feature-plan": Obj({ app: App, goal: Str("what the feature should do", 8000) }),
   "set-secret": Obj({
     app: App,
-    name: Type.String({ pattern: SECRET_NAME_PATTERN, description: "secret name (like an environment variable)" }),
-    value: Type.String({ maxLength: SECRET_VALUE_MAX, description: "the secret value (sealed, never returned)", sensitive: true }),
+    name: Type.String({
+      pattern: SECRET_NAME_PATTERN,
+      description: "secret name (like an environment variable)",
+    }),
+    value: Type.String({
+      maxLength: SECRET_VALUE_MAX,
+      description: "the secret value (sealed, never returned)",
+      sensitive: true,
+    }),
   }),
   "unset-secret": Obj({
     app: App,
@@ -138,7 +147,9 @@ export const INPUT_SCHEMAS = {
     method: Type.Optional(
       Type.Enum(["GET", "POST", "PUT", "PATCH", "DELETE"] as const, { description: "HTTP method" }),
     ),
-    every: Type.Optional(Type.String({ pattern: "^[0-9]{1,9}[smhd]$", description: "interval, e.g. 30s, 5m, 1h, 1d" })),
+    every: Type.Optional(
+      Type.String({ pattern: "^[0-9]{1,9}[smhd]$", description: "interval, e.g. 30s, 5m, 1h, 1d" }),
+    ),
     cron: OptStr("five-field cron expression (UTC)", 256),
     at: Type.Optional(Type.String({ format: "date-time", description: "ISO 8601 time of a one-shot job" })),
     disabled: OptBool("pause the job"),
@@ -211,13 +222,17 @@ export const INPUT_SCHEMAS = {
     subject: OptStr("subject", 998),
     html: OptStr("HTML body", 1_000_000),
     text: OptStr("text body", 1_000_000),
-    template: Type.Optional(Type.String({ pattern: "^[a-z0-9][a-z0-9_-]{0,63}$", description: "built-in template name" })),
+    template: Type.Optional(
+      Type.String({ pattern: "^[a-z0-9][a-z0-9_-]{0,63}$", description: "built-in template name" }),
+    ),
     data: Type.Optional(Type.Object({}, { additionalProperties: true, description: "template data" })),
   }),
   "send-message": Obj({
     app: App,
     owner: Str("end user the mail is sent as", 256),
-    provider: Type.Union([Type.Literal("google"), Type.Literal("microsoft")], { description: "mail provider" }),
+    provider: Type.Union([Type.Literal("google"), Type.Literal("microsoft")], {
+      description: "mail provider",
+    }),
     channel: OptStr("channel, e.g. email", 64),
     to: Type.Array(Type.String({ format: "email", maxLength: 320 }), { minItems: 1, maxItems: 100 }),
     cc: Type.Optional(Type.Array(Type.String({ format: "email", maxLength: 320 }), { maxItems: 100 })),
@@ -275,11 +290,14 @@ export const INPUT_SCHEMAS = {
     tracing: OptBool("export traces"),
   }),
   "delivery-check": Obj({
-    checks: Type.Array(Type.Union([Type.Literal("producer"), Type.Literal("release"), Type.Literal("consumer")]), {
-      minItems: 1,
-      maxItems: 3,
-      uniqueItems: true,
-    }),
+    checks: Type.Array(
+      Type.Union([Type.Literal("producer"), Type.Literal("release"), Type.Literal("consumer")]),
+      {
+        minItems: 1,
+        maxItems: 3,
+        uniqueItems: true,
+      },
+    ),
     repo_name: Str("repository name", 256),
     source_paths: OptStrList("source paths that must be in the commit"),
     image: OptStr("image reference"),
@@ -296,7 +314,8 @@ export const CAPABILITY_NAMES = Object.keys(INPUT_SCHEMAS) as CapabilityName[];
 
 /** Names of the fields of a capability's input that are sealed before they leave the gateway. */
 export function sensitiveFields(name: CapabilityName): string[] {
-  const props = (INPUT_SCHEMAS[name] as unknown as { properties: Record<string, { sensitive?: boolean }> }).properties;
+  const props = (INPUT_SCHEMAS[name] as unknown as { properties: Record<string, { sensitive?: boolean }> })
+    .properties;
   return Object.entries(props)
     .filter(([, s]) => s.sensitive === true)
     .map(([k]) => k);

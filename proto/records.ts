@@ -48,7 +48,14 @@ export const OutboxSchema = Type.Object({
   vault: Type.Array(Type.Object({ key: Type.String(), entry: Type.Union([VaultEntrySchema, Type.Null()]) })),
   apps: Type.Array(Type.Object({ key: Type.String(), record: Type.Union([AppRecordSchema, Type.Null()]) })),
   events: Type.Array(PlatformEventSchema),
-  logs: Type.Array(Type.Object({ resource_id: Type.String(), ts: Type.String(), stream: Type.String(), line: Type.String() })),
+  logs: Type.Array(
+    Type.Object({
+      resource_id: Type.String(),
+      ts: Type.String(),
+      stream: Type.String(),
+      line: Type.String(),
+    }),
+  ),
   files: Type.Array(OutboxFileSchema),
 });
 export type Outbox = Static<typeof OutboxSchema>;

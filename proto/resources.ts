@@ -23,7 +23,10 @@ const MOVES: Record<ResourceStatus, readonly ResourceStatus[]> = {
   stopped: [],
 };
 /** Which resource types may use the moves that only some types have. */
-const TYPE_ONLY: Partial<Record<ResourceStatus, string>> = { rolled_back: "Deployment", stopped: "DevServer" };
+const TYPE_ONLY: Partial<Record<ResourceStatus, string>> = {
+  rolled_back: "Deployment",
+  stopped: "DevServer",
+};
 
 export class InvalidTransitionError extends Error {
   override readonly name = "InvalidTransitionError";
@@ -40,7 +43,13 @@ export function assertTransition(type: string, from: ResourceStatus | undefined,
   if (!MOVES[from].includes(to)) throw new InvalidTransitionError(`${type}: ${from} -> ${to} is not allowed`);
 }
 
-export const TERMINAL: ReadonlySet<string> = new Set(["succeeded", "failed", "cancelled", "rolled_back", "stopped"]);
+export const TERMINAL: ReadonlySet<string> = new Set([
+  "succeeded",
+  "failed",
+  "cancelled",
+  "rolled_back",
+  "stopped",
+]);
 
 const common = {
   /** Resource type name. */
@@ -50,7 +59,15 @@ const common = {
   /** Owning application. */
   app_id: Type.String(),
   /** Current status. */
-  status: Type.Enum(["pending", "running", "succeeded", "failed", "cancelled", "rolled_back", "stopped"] as const),
+  status: Type.Enum([
+    "pending",
+    "running",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "rolled_back",
+    "stopped",
+  ] as const),
   /** ISO 8601 UTC. */
   created_at: Type.String(),
   /** ISO 8601 UTC of the last change. */

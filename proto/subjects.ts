@@ -68,7 +68,8 @@ export const subjects = {
   commandPartition: (partition: number) => `slipway.cmd.${partition}.>`,
   commandsAll: "slipway.cmd.>",
   /** The answer to a command, back to the waiting gateway (core NATS). */
-  reply: (gatewayId: string, commandId: string) => `slipway.reply.${token(gatewayId, "gateway id")}.${token(commandId, "command id")}`,
+  reply: (gatewayId: string, commandId: string) =>
+    `slipway.reply.${token(gatewayId, "gateway id")}.${token(commandId, "command id")}`,
   replyInbox: (gatewayId: string) => `slipway.reply.${token(gatewayId, "gateway id")}.>`,
   /** A platform event. */
   event: (app: string, resourceType: string, eventType: string) =>

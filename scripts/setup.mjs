@@ -29,7 +29,8 @@ function has(cmd) {
 
 // 1. Node 20
 const major = Number(process.versions.node.split(".")[0]);
-if (major !== 20) say(`warning: Slipway is built and tested on Node 20; this is Node ${process.versions.node}`);
+if (major !== 20)
+  say(`warning: Slipway is built and tested on Node 20; this is Node ${process.versions.node}`);
 
 // 2. npm dependencies
 const lock = join(root, "package-lock.json");
@@ -46,15 +47,26 @@ if (!process.env.NATS_URL && !has(natsBin)) {
   if (has("apt-get")) {
     say("nats-server is missing: installing it with apt-get (Debian package nats-server)");
     const sudo = isRoot ? [] : has("sudo") ? ["sudo"] : null;
-    if (!sudo) die("nats-server is missing and this user cannot run apt-get. Run as root: apt-get install -y nats-server (or set NATS_URL to a running nats-server -js)");
+    if (!sudo)
+      die(
+        "nats-server is missing and this user cannot run apt-get. Run as root: apt-get install -y nats-server (or set NATS_URL to a running nats-server -js)",
+      );
     const aptEnv = { ...process.env, DEBIAN_FRONTEND: "noninteractive" };
-    const cmd = (a) => (sudo.length ? run("sudo", ["-E", "apt-get", ...a], { env: aptEnv }) : run("apt-get", a, { env: aptEnv }));
+    const cmd = (a) =>
+      sudo.length
+        ? run("sudo", ["-E", "apt-get", ...a], { env: aptEnv })
+        : run("apt-get", a, { env: aptEnv });
     if (!cmd(["install", "-y", "nats-server"])) {
       cmd(["update"]);
-      if (!cmd(["install", "-y", "nats-server"])) die("apt-get could not install nats-server. Install nats-server 2.9 or newer by hand (https://nats.io), or set NATS_URL");
+      if (!cmd(["install", "-y", "nats-server"]))
+        die(
+          "apt-get could not install nats-server. Install nats-server 2.9 or newer by hand (https://nats.io), or set NATS_URL",
+        );
     }
   } else {
-    die("nats-server is missing and there is no apt-get here. Install nats-server 2.9 or newer (it must be on PATH, or set NATS_SERVER_BIN), or set NATS_URL to a running nats-server -js");
+    die(
+      "nats-server is missing and there is no apt-get here. Install nats-server 2.9 or newer (it must be on PATH, or set NATS_SERVER_BIN), or set NATS_URL to a running nats-server -js",
+    );
   }
   if (!has(natsBin)) die("nats-server is still not on PATH after installing it");
 }

@@ -10,7 +10,14 @@ import {
   type StreamConfig,
 } from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
-import { BUCKETS, COMMAND_DEDUP_MS, COMMAND_RETENTION_MS, LEASE_TTL_MS, STREAMS, subjects } from "../proto/subjects.js";
+import {
+  BUCKETS,
+  COMMAND_DEDUP_MS,
+  COMMAND_RETENTION_MS,
+  LEASE_TTL_MS,
+  STREAMS,
+  subjects,
+} from "../proto/subjects.js";
 
 /** Everything a process needs from NATS: the connection, JetStream and the KV buckets. */
 export interface Bus {

@@ -47,7 +47,12 @@ function canConnect(port: number): Promise<boolean> {
  * Starts `nats-server -js` on 127.0.0.1:<port> with its store in `<dir>/nats`
  * (the platform's embedded default, and every test's own server).
  */
-export async function startEmbeddedNats(opts: { dir: string; port: number; timeoutMs?: number; log?: (l: string) => void }): Promise<EmbeddedNats> {
+export async function startEmbeddedNats(opts: {
+  dir: string;
+  port: number;
+  timeoutMs?: number;
+  log?: (l: string) => void;
+}): Promise<EmbeddedNats> {
   const bin = natsServerBinary();
   if (!natsServerVersion(bin)) {
     throw new NatsServerMissingError(
@@ -55,7 +60,9 @@ export async function startEmbeddedNats(opts: { dir: string; port: number; timeo
     );
   }
   if (await canConnect(opts.port)) {
-    throw new NatsServerStartError(`port ${opts.port} is already taken on 127.0.0.1: stop what uses it, or set NATS_URL to use a running server`);
+    throw new NatsServerStartError(
+      `port ${opts.port} is already taken on 127.0.0.1: stop what uses it, or set NATS_URL to use a running server`,
+    );
   }
   const store = join(opts.dir, "nats");
   mkdirSync(store, { recursive: true });
@@ -87,7 +94,10 @@ export async function startEmbeddedNats(opts: { dir: string; port: number; timeo
   );
   const deadline = Date.now() + (opts.timeoutMs ?? 10_000);
   while (!(await canConnect(opts.port))) {
-    if (exited) throw new NatsServerStartError(`nats-server exited at start: ${stderr.split("\n").filter(Boolean).slice(-3).join(" | ")}`);
+    if (exited)
+      throw new NatsServerStartError(
+        `nats-server exited at start: ${stderr.split("\n").filter(Boolean).slice(-3).join(" | ")}`,
+      );
     if (Date.now() > deadline) {
       child.kill("SIGKILL");
       throw new NatsServerStartError(`nats-server did not listen on port ${opts.port} in time`);

@@ -45,7 +45,12 @@ function sortKey(id: string): string {
 
 function resourceIndexKeys(doc: Resource): string[] {
   const s = sortKey(doc.id);
-  const out = [`x!all!${s}`, `x!a!${doc.app_id}!${s}`, `x!t!${doc.type}!${s}`, `x!at!${doc.app_id}!${doc.type}!${s}`];
+  const out = [
+    `x!all!${s}`,
+    `x!a!${doc.app_id}!${s}`,
+    `x!t!${doc.type}!${s}`,
+    `x!at!${doc.app_id}!${doc.type}!${s}`,
+  ];
   if (doc.owner) out.push(`x!o!${doc.owner}!${s}`);
   return out;
 }
@@ -127,7 +132,16 @@ export class ReadIndex {
   }
 
   async listResources(q: ListQuery): Promise<Page<Resource>> {
-    const prefix = q.app_id && q.type ? `x!at!${q.app_id}!${q.type}!` : q.app_id ? `x!a!${q.app_id}!` : q.type ? `x!t!${q.type}!` : q.owner ? `x!o!${q.owner}!` : "x!all!";
+    const prefix =
+      q.app_id && q.type
+        ? `x!at!${q.app_id}!${q.type}!`
+        : q.app_id
+          ? `x!a!${q.app_id}!`
+          : q.type
+            ? `x!t!${q.type}!`
+            : q.owner
+              ? `x!o!${q.owner}!`
+              : "x!all!";
     return this.page(prefix, q, async (id) => {
       const doc = await this.getResource(id);
       if (!doc) return undefined;
@@ -149,7 +163,11 @@ export class ReadIndex {
     });
   }
 
-  private async page<T>(prefix: string, q: ListQuery, load: (id: string) => Promise<T | undefined>): Promise<Page<T>> {
+  private async page<T>(
+    prefix: string,
+    q: ListQuery,
+    load: (id: string) => Promise<T | undefined>,
+  ): Promise<Page<T>> {
     const items: T[] = [];
     const lt = q.cursor ? prefix + Buffer.from(q.cursor, "base64url").toString("utf8") : `${prefix}\xff`;
     let last: string | undefined;
@@ -184,7 +202,8 @@ export class ReadIndex {
 
   private async followResources(bus: Bus, log: (msg: string) => void): Promise<void> {
     const status = await bus.kv.resources.status();
-    const target = status.values > 0 ? ((await bus.jsm.streams.info(status.streamInfo.config.name)).state.last_seq) : 0;
+    const target =
+      status.values > 0 ? (await bus.jsm.streams.info(status.streamInfo.config.name)).state.last_seq : 0;
     if (target <= this.resourcesRev || target === 0) this.initialResources = true;
     const w = await bus.kv.resources.watch({
       include: "history",
@@ -203,7 +222,9 @@ export class ReadIndex {
             await this.applyResource(e.key, null, e.revision);
           }
         } catch (err) {
-          log(`read index: skipped resource ${e.key}: ${err instanceof CodecError ? err.message : String(err)}`);
+          log(
+            `read index: skipped resource ${e.key}: ${err instanceof CodecError ? err.message : String(err)}`,
+          );
         }
         this.resourcesRev = e.revision;
         if (++sinceSave >= 50 || e.delta === 0) {

@@ -14,7 +14,9 @@ export async function* readStream(
 ): AsyncGenerator<JsMsg> {
   const consumer = await bus.js.consumers.get(stream, {
     filter_subjects: filter,
-    ...(opts.startSeq ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: opts.startSeq } : { deliver_policy: DeliverPolicy.All }),
+    ...(opts.startSeq
+      ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: opts.startSeq }
+      : { deliver_policy: DeliverPolicy.All }),
   });
   let pending = (await consumer.info()).num_pending;
   while (!opts.signal?.aborted) {

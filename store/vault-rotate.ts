@@ -20,7 +20,7 @@ export async function resealAll(bus: Bus, vault: Vault): Promise<RotateReport> {
   for await (const k of await bus.kv.vault.keys()) names.push(k);
   for (const key of names) {
     const e = await bus.kv.vault.get(key);
-    if (!e || e.operation !== "PUT") continue;
+    if (e?.operation !== "PUT") continue;
     const entry = check(VaultEntrySchema, e.json(), `vault ${key}`);
     if (entry.sealed.kid === vault.activeKeyId) {
       report.already_current++;
@@ -52,7 +52,7 @@ export async function resealAll(bus: Bus, vault: Vault): Promise<RotateReport> {
   for await (const k of await bus.kv.apps.keys()) apps.push(k);
   for (const key of apps) {
     const e = await bus.kv.apps.get(key);
-    if (!e || e.operation !== "PUT") continue;
+    if (e?.operation !== "PUT") continue;
     const rec = check(AppRecordSchema, e.json(), `app ${key}`);
     if (rec.service_key.kid === vault.activeKeyId) {
       report.already_current++;

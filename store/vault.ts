@@ -144,8 +144,16 @@ export class Vault {
     const iv = randomBytes(12);
     const c = createCipheriv("aes-256-gcm", key, iv);
     c.setAAD(Buffer.from(aad, "utf8"));
-    const ct = Buffer.concat([c.update(typeof plain === "string" ? Buffer.from(plain, "utf8") : plain), c.final()]);
-    return { kid: this.ring.active, iv: iv.toString("base64"), ct: ct.toString("base64"), tag: c.getAuthTag().toString("base64") };
+    const ct = Buffer.concat([
+      c.update(typeof plain === "string" ? Buffer.from(plain, "utf8") : plain),
+      c.final(),
+    ]);
+    return {
+      kid: this.ring.active,
+      iv: iv.toString("base64"),
+      ct: ct.toString("base64"),
+      tag: c.getAuthTag().toString("base64"),
+    };
   }
 
   private key(kid: string): Buffer {

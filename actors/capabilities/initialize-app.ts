@@ -63,7 +63,8 @@ export const initializeApp: Handler = async (ctx, input) => {
   ctx.outbox.apps.push({ key: keys.app(name), record });
   ctx.putResource(resource);
   const files = renderStarter({ app: name, platform, framework });
-  for (const f of files) ctx.outbox.files.push({ path: `${workspace}/${f.path}`, content: f.content, keep_existing: true });
+  for (const f of files)
+    ctx.outbox.files.push({ path: `${workspace}/${f.path}`, content: f.content, keep_existing: true });
   const env = [
     `SLIPWAY_APP=${name}`,
     `SLIPWAY_TOKEN=${token}`,
@@ -77,8 +78,17 @@ export const initializeApp: Handler = async (ctx, input) => {
     aad: envFileAad(name, ctx.cmd.id),
     mode: 0o600,
   });
-  ctx.log(id, `initialized app ${name} (platform ${platform}, framework ${framework}); ${files.length} starter files`);
-  ctx.emit("ApplicationInitialized", resource, { name, platform, framework, base_url: baseUrl, files: files.length });
+  ctx.log(
+    id,
+    `initialized app ${name} (platform ${platform}, framework ${framework}); ${files.length} starter files`,
+  );
+  ctx.emit("ApplicationInitialized", resource, {
+    name,
+    platform,
+    framework,
+    base_url: baseUrl,
+    files: files.length,
+  });
   return {
     status: "succeeded",
     resource,

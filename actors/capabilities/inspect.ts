@@ -18,7 +18,10 @@ async function recentEvents(ctx: HandlerContext, limit: number): Promise<Platfor
   return out.reverse();
 }
 
-async function probe(url: string, timeoutMs: number): Promise<{ ok: boolean; status?: number; error?: string; ms: number }> {
+async function probe(
+  url: string,
+  timeoutMs: number,
+): Promise<{ ok: boolean; status?: number; error?: string; ms: number }> {
   const t0 = Date.now();
   try {
     const r = await fetch(url, { signal: AbortSignal.timeout(timeoutMs), redirect: "manual" });
@@ -48,11 +51,29 @@ export const readers: Partial<Record<string, (ctx: HandlerContext) => Promise<un
   async resources(ctx) {
     const all = await ctx.state.listResources();
     all.sort((a, b) => (a.id < b.id ? 1 : -1));
-    return { total: all.length, items: all.slice(0, 200).map(({ type, id, status, created_at, updated_at }) => ({ type, id, status, created_at, updated_at })) };
+    return {
+      total: all.length,
+      items: all.slice(0, 200).map(({ type, id, status, created_at, updated_at }) => ({
+        type,
+        id,
+        status,
+        created_at,
+        updated_at,
+      })),
+    };
   },
   async events(ctx) {
     const items = await recentEvents(ctx, RECENT);
-    return { items: items.map(({ id, type, resource_type, resource_id, timestamp, actor }) => ({ id, type, resource_type, resource_id, timestamp, actor })) };
+    return {
+      items: items.map(({ id, type, resource_type, resource_id, timestamp, actor }) => ({
+        id,
+        type,
+        resource_type,
+        resource_id,
+        timestamp,
+        actor,
+      })),
+    };
   },
   async secrets(ctx) {
     const names = await ctx.state.listVaultNames();
@@ -76,7 +97,9 @@ export const readers: Partial<Record<string, (ctx: HandlerContext) => Promise<un
     const appHealth = app.base_url ? await probe(new URL("/health", app.base_url).toString(), 1000) : null;
     return {
       platform: { bus: "connected", node: ctx.nodeId, vault_key_id: ctx.vault.activeKeyId },
-      app: app.base_url ? { base_url: app.base_url, health: appHealth } : { base_url: null, health: "no base_url yet (set by initialize-app, a dev server or a deploy)" },
+      app: app.base_url
+        ? { base_url: app.base_url, health: appHealth }
+        : { base_url: null, health: "no base_url yet (set by initialize-app, a dev server or a deploy)" },
       healthy: appHealth ? appHealth.ok : null,
     };
   },

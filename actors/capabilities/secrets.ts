@@ -14,7 +14,10 @@ export const setSecret: Handler = async (ctx, input) => {
   await requireApp(ctx);
   const name = input.name as string;
   const sealedIn = ctx.cmd.sealed?.value;
-  if (!sealedIn) throw new PlatformError("invalid_input", "value: is required", { details: [{ path: "/value", message: "is required" }] });
+  if (!sealedIn)
+    throw new PlatformError("invalid_input", "value: is required", {
+      details: [{ path: "/value", message: "is required" }],
+    });
   const value = ctx.vault.open(sealedIn, commandFieldAad(ctx.cmd.id, "value"));
   const existing = await ctx.state.getVaultEntry(name);
   const iso = ctx.now.toISOString();
@@ -34,7 +37,10 @@ export const setSecret: Handler = async (ctx, input) => {
     key_id: sealed.kid,
     version,
   };
-  ctx.outbox.vault.push({ key: keys.vault(ctx.app, name), entry: { sealed, resource_id: id, version, updated_at: iso } });
+  ctx.outbox.vault.push({
+    key: keys.vault(ctx.app, name),
+    entry: { sealed, resource_id: id, version, updated_at: iso },
+  });
   ctx.putResource(resource, previous);
   ctx.log(id, `sealed ${name} (version ${version}, key ${sealed.kid})`);
   ctx.emit("SecretSet", resource, { name, version, key_id: sealed.kid });

@@ -2,7 +2,17 @@ import anyTest, { type TestFn } from "ava";
 import { randomUUID } from "node:crypto";
 import { openBus, type Bus } from "../../store/bus.js";
 import { keys, partitionOf, PARTITIONS } from "../../proto/subjects.js";
-import { call, eventually, get, startTestNats, startTestPlatform, tempDir, TEST_VAULT_KEY, type TestNats, type TestPlatform } from "../helpers/infra.js";
+import {
+  call,
+  eventually,
+  get,
+  startTestNats,
+  startTestPlatform,
+  tempDir,
+  TEST_VAULT_KEY,
+  type TestNats,
+  type TestPlatform,
+} from "../helpers/infra.js";
 import { spawnNode, type NodeProcess } from "../helpers/processes.js";
 import { readStream } from "../../store/read-stream.js";
 import { STREAMS, subjects } from "../../proto/subjects.js";
@@ -63,7 +73,12 @@ test("kill -9 of a partition owner with 200 commands in flight: each acknowledge
   const killedAt: { t?: number } = {};
   const pending = sent.map(async (c, i) => {
     await new Promise((r) => setTimeout(r, i * 3)); // a steady stream over ~600 ms
-    const r = await call(gw.controlUrl, "set-secret", { app: c.app, name: c.name, value: `val-${i}` }, { "idempotency-key": c.key });
+    const r = await call(
+      gw.controlUrl,
+      "set-secret",
+      { app: c.app, name: c.name, value: `val-${i}` },
+      { "idempotency-key": c.key },
+    );
     answered++;
     if (answered === 40 && !killedAt.t) {
       killedAt.t = Date.now();
@@ -74,7 +89,16 @@ test("kill -9 of a partition owner with 200 commands in flight: each acknowledge
   const results = await Promise.all(pending);
   t.truthy(killedAt.t, "node a was killed mid-run");
   const ok = results.filter((r) => r.status === 200);
-  t.is(ok.length, 200, `all answered 200: ${JSON.stringify(results.filter((r) => r.status !== 200).map((r) => r.body).slice(0, 3))}`);
+  t.is(
+    ok.length,
+    200,
+    `all answered 200: ${JSON.stringify(
+      results
+        .filter((r) => r.status !== 200)
+        .map((r) => r.body)
+        .slice(0, 3),
+    )}`,
+  );
 
   // the other node took the partitions within the lease TTL (+ one scan tick)
   const tookOver = Date.now();
@@ -85,13 +109,18 @@ test("kill -9 of a partition owner with 200 commands in flight: each acknowledge
   // every acknowledged command took effect exactly once: one SecretSet per name, version 1
   const events: PlatformEvent[] = [];
   for (const app of apps) {
-    for await (const m of readStream(bus, STREAMS.events, subjects.eventsOfApp(app))) events.push(m.json<PlatformEvent>());
+    for await (const m of readStream(bus, STREAMS.events, subjects.eventsOfApp(app)))
+      events.push(m.json<PlatformEvent>());
   }
   const sets = events.filter((e) => e.type === "SecretSet");
   const byName = new Map<string, number>();
-  for (const e of sets) byName.set(`${e.app_id}/${e.data.name}`, (byName.get(`${e.app_id}/${e.data.name}`) ?? 0) + 1);
+  for (const e of sets)
+    byName.set(`${e.app_id}/${e.data.name}`, (byName.get(`${e.app_id}/${e.data.name}`) ?? 0) + 1);
   t.is(byName.size, 200);
-  t.true([...byName.values()].every((n) => n === 1), "exactly one SecretSet per command");
+  t.true(
+    [...byName.values()].every((n) => n === 1),
+    "exactly one SecretSet per command",
+  );
   t.true(sets.every((e) => e.data.version === 1));
   for (const r of ok) {
     const doc = await get(gw.controlUrl, `/resources/Secret/${r.body.resource.id}`);
@@ -101,11 +130,21 @@ test("kill -9 of a partition owner with 200 commands in flight: each acknowledge
   // retries with the same Idempotency-Key get the original answer (before and after the kill)
   for (const i of [0, 39, 120, 199]) {
     const c = sent[i]!;
-    const again = await call(gw.controlUrl, "set-secret", { app: c.app, name: c.name, value: `val-${i}` }, { "idempotency-key": c.key });
+    const again = await call(
+      gw.controlUrl,
+      "set-secret",
+      { app: c.app, name: c.name, value: `val-${i}` },
+      { "idempotency-key": c.key },
+    );
     t.is(again.status, 200);
     t.is(again.body.resource.id, results[i]!.body.resource.id);
     t.is(again.body.events[0].id, results[i]!.body.events[0].id, "same event: not applied twice");
-    const mismatch = await call(gw.controlUrl, "set-secret", { app: c.app, name: c.name, value: "other" }, { "idempotency-key": c.key });
+    const mismatch = await call(
+      gw.controlUrl,
+      "set-secret",
+      { app: c.app, name: c.name, value: "other" },
+      { "idempotency-key": c.key },
+    );
     t.is(mismatch.status, 409);
     t.is(mismatch.body.error.code, "idempotency_mismatch");
   }

@@ -6,7 +6,15 @@ import { Vault } from "../../store/vault.js";
 import { readStream } from "../../store/read-stream.js";
 import { partitionOf, STREAMS, subjects } from "../../proto/subjects.js";
 import type { PlatformEvent } from "../../proto/events.js";
-import { call, startTestNats, startTestPlatform, tempDir, TEST_VAULT_KEY, type TestNats, type TestPlatform } from "../helpers/infra.js";
+import {
+  call,
+  startTestNats,
+  startTestPlatform,
+  tempDir,
+  TEST_VAULT_KEY,
+  type TestNats,
+  type TestPlatform,
+} from "../helpers/infra.js";
 
 interface Ctx {
   nats: TestNats;
@@ -53,13 +61,19 @@ test("two nodes forced to both hold a partition: the fence refuses the stale app
     t.is((await call(gw.controlUrl, "initialize-app", { name: app })).status, 200);
     const N = 60;
     const results = await Promise.all(
-      Array.from({ length: N }, (_, i) => call(gw.controlUrl, "set-secret", { app, name: "SAME", value: `v${i}` })),
+      Array.from({ length: N }, (_, i) =>
+        call(gw.controlUrl, "set-secret", { app, name: "SAME", value: `v${i}` }),
+      ),
     );
-    t.true(results.every((r) => r.status === 200), "every command answered");
+    t.true(
+      results.every((r) => r.status === 200),
+      "every command answered",
+    );
     t.true(fenced.length > 0, `the fence refused stale appends (${fenced.length} times)`);
     // the history: one SecretSet per command, versions 1..N in stream order, no duplicates
     const events: PlatformEvent[] = [];
-    for await (const m of readStream(buses[0]!, STREAMS.events, subjects.eventsOfApp(app))) events.push(m.json<PlatformEvent>());
+    for await (const m of readStream(buses[0]!, STREAMS.events, subjects.eventsOfApp(app)))
+      events.push(m.json<PlatformEvent>());
     const versions = events.filter((e) => e.type === "SecretSet").map((e) => e.data.version as number);
     t.deepEqual(
       versions,

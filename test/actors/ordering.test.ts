@@ -4,7 +4,16 @@ import { startNode, type NodeHandle } from "../../actors/runtime.js";
 import type { ApplyTrace } from "../../actors/app-actor.js";
 import { openBus, type Bus } from "../../store/bus.js";
 import { Vault } from "../../store/vault.js";
-import { call, eventually, startTestNats, startTestPlatform, tempDir, TEST_VAULT_KEY, type TestNats, type TestPlatform } from "../helpers/infra.js";
+import {
+  call,
+  eventually,
+  startTestNats,
+  startTestPlatform,
+  tempDir,
+  TEST_VAULT_KEY,
+  type TestNats,
+  type TestPlatform,
+} from "../helpers/infra.js";
 
 interface Ctx {
   nats: TestNats;
@@ -49,7 +58,12 @@ test.after.always(async (t) => {
 test("two nodes: 500 concurrent commands over 20 apps take effect one at a time per app, in arrival order, and apps overlap", async (t) => {
   const { gw, nodes, traces } = t.context;
   // both nodes hold partitions
-  await eventually(async () => nodes.every((n) => n.partitions().length > 0) && nodes[0]!.partitions().length + nodes[1]!.partitions().length === 64, 15_000);
+  await eventually(
+    async () =>
+      nodes.every((n) => n.partitions().length > 0) &&
+      nodes[0]!.partitions().length + nodes[1]!.partitions().length === 64,
+    15_000,
+  );
   const apps = Array.from({ length: 20 }, () => `o${randomUUID().slice(0, 8)}`);
   for (const a of apps) t.is((await call(gw.controlUrl, "initialize-app", { name: a })).status, 200);
   traces.length = 0;

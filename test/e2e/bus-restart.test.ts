@@ -19,7 +19,7 @@ test("nats-server restarted under load: 503 bus_unavailable meanwhile, serving a
     const loop = async () => {
       while (!stop) {
         const name = `K${n++}`;
-        let r;
+        let r: Awaited<ReturnType<typeof call>>;
         try {
           r = await call(p.controlUrl, "set-secret", { app, name, value: "x" });
         } catch {
@@ -49,14 +49,19 @@ test("nats-server restarted under load: 503 bus_unavailable meanwhile, serving a
     t.is(cmd.status, 503);
     t.is(cmd.body.error.code, "bus_unavailable");
     t.true(Date.now() - t0 < 1000, "answered at once, not after a timeout");
-    nats.server = await (await import("../../store/embedded-nats.js")).startEmbeddedNats({ dir: nats.dir, port: Number(new URL(nats.url).port) });
+    nats.server = await (await import("../../store/embedded-nats.js")).startEmbeddedNats({
+      dir: nats.dir,
+      port: Number(new URL(nats.url).port),
+    });
     upAt = Date.now();
     const deadline = Date.now() + 20_000;
     while (!firstOkAfterUp && Date.now() < deadline) await sleep(50);
     await sleep(1000);
     stop = true;
     await Promise.all(loops);
-    t.log(`statuses ${JSON.stringify([...statuses])}, error codes ${JSON.stringify([...codes])}, down ${upAt - downAt} ms, serving again ${firstOkAfterUp - upAt} ms after return`);
+    t.log(
+      `statuses ${JSON.stringify([...statuses])}, error codes ${JSON.stringify([...codes])}, down ${upAt - downAt} ms, serving again ${firstOkAfterUp - upAt} ms after return`,
+    );
     t.true(firstOkAfterUp > 0, "serving again");
     t.true(firstOkAfterUp - upAt < 5000, "within 5 s of the server's return");
     for (const s of statuses.keys()) t.true(s === 200 || s === 503 || s === 504, `no other status: ${s}`);

@@ -2,7 +2,14 @@ import anyTest, { type TestFn } from "ava";
 import { readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { randomUUID } from "node:crypto";
-import { call, get, startTestNats, startTestPlatform, type TestNats, type TestPlatform } from "../helpers/infra.js";
+import {
+  call,
+  get,
+  startTestNats,
+  startTestPlatform,
+  type TestNats,
+  type TestPlatform,
+} from "../helpers/infra.js";
 import { EVENT_TYPES } from "../../proto/events.js";
 import { CAPABILITIES } from "../../proto/catalogue.js";
 
@@ -157,11 +164,26 @@ test("the data plane takes only the app's own token; another app's token is 403"
   const none = await call(p.dataUrl, "set-secret", { app: a, name: "K", value: "v" });
   t.is(none.status, 401);
   t.is(none.body.error.code, "unauthenticated");
-  const bad = await call(p.dataUrl, "set-secret", { app: a, name: "K", value: "v" }, { authorization: "Bearer slw_nope" });
+  const bad = await call(
+    p.dataUrl,
+    "set-secret",
+    { app: a, name: "K", value: "v" },
+    { authorization: "Bearer slw_nope" },
+  );
   t.is(bad.status, 401);
-  const ok = await call(p.dataUrl, "set-secret", { app: a, name: "K", value: "v" }, { authorization: `Bearer ${tokenA}` });
+  const ok = await call(
+    p.dataUrl,
+    "set-secret",
+    { app: a, name: "K", value: "v" },
+    { authorization: `Bearer ${tokenA}` },
+  );
   t.is(ok.status, 200);
-  const other = await call(p.dataUrl, "set-secret", { app: b, name: "K", value: "v" }, { authorization: `Bearer ${tokenA}` });
+  const other = await call(
+    p.dataUrl,
+    "set-secret",
+    { app: b, name: "K", value: "v" },
+    { authorization: `Bearer ${tokenA}` },
+  );
   t.is(other.status, 403);
   t.is(other.body.error.code, "forbidden");
   // reads on the data plane see only the token's app
@@ -176,7 +198,8 @@ test("resources and events page newest first with a cursor", async (t) => {
   const { p } = t.context;
   const name = appName();
   await call(p.controlUrl, "initialize-app", { name });
-  for (let i = 0; i < 5; i++) await call(p.controlUrl, "set-secret", { app: name, name: `K${i}`, value: "x" });
+  for (let i = 0; i < 5; i++)
+    await call(p.controlUrl, "set-secret", { app: name, name: `K${i}`, value: "x" });
   const first = await get(p.controlUrl, `/resources?app_id=${name}&type=Secret&limit=2`);
   t.is(first.body.items.length, 2);
   t.deepEqual(
@@ -184,12 +207,18 @@ test("resources and events page newest first with a cursor", async (t) => {
     ["K4", "K3"],
   );
   t.truthy(first.body.next_cursor);
-  const second = await get(p.controlUrl, `/resources?app_id=${name}&type=Secret&limit=2&cursor=${first.body.next_cursor}`);
+  const second = await get(
+    p.controlUrl,
+    `/resources?app_id=${name}&type=Secret&limit=2&cursor=${first.body.next_cursor}`,
+  );
   t.deepEqual(
     second.body.items.map((r: { name: string }) => r.name),
     ["K2", "K1"],
   );
-  const third = await get(p.controlUrl, `/resources?app_id=${name}&type=Secret&limit=2&cursor=${second.body.next_cursor}`);
+  const third = await get(
+    p.controlUrl,
+    `/resources?app_id=${name}&type=Secret&limit=2&cursor=${second.body.next_cursor}`,
+  );
   t.deepEqual(
     third.body.items.map((r: { name: string }) => r.name),
     ["K0"],

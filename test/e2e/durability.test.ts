@@ -17,15 +17,31 @@ const require = createRequire(import.meta.url);
 const tsx = require.resolve("tsx");
 const slipwayd = fileURLToPath(new URL("../../bin/slipwayd.ts", import.meta.url));
 
-async function up(dataDir: string, natsPort: number): Promise<PlatformHandle & { url: string; dataUrl: string }> {
-  const h = await startPlatform({ role: "up", dataDir, natsPort, controlPort: 0, dataPort: 0, log: () => {}, env: {} });
-  return Object.assign(h, { url: `http://127.0.0.1:${h.control!.port}`, dataUrl: `http://127.0.0.1:${h.data!.port}` });
+async function up(
+  dataDir: string,
+  natsPort: number,
+): Promise<PlatformHandle & { url: string; dataUrl: string }> {
+  const h = await startPlatform({
+    role: "up",
+    dataDir,
+    natsPort,
+    controlPort: 0,
+    dataPort: 0,
+    log: () => {},
+    env: {},
+  });
+  return Object.assign(h, {
+    url: `http://127.0.0.1:${h.control!.port}`,
+    dataUrl: `http://127.0.0.1:${h.data!.port}`,
+  });
 }
 
 /** Ids of the app's resources other than Inspections (inspect makes new ones). */
 async function ids(url: string, app: string): Promise<string[]> {
   const r = await get(url, `/resources?app_id=${app}&limit=500`);
-  return r.body.items.filter((x: { type: string }) => x.type !== "Inspection").map((x: { id: string }) => x.id);
+  return r.body.items
+    .filter((x: { type: string }) => x.type !== "Inspection")
+    .map((x: { id: string }) => x.id);
 }
 
 function filesUnder(dir: string): string[] {
@@ -57,13 +73,30 @@ test("restart keeps resources, events and secrets; a deleted index is rebuilt; t
   t.true(Date.now() - t0 < 2000, `ready within 2 s (took ${Date.now() - t0} ms)`);
   const init = keep(await call(p.url, "initialize-app", { name: app }));
   const token = init.body.result.token as string;
-  for (let i = 0; i < 4; i++) keep(await call(p.url, "set-secret", { app, name: `S${i}`, value: secrets[i] }, { "idempotency-key": `k${i}` }));
-  keep(await call(p.dataUrl, "set-secret", { app, name: "S4", value: secrets[4] }, { authorization: `Bearer ${token}` }));
+  for (let i = 0; i < 4; i++)
+    keep(
+      await call(
+        p.url,
+        "set-secret",
+        { app, name: `S${i}`, value: secrets[i] },
+        { "idempotency-key": `k${i}` },
+      ),
+    );
+  keep(
+    await call(
+      p.dataUrl,
+      "set-secret",
+      { app, name: "S4", value: secrets[4] },
+      { authorization: `Bearer ${token}` },
+    ),
+  );
   keep(await call(p.url, "set-secret", { app, name: "GONE", value: secrets[5] }));
   keep(await call(p.url, "unset-secret", { app, name: "GONE" }));
   keep(await call(p.url, "set-secret", { app, name: "S0", value: secrets[0] }, { "idempotency-key": "k0" })); // replay
   const beforeResources = await ids(p.url, app);
-  const beforeEvents = (await get(p.url, `/events?app_id=${app}&limit=500`)).body.items.map((e: { id: string }) => e.id);
+  const beforeEvents = (await get(p.url, `/events?app_id=${app}&limit=500`)).body.items.map(
+    (e: { id: string }) => e.id,
+  );
   t.is(beforeResources.length, 6); // Application + S0..S4
   t.true(beforeEvents.length >= 8);
   await p.close();
@@ -72,17 +105,27 @@ test("restart keeps resources, events and secrets; a deleted index is rebuilt; t
   p = await up(dataDir, natsPort);
   await eventually(async () => (await get(p.url, "/readyz")).status === 200, 5000, 20);
   t.deepEqual(await ids(p.url, app), beforeResources);
-  t.deepEqual((await get(p.url, `/events?app_id=${app}&limit=500`)).body.items.map((e: { id: string }) => e.id).slice(-beforeEvents.length), beforeEvents);
+  t.deepEqual(
+    (await get(p.url, `/events?app_id=${app}&limit=500`)).body.items
+      .map((e: { id: string }) => e.id)
+      .slice(-beforeEvents.length),
+    beforeEvents,
+  );
   const listed = keep(await call(p.url, "inspect", { app, type: "secrets" }));
   t.deepEqual(
-    listed.body.resource.result.items.map((i: { name: string; integrity: string }) => `${i.name}:${i.integrity}`),
+    listed.body.resource.result.items.map(
+      (i: { name: string; integrity: string }) => `${i.name}:${i.integrity}`,
+    ),
     ["S0:ok", "S1:ok", "S2:ok", "S3:ok", "S4:ok"],
   );
   // the vault opens the value sealed in the first life
   const e0 = await p.bus.kv.vault.get(`${app}.S1`);
   t.is(p.vault.openString(e0!.json<{ sealed: never }>().sealed, secretAad(app, "S1")), secrets[1]!);
   // the token minted in the first life still works
-  t.is((await call(p.dataUrl, "inspect", { app, type: "app" }, { authorization: `Bearer ${token}` })).status, 200);
+  t.is(
+    (await call(p.dataUrl, "inspect", { app, type: "app" }, { authorization: `Bearer ${token}` })).status,
+    200,
+  );
   await p.close();
 
   // 3. a deleted read index is rebuilt from NATS
@@ -90,7 +133,12 @@ test("restart keeps resources, events and secrets; a deleted index is rebuilt; t
   p = await up(dataDir, natsPort);
   await eventually(async () => (await get(p.url, "/readyz")).status === 200, 5000, 20);
   t.deepEqual(await ids(p.url, app), beforeResources);
-  t.deepEqual((await get(p.url, `/events?app_id=${app}&limit=500`)).body.items.map((e: { id: string }) => e.id).slice(-beforeEvents.length), beforeEvents);
+  t.deepEqual(
+    (await get(p.url, `/events?app_id=${app}&limit=500`)).body.items
+      .map((e: { id: string }) => e.id)
+      .slice(-beforeEvents.length),
+    beforeEvents,
+  );
 
   // 4. a tampered sealed value is refused, never decrypted
   const entry = await p.bus.kv.vault.get(`${app}.S2`);
@@ -105,34 +153,51 @@ test("restart keeps resources, events and secrets; a deleted index is rebuilt; t
   const s3 = (await p.bus.kv.vault.get(`${app}.S3`))!.json<{ sealed: never }>().sealed;
   t.throws(() => p.vault.open(s3, secretAad(app, "S4")), { instanceOf: VaultTamperedError });
   const afterTamper = keep(await call(p.url, "inspect", { app, type: "secrets" }));
-  t.is(afterTamper.body.resource.result.items.find((i: { name: string }) => i.name === "S2").integrity, "tampered");
+  t.is(
+    afterTamper.body.resource.result.items.find((i: { name: string }) => i.name === "S2").integrity,
+    "tampered",
+  );
   await p.close();
 
   // 5. slipwayd vault rotate: new active key, every intact value re-sealed, the tampered one reported and left alone
   const rot = spawnSync(process.execPath, ["--import", tsx, slipwayd, "vault", "rotate"], {
-    env: { ...process.env, SLIPWAY_DATA_DIR: dataDir, SLIPWAY_NATS_PORT: String(natsPort), SLIPWAY_VAULT_KEY: "" },
+    env: {
+      ...process.env,
+      SLIPWAY_DATA_DIR: dataDir,
+      SLIPWAY_NATS_PORT: String(natsPort),
+      SLIPWAY_VAULT_KEY: "",
+    },
     encoding: "utf8",
     timeout: 60_000,
   });
   const report = JSON.parse(rot.stdout.trim().split("\n").pop()!);
   t.is(rot.status, 1, "non-zero: a tampered value was found");
-  t.is(report.resealed, 4);
+  t.is(report.resealed, 5, "four intact secrets and the app's service key");
   t.deepEqual(report.tampered, [`${app}.S2`]);
   p = await up(dataDir, natsPort);
   await eventually(async () => (await get(p.url, "/readyz")).status === 200, 5000, 20);
   const rotated = keep(await call(p.url, "inspect", { app, type: "secrets" }));
   const items = rotated.body.resource.result.items as { name: string; key_id: string; integrity: string }[];
-  t.true(items.filter((i) => i.name !== "S2").every((i) => i.key_id === report.active_key_id && i.integrity === "ok"));
+  t.true(
+    items
+      .filter((i) => i.name !== "S2")
+      .every((i) => i.key_id === report.active_key_id && i.integrity === "ok"),
+  );
   const r2 = await resealAll(p.bus, p.vault);
   t.is(r2.resealed, 0, "nothing left to re-seal");
 
   // 6. the scan: no secret value in any answer, event, log line, KV value, stream message or file of the data dir
-  const haystacks: { where: string; text: string }[] = bodies.map((b, i) => ({ where: `response ${i}`, text: b }));
+  const haystacks: { where: string; text: string }[] = bodies.map((b, i) => ({
+    where: `response ${i}`,
+    text: b,
+  }));
   for (const stream of Object.values(STREAMS)) {
-    for await (const m of readStream(p.bus, stream, ">")) haystacks.push({ where: `${stream} seq ${m.seq}`, text: Buffer.from(m.data).toString("latin1") });
+    for await (const m of readStream(p.bus, stream, ">"))
+      haystacks.push({ where: `${stream} seq ${m.seq}`, text: Buffer.from(m.data).toString("latin1") });
   }
   for (const name of Object.values(BUCKETS)) {
-    for await (const m of readStream(p.bus, `KV_${name}`, ">")) haystacks.push({ where: `KV ${name} ${m.subject}`, text: Buffer.from(m.data).toString("latin1") });
+    for await (const m of readStream(p.bus, `KV_${name}`, ">"))
+      haystacks.push({ where: `KV ${name} ${m.subject}`, text: Buffer.from(m.data).toString("latin1") });
   }
   await p.close();
   for (const f of filesUnder(dataDir)) {

@@ -28,7 +28,10 @@ async function startUp(): Promise<Up> {
     SLIPWAY_CONTROL_PORT: String(controlPort),
     SLIPWAY_DATA_PORT: String(dataPort),
   };
-  const child = spawn(process.execPath, ["--import", tsx, slipwayd, "up"], { env, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, ["--import", tsx, slipwayd, "up"], {
+    env,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   let out = "";
   child.stdout!.on("data", (d: Buffer) => (out += d.toString()));
   child.stderr!.on("data", (d: Buffer) => (out += d.toString()));
@@ -38,11 +41,21 @@ async function startUp(): Promise<Up> {
     if (Date.now() > deadline) throw new Error(`slipwayd not ready: ${out}`);
     await new Promise((r) => setTimeout(r, 50));
   }
-  return { child, control: `http://127.0.0.1:${controlPort}`, data: `http://127.0.0.1:${dataPort}`, env, out: () => out };
+  return {
+    child,
+    control: `http://127.0.0.1:${controlPort}`,
+    data: `http://127.0.0.1:${dataPort}`,
+    env,
+    out: () => out,
+  };
 }
 
 function cli(args: string[], env: NodeJS.ProcessEnv): { code: number; stdout: string; stderr: string } {
-  const r = spawnSync(process.execPath, ["--import", tsx, slipway, ...args], { env, encoding: "utf8", timeout: 60_000 });
+  const r = spawnSync(process.execPath, ["--import", tsx, slipway, ...args], {
+    env,
+    encoding: "utf8",
+    timeout: 60_000,
+  });
   return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
 }
 
@@ -59,7 +72,12 @@ test("slipwayd up serves, and the CLI drives it: init app, secrets set --from-en
   t.regex(up.out(), /ready in (\d+) ms/);
   const ms = Number(/ready in (\d+) ms/.exec(up.out())![1]);
   t.true(ms < 2000, `ready in ${ms} ms`);
-  const env = { ...process.env, SLIPWAY_CONTROL_URL: up.control, SLIPWAY_DATA_URL: up.data, SLIPWAY_ACTOR_ID: "ci" };
+  const env = {
+    ...process.env,
+    SLIPWAY_CONTROL_URL: up.control,
+    SLIPWAY_DATA_URL: up.data,
+    SLIPWAY_ACTOR_ID: "ci",
+  };
   const name = `c${randomUUID().slice(0, 8)}`;
   const init = cli(["init", "app", "--name", name, "--json"], env);
   t.is(init.code, 0, init.stderr);
@@ -69,18 +87,24 @@ test("slipwayd up serves, and the CLI drives it: init app, secrets set --from-en
   t.is(body.events[0].actor.type, "cli");
   t.is(body.events[0].actor.id, "ci");
   const secret = `cli-secret-${randomUUID()}`;
-  const set = cli(["secrets", "set", "--app", name, "--name", "K", "--from-env", "MY_VALUE", "--json"], { ...env, MY_VALUE: secret });
+  const set = cli(["secrets", "set", "--app", name, "--name", "K", "--from-env", "MY_VALUE", "--json"], {
+    ...env,
+    MY_VALUE: secret,
+  });
   t.is(set.code, 0, set.stderr);
   const s = JSON.parse(set.stdout);
   t.is(s.resource.type, "Secret");
   t.is(s.resource.name, "K");
   t.false(set.stdout.includes(secret) || set.stderr.includes(secret));
   // the data plane with the app's token
-  const viaData = cli(["secrets", "set", "--app", name, "--name", "D", "--from-env", "MY_VALUE", "--plane", "data", "--json"], {
-    ...env,
-    MY_VALUE: "x",
-    SLIPWAY_TOKEN: body.result.token,
-  });
+  const viaData = cli(
+    ["secrets", "set", "--app", name, "--name", "D", "--from-env", "MY_VALUE", "--plane", "data", "--json"],
+    {
+      ...env,
+      MY_VALUE: "x",
+      SLIPWAY_TOKEN: body.result.token,
+    },
+  );
   t.is(viaData.code, 0, viaData.stderr);
   const list = cli(["secrets", "list", "--app", name, "--json"], env);
   t.is(list.code, 0);
@@ -105,7 +129,10 @@ test("slipwayd up serves, and the CLI drives it: init app, secrets set --from-en
   const caps = cli(["capabilities", "--json"], env);
   t.is(JSON.parse(caps.stdout).items.length, 24);
   // unreachable: exit 4
-  t.is(cli(["capabilities"], { ...env, SLIPWAY_CONTROL_URL: `http://127.0.0.1:${await freePort()}` }).code, 4);
+  t.is(
+    cli(["capabilities"], { ...env, SLIPWAY_CONTROL_URL: `http://127.0.0.1:${await freePort()}` }).code,
+    4,
+  );
   // graceful shutdown
   const code = await stop(up.child);
   t.is(code, 0);
@@ -127,7 +154,12 @@ test("slipwayd says clearly when a port is taken or nats-server is missing", asy
   t.regex(natsTaken.stderr, /port \d+ is already taken/);
   t.false(natsTaken.stderr.includes("    at "), "no stack trace");
   const controlTaken = spawnSync(process.execPath, ["--import", tsx, slipwayd, "up"], {
-    env: { ...base, SLIPWAY_NATS_PORT: String(await freePort()), SLIPWAY_CONTROL_PORT: String(port), SLIPWAY_DATA_PORT: String(await freePort()) },
+    env: {
+      ...base,
+      SLIPWAY_NATS_PORT: String(await freePort()),
+      SLIPWAY_CONTROL_PORT: String(port),
+      SLIPWAY_DATA_PORT: String(await freePort()),
+    },
     encoding: "utf8",
     timeout: 30_000,
   });
@@ -136,7 +168,11 @@ test("slipwayd says clearly when a port is taken or nats-server is missing", asy
   t.false(controlTaken.stderr.includes("    at "));
   taken.close();
   const missing = spawnSync(process.execPath, ["--import", tsx, slipwayd, "up"], {
-    env: { ...base, NATS_SERVER_BIN: "/nonexistent/nats-server", SLIPWAY_NATS_PORT: String(await freePort()) },
+    env: {
+      ...base,
+      NATS_SERVER_BIN: "/nonexistent/nats-server",
+      SLIPWAY_NATS_PORT: String(await freePort()),
+    },
     encoding: "utf8",
     timeout: 30_000,
   });

@@ -1,9 +1,23 @@
 import anyTest, { type ExecutionContext, type TestFn } from "ava";
 import { randomUUID } from "node:crypto";
 import { ERROR_STATUS } from "../../proto/errors.js";
-import { ACTOR, call, get, startTestNats, startTestPlatform, type TestNats, type TestPlatform } from "../helpers/infra.js";
+import {
+  ACTOR,
+  call,
+  get,
+  startTestNats,
+  startTestPlatform,
+  type TestNats,
+  type TestPlatform,
+} from "../helpers/infra.js";
 
-const test = anyTest as TestFn<{ nats: TestNats; p: TestPlatform; token: string; app: string; other: string }>;
+const test = anyTest as TestFn<{
+  nats: TestNats;
+  p: TestPlatform;
+  token: string;
+  app: string;
+  other: string;
+}>;
 
 test.before(async (t) => {
   const nats = await startTestNats();
@@ -21,7 +35,11 @@ test.after.always(async (t) => {
 });
 
 /** Checks the error body shape of DESIGN §3 and the status of the code. */
-function isError(t: ExecutionContext<unknown>, r: { status: number; body: any; headers: Headers }, code: string) {
+function isError(
+  t: ExecutionContext<unknown>,
+  r: { status: number; body: any; headers: Headers },
+  code: string,
+) {
   t.is(r.status, ERROR_STATUS[code as keyof typeof ERROR_STATUS], `${code}: ${JSON.stringify(r.body)}`);
   t.is(r.body?.status, "error");
   t.is(r.body?.error?.code, code);
@@ -48,21 +66,37 @@ test("400 invalid_input for a non-object body, an unknown field, a wrong type an
   t.is(wrong.body.error.details[0].path, "/name");
   const missing = await call(p.controlUrl, "set-secret", { app, name: "K" });
   t.deepEqual(missing.body.error.details, [{ path: "/value", message: "is required" }]);
-  isError(t, await call(p.controlUrl, "set-secret", { app: "Bad_Name", name: "K", value: "v" }), "invalid_input");
+  isError(
+    t,
+    await call(p.controlUrl, "set-secret", { app: "Bad_Name", name: "K", value: "v" }),
+    "invalid_input",
+  );
   isError(t, await call(p.controlUrl, "set-secret", { app, name: "1BAD", value: "v" }), "invalid_input");
-  isError(t, await call(p.controlUrl, "set-secret", { app, name: "K", value: "x".repeat(64 * 1024 + 1) }), "invalid_input");
+  isError(
+    t,
+    await call(p.controlUrl, "set-secret", { app, name: "K", value: "x".repeat(64 * 1024 + 1) }),
+    "invalid_input",
+  );
   isError(t, await get(p.controlUrl, "/resources?limit=0"), "invalid_input");
   isError(t, await get(p.controlUrl, "/resources?limit=abc"), "invalid_input");
   isError(t, await get(p.controlUrl, "/resources?type=Nope"), "invalid_input");
   isError(t, await get(p.controlUrl, "/events?cursor=%00%01"), "invalid_input");
-  isError(t, await call(p.controlUrl, "set-secret", { app, name: "K", value: "v" }, { "idempotency-key": "" }), "invalid_input");
+  isError(
+    t,
+    await call(p.controlUrl, "set-secret", { app, name: "K", value: "v" }, { "idempotency-key": "" }),
+    "invalid_input",
+  );
 });
 
 test("400 missing_actor without the actor headers or with bad values", async (t) => {
   const { p, app } = t.context;
   const body = JSON.stringify({ app, name: "K", value: "v" });
   const send = (h: Record<string, string>) =>
-    fetch(`${p.controlUrl}/capabilities/set-secret`, { method: "POST", headers: { "content-type": "application/json", ...h }, body }).then(async (r) => ({
+    fetch(`${p.controlUrl}/capabilities/set-secret`, {
+      method: "POST",
+      headers: { "content-type": "application/json", ...h },
+      body,
+    }).then(async (r) => ({
       status: r.status,
       body: await r.json(),
       headers: r.headers,
@@ -70,15 +104,32 @@ test("400 missing_actor without the actor headers or with bad values", async (t)
   isError(t, await send({}), "missing_actor");
   isError(t, await send({ "x-platform-actor-type": "builder" }), "missing_actor");
   isError(t, await send({ "x-platform-actor-type": "robot", "x-platform-actor-id": "x" }), "missing_actor");
-  isError(t, await send({ "x-platform-actor-type": "cli", "x-platform-actor-id": "has space" }), "missing_actor");
+  isError(
+    t,
+    await send({ "x-platform-actor-type": "cli", "x-platform-actor-id": "has space" }),
+    "missing_actor",
+  );
 });
 
 test("401 unauthenticated on the data plane without a valid token, 403 forbidden with another app's token", async (t) => {
   const { p, app, other, token } = t.context;
   isError(t, await call(p.dataUrl, "set-secret", { app, name: "K", value: "v" }), "unauthenticated");
-  isError(t, await call(p.dataUrl, "set-secret", { app, name: "K", value: "v" }, { authorization: "Bearer wrong" }), "unauthenticated");
+  isError(
+    t,
+    await call(p.dataUrl, "set-secret", { app, name: "K", value: "v" }, { authorization: "Bearer wrong" }),
+    "unauthenticated",
+  );
   isError(t, await get(p.dataUrl, "/resources"), "unauthenticated");
-  isError(t, await call(p.dataUrl, "set-secret", { app: other, name: "K", value: "v" }, { authorization: `Bearer ${token}` }), "forbidden");
+  isError(
+    t,
+    await call(
+      p.dataUrl,
+      "set-secret",
+      { app: other, name: "K", value: "v" },
+      { authorization: `Bearer ${token}` },
+    ),
+    "forbidden",
+  );
 });
 
 test("403 wrong_plane names the right port", async (t) => {
@@ -114,23 +165,49 @@ test("409 already_exists and idempotency_mismatch", async (t) => {
   const { p, app } = t.context;
   isError(t, await call(p.controlUrl, "initialize-app", { name: app }), "already_exists");
   const key = randomUUID();
-  const first = await call(p.controlUrl, "set-secret", { app, name: "IDEM", value: "1" }, { "idempotency-key": key });
+  const first = await call(
+    p.controlUrl,
+    "set-secret",
+    { app, name: "IDEM", value: "1" },
+    { "idempotency-key": key },
+  );
   t.is(first.status, 200);
-  const same = await call(p.controlUrl, "set-secret", { app, name: "IDEM", value: "1" }, { "idempotency-key": key });
+  const same = await call(
+    p.controlUrl,
+    "set-secret",
+    { app, name: "IDEM", value: "1" },
+    { "idempotency-key": key },
+  );
   t.deepEqual(same.body, first.body, "same key and body: same answer");
-  isError(t, await call(p.controlUrl, "set-secret", { app, name: "IDEM", value: "2" }, { "idempotency-key": key }), "idempotency_mismatch");
+  isError(
+    t,
+    await call(p.controlUrl, "set-secret", { app, name: "IDEM", value: "2" }, { "idempotency-key": key }),
+    "idempotency_mismatch",
+  );
 });
 
 test("413 payload_too_large and 415 unsupported_media_type", async (t) => {
   const { p, app } = t.context;
-  isError(t, await call(p.controlUrl, "set-secret", JSON.stringify({ app, name: "K", value: "x".repeat(1024 * 1024) })), "payload_too_large");
+  isError(
+    t,
+    await call(
+      p.controlUrl,
+      "set-secret",
+      JSON.stringify({ app, name: "K", value: "x".repeat(1024 * 1024) }),
+    ),
+    "payload_too_large",
+  );
   const r = await fetch(`${p.controlUrl}/capabilities/set-secret`, {
     method: "POST",
     headers: { "content-type": "text/plain", ...ACTOR },
     body: "app=x",
   });
   isError(t, { status: r.status, body: await r.json(), headers: r.headers }, "unsupported_media_type");
-  const none = await fetch(`${p.controlUrl}/capabilities/set-secret`, { method: "POST", headers: { ...ACTOR }, body: "{}" });
+  const none = await fetch(`${p.controlUrl}/capabilities/set-secret`, {
+    method: "POST",
+    headers: { ...ACTOR },
+    body: "{}",
+  });
   t.is(none.status, 415);
 });
 
@@ -149,7 +226,9 @@ test("501 not_implemented names the capability, the inspect type or the route of
   }
   const caps = await get(p.controlUrl, "/capabilities");
   t.deepEqual(
-    caps.body.items.filter((c: { implemented: boolean }) => c.implemented).map((c: { name: string }) => c.name),
+    caps.body.items
+      .filter((c: { implemented: boolean }) => c.implemented)
+      .map((c: { name: string }) => c.name),
     ["initialize-app", "inspect", "set-secret", "unset-secret"],
   );
 });
@@ -157,14 +236,25 @@ test("501 not_implemented names the capability, the inspect type or the route of
 test("an Idempotency-Key replay matches the body whatever the order of its fields", async (t) => {
   const { p, app } = t.context;
   const key = randomUUID();
-  const first = await call(p.controlUrl, "set-secret", { app, name: "ORDER", value: "1" }, { "idempotency-key": key });
-  const second = await call(p.controlUrl, "set-secret", JSON.stringify({ value: "1", name: "ORDER", app }), { "idempotency-key": key });
+  const first = await call(
+    p.controlUrl,
+    "set-secret",
+    { app, name: "ORDER", value: "1" },
+    { "idempotency-key": key },
+  );
+  const second = await call(p.controlUrl, "set-secret", JSON.stringify({ value: "1", name: "ORDER", app }), {
+    "idempotency-key": key,
+  });
   t.is(second.status, 200);
   t.deepEqual(second.body, first.body);
 });
 
 test("401 on the control plane when the control token is required, 200 with it", async (t) => {
-  const p = await startTestPlatform(t.context.nats.url, { role: "gateway", plane: "control", requireControlToken: true });
+  const p = await startTestPlatform(t.context.nats.url, {
+    role: "gateway",
+    plane: "control",
+    requireControlToken: true,
+  });
   try {
     isError(t, await get(p.controlUrl, "/resources"), "unauthenticated");
     isError(t, await call(p.controlUrl, "inspect", { app: t.context.app, type: "app" }), "unauthenticated");

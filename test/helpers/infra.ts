@@ -58,7 +58,10 @@ export interface TestPlatform extends PlatformHandle {
 }
 
 /** Starts a platform role against a test NATS, on free ports, in a temp data dir. */
-export async function startTestPlatform(natsUrl: string, opts: Partial<PlatformOptions> = {}): Promise<TestPlatform> {
+export async function startTestPlatform(
+  natsUrl: string,
+  opts: Partial<PlatformOptions> = {},
+): Promise<TestPlatform> {
   const dataDir = opts.dataDir ?? tempDir();
   const h = await startPlatform({
     role: "up",
@@ -110,7 +113,11 @@ export async function call(
   return { status: r.status, body: parsed, headers: r.headers, text };
 }
 
-export async function get(baseUrl: string, path: string, headers: Record<string, string> = {}): Promise<CallResult> {
+export async function get(
+  baseUrl: string,
+  path: string,
+  headers: Record<string, string> = {},
+): Promise<CallResult> {
   const r = await fetch(`${baseUrl}${path}`, { headers });
   const text = await r.text();
   let parsed: unknown;
@@ -125,7 +132,11 @@ export async function get(baseUrl: string, path: string, headers: Record<string,
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** Polls until `fn` returns a truthy value or the time runs out. */
-export async function eventually<T>(fn: () => Promise<T | undefined | false>, timeoutMs = 10_000, stepMs = 50): Promise<T> {
+export async function eventually<T>(
+  fn: () => Promise<T | undefined | false>,
+  timeoutMs = 10_000,
+  stepMs = 50,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
   while (Date.now() < deadline) {

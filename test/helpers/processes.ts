@@ -18,9 +18,20 @@ export interface NodeProcess {
 }
 
 /** Starts a runtime node in its own process (`node --import tsx`, one pid). */
-export async function spawnNode(opts: { natsUrl: string; dataDir: string; vaultKey: string; id: string }): Promise<NodeProcess> {
+export async function spawnNode(opts: {
+  natsUrl: string;
+  dataDir: string;
+  vaultKey: string;
+  id: string;
+}): Promise<NodeProcess> {
   const child = spawn(process.execPath, ["--import", tsxLoader, nodeScript], {
-    env: { ...process.env, NATS_URL: opts.natsUrl, SLIPWAY_DATA_DIR: opts.dataDir, SLIPWAY_VAULT_KEY: opts.vaultKey, SLIPWAY_NODE_ID: opts.id },
+    env: {
+      ...process.env,
+      NATS_URL: opts.natsUrl,
+      SLIPWAY_DATA_DIR: opts.dataDir,
+      SLIPWAY_VAULT_KEY: opts.vaultKey,
+      SLIPWAY_NODE_ID: opts.id,
+    },
     stdio: ["ignore", "pipe", "pipe"],
   });
   let err = "";
@@ -35,7 +46,13 @@ export async function spawnNode(opts: { natsUrl: string; dataDir: string; vaultK
     waitPartitions: (pred, timeoutMs = 20_000) =>
       new Promise((resolve, reject) => {
         if (pred(np.partitions)) return resolve();
-        const t = setTimeout(() => reject(new Error(`node ${opts.id}: partitions ${np.partitions.length} did not satisfy the condition`)), timeoutMs);
+        const t = setTimeout(
+          () =>
+            reject(
+              new Error(`node ${opts.id}: partitions ${np.partitions.length} did not satisfy the condition`),
+            ),
+          timeoutMs,
+        );
         listeners.push(() => {
           if (pred(np.partitions)) {
             clearTimeout(t);
@@ -59,8 +76,7 @@ export async function spawnNode(opts: { natsUrl: string; dataDir: string; vaultK
     const t = setTimeout(() => reject(new Error(`node ${opts.id} did not start: ${err}`)), 20_000);
     child.stdout!.on("data", (d: Buffer) => {
       buf += d.toString();
-      let i: number;
-      while ((i = buf.indexOf("\n")) >= 0) {
+      for (let i = buf.indexOf("\n"); i >= 0; i = buf.indexOf("\n")) {
         const line = buf.slice(0, i);
         buf = buf.slice(i + 1);
         if (line.startsWith("READY")) {

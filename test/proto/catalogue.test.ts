@@ -12,7 +12,22 @@ test("the catalogue has the 24 capabilities of spec 1.2 with their planes, C-num
   t.is(new Set(CAPABILITIES.map((c) => c.name)).size, 24);
   t.deepEqual(
     CAPABILITIES.filter((c) => c.skill_action_planned).map((c) => c.name),
-    ["verify", "set-secret", "unset-secret", "schedule-job", "deploy", "productionize", "release", "agent-run", "send-email", "send-message", "setup-observability", "provision-monitoring", "eval", "delivery-check"],
+    [
+      "verify",
+      "set-secret",
+      "unset-secret",
+      "schedule-job",
+      "deploy",
+      "productionize",
+      "release",
+      "agent-run",
+      "send-email",
+      "send-message",
+      "setup-observability",
+      "provision-monitoring",
+      "eval",
+      "delivery-check",
+    ],
   );
   t.deepEqual(
     CAPABILITIES.filter((c) => c.plane === "both").map((c) => c.name),
@@ -34,7 +49,8 @@ test("the catalogue has the 24 capabilities of spec 1.2 with their planes, C-num
 });
 
 test("the field counts of spec 4.1 hold where the spec states them", (t) => {
-  const count = (n: keyof typeof INPUT_SCHEMAS) => Object.keys((INPUT_SCHEMAS[n] as unknown as { properties: object }).properties).length;
+  const count = (n: keyof typeof INPUT_SCHEMAS) =>
+    Object.keys((INPUT_SCHEMAS[n] as unknown as { properties: object }).properties).length;
   t.is(count("provision-monitoring"), 28);
   t.is(count("productionize"), 12);
   t.is(count("verify"), 17);
@@ -68,7 +84,10 @@ test("what the gateway says is built is exactly what the actors can run", (t) =>
 });
 
 test("canonical JSON does not depend on key order", (t) => {
-  t.is(canonicalJson({ b: 1, a: { d: [1, { y: 2, x: 1 }], c: null } }), canonicalJson({ a: { c: null, d: [1, { x: 1, y: 2 }] }, b: 1 }));
+  t.is(
+    canonicalJson({ b: 1, a: { d: [1, { y: 2, x: 1 }], c: null } }),
+    canonicalJson({ a: { c: null, d: [1, { x: 1, y: 2 }] }, b: 1 }),
+  );
   t.not(canonicalJson({ a: 1 }), canonicalJson({ a: "1" }));
 });
 
@@ -79,5 +98,8 @@ test("subjects: partitions are stable and unsafe tokens are refused", (t) => {
   t.is(subjects.command("shop"), `slipway.cmd.${partitionOf("shop")}.shop`);
   t.throws(() => subjects.event("a.b", "Secret", "SecretSet"));
   t.throws(() => subjects.log("x>"));
-  t.regex(subjects.appEvent("shop", "user@x.y", "a.b c"), /^slipway\.appevt\.shop\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/);
+  t.regex(
+    subjects.appEvent("shop", "user@x.y", "a.b c"),
+    /^slipway\.appevt\.shop\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/,
+  );
 });
