@@ -1,0 +1,156 @@
+import anyTest, { type TestFn } from "ava";
+import { randomUUID } from "node:crypto";
+import { request } from "node:http";
+import WebSocket from "ws";
+import { call, startTestNats, startTestPlatform, type TestNats, type TestPlatform } from "../helpers/infra.js";
+import { appendLog } from "../../store/logs.js";
+import { encode } from "../../proto/codec.js";
+import { keys } from "../../proto/subjects.js";
+
+const test = anyTest as TestFn<{ nats: TestNats; p: TestPlatform }>;
+
+test.before(async (t) => {
+  const nats = await startTestNats();
+  const p = await startTestPlatform(nats.url);
+  t.context = { nats, p };
+});
+
+test.after.always(async (t) => {
+  await t.context.p?.close();
+  await t.context.nats?.stop();
+});
+
+/** Opens an SSE stream and collects its events until `until` says stop. */
+function sse(url: string, headers: Record<string, string>, until: (evs: { id: string; event: string; data: any }[]) => boolean, timeoutMs = 10_000) {
+  return new Promise<{ id: string; event: string; data: any }[]>((resolve, reject) => {
+    const evs: { id: string; event: string; data: any }[] = [];
+    const req = request(url, { headers: { accept: "text/event-stream", ...headers } }, (res) => {
+      if (res.statusCode !== 200) return reject(new Error(`status ${res.statusCode}`));
+      let buf = "";
+      res.on("data", (d: Buffer) => {
+        buf += d.toString();
+        for (let i = buf.indexOf("\n\n"); i >= 0; i = buf.indexOf("\n\n")) {
+          const block = buf.slice(0, i);
+          buf = buf.slice(i + 2);
+          const f: Record<string, string> = {};
+          for (const line of block.split("\n")) {
+            const m = /^(\w+): (.*)$/.exec(line);
+            if (m) f[m[1]!] = m[2]!;
+          }
+          if (f.data) evs.push({ id: f.id!, event: f.event!, data: JSON.parse(f.data) });
+          if (until(evs)) {
+            req.destroy();
+            clearTimeout(timer);
+            resolve(evs);
+          }
+        }
+      });
+    });
+    const timer = setTimeout(() => {
+      req.destroy();
+      reject(new Error(`SSE: only ${evs.length} events`));
+    }, timeoutMs);
+    req.on("error", (e) => {
+      if (!until(evs)) reject(e);
+    });
+    req.end();
+  });
+}
+
+test("SSE tails events oldest to newest with an app filter and resumes after Last-Event-ID", async (t) => {
+  const { p } = t.context;
+  const app = `s${randomUUID().slice(0, 8)}`;
+  const other = `s${randomUUID().slice(0, 8)}`;
+  const got = sse(`${p.controlUrl}/events/stream?app_id=${app}`, {}, (evs) => evs.length >= 3);
+  await new Promise((r) => setTimeout(r, 300));
+  await call(p.controlUrl, "initialize-app", { name: other });
+  await call(p.controlUrl, "initialize-app", { name: app });
+  await call(p.controlUrl, "set-secret", { app, name: "A", value: "1" });
+  await call(p.controlUrl, "set-secret", { app, name: "B", value: "1" });
+  const evs = await got;
+  t.deepEqual(
+    evs.map((e) => e.event),
+    ["ApplicationInitialized", "SecretSet", "SecretSet"],
+  );
+  t.true(evs.every((e) => e.data.app_id === app));
+  t.true(Number(evs[1]!.id) < Number(evs[2]!.id), "oldest to newest");
+  // resume after the first one: the next two come again
+  const resumed = await sse(`${p.controlUrl}/events/stream?app_id=${app}`, { "last-event-id": evs[0]!.id }, (e) => e.length >= 2);
+  t.deepEqual(
+    resumed.map((e) => e.data.id),
+    [evs[1]!.data.id, evs[2]!.data.id],
+  );
+  // type filter with from_seq
+  const typed = await sse(`${p.controlUrl}/events/stream?app_id=${app}&type=SecretSet&from_seq=1`, {}, (e) => e.length >= 2);
+  t.true(typed.every((e) => e.event === "SecretSet"));
+});
+
+test("the WebSocket tail sends the same events and honours the token scope on the data plane", async (t) => {
+  const { p } = t.context;
+  const app = `w${randomUUID().slice(0, 8)}`;
+  const init = await call(p.controlUrl, "initialize-app", { name: app });
+  const token = init.body.result.token as string;
+  const ws = new WebSocket(`ws://127.0.0.1:${p.data!.port}/events/stream?from_seq=1`, { headers: { authorization: `Bearer ${token}` } });
+  const msgs: any[] = [];
+  const done = new Promise<void>((resolve, reject) => {
+    ws.on("message", (d) => {
+      msgs.push(JSON.parse(d.toString()));
+      if (msgs.some((m) => m.type === "SecretSet")) resolve();
+    });
+    ws.on("error", reject);
+    setTimeout(() => reject(new Error(`only ${msgs.length} messages`)), 10_000);
+  });
+  await new Promise((r) => ws.once("open", r));
+  await call(p.controlUrl, "set-secret", { app, name: "W", value: "1" });
+  await done;
+  ws.close();
+  t.true(msgs.length >= 2);
+  t.true(msgs.every((m) => m.app_id === app), "a data-plane token sees only its app");
+  t.deepEqual(
+    msgs.map((m) => m.type),
+    ["ApplicationInitialized", "SecretSet"],
+  );
+  // without a token the upgrade is refused
+  const refused = new WebSocket(`ws://127.0.0.1:${p.data!.port}/events/stream`);
+  const status = await new Promise<number>((resolve) => {
+    refused.on("unexpected-response", (_req, res) => resolve(res.statusCode ?? 0));
+    refused.on("error", () => resolve(-1));
+  });
+  t.is(status, 401);
+});
+
+test("GET /logs?follow=1 streams lines as they come and ends when the resource ends", async (t) => {
+  const { p } = t.context;
+  const app = `l${randomUUID().slice(0, 8)}`;
+  await call(p.controlUrl, "initialize-app", { name: app });
+  // a long-running resource, written the way a task writes one
+  const id = `bld_${randomUUID().replace(/-/g, "").slice(0, 20).toUpperCase()}`;
+  const key = keys.resource(app, "Build", id);
+  const now = new Date().toISOString();
+  const doc = { type: "Build", id, app_id: app, status: "running", created_at: now, updated_at: now };
+  await p.bus.kv.resources.put(key, encode(doc));
+  await appendLog(p.bus, id, { ts: now, stream: "stdout", line: "step 1" });
+  const chunks: { at: number; text: string }[] = [];
+  const t0 = Date.now();
+  const body = new Promise<string>((resolve, reject) => {
+    request(`${p.controlUrl}/logs/${id}?follow=1`, (res) => {
+      let all = "";
+      res.on("data", (d: Buffer) => {
+        chunks.push({ at: Date.now() - t0, text: d.toString() });
+        all += d.toString();
+      });
+      res.on("end", () => resolve(all));
+    })
+      .on("error", reject)
+      .end();
+  });
+  await new Promise((r) => setTimeout(r, 800));
+  await appendLog(p.bus, id, { ts: new Date().toISOString(), stream: "stdout", line: "step 2" });
+  await new Promise((r) => setTimeout(r, 800));
+  await appendLog(p.bus, id, { ts: new Date().toISOString(), stream: "stdout", line: "done" });
+  await p.bus.kv.resources.put(key, encode({ ...doc, status: "succeeded", updated_at: new Date().toISOString() }));
+  const all = await body;
+  t.regex(all, /step 1[\s\S]*step 2[\s\S]*done/);
+  t.true(chunks.length >= 2, "streamed in more than one piece");
+  t.true(chunks[0]!.at < 700, "the first line came before the later ones were written");
+});
