@@ -16,16 +16,21 @@ import {
   type CommitRecord,
   type Outbox,
   type Outcome,
+  type RunningTask,
+  type TaskDone,
+  TaskDoneSchema,
   type VaultEntry,
   VaultEntrySchema,
 } from "../proto/records.js";
 import { ResourceSchema, type Resource } from "../proto/resources.js";
 import { keys, parseResourceKey, subjects } from "../proto/subjects.js";
-import { makeContext, type AppState } from "./context.js";
+import { makeContext, type AppState, type Effect, type TaskSpec } from "./context.js";
 import { handlerOf } from "./capabilities/mod.js";
 
 /** How many recent outcomes a commit record keeps. */
 const OUTCOMES_KEPT = 4;
+/** The internal command a node publishes when long work ends. */
+export const TASK_DONE = "_task_done";
 
 export interface ActorHost {
   readonly bus: Bus;
@@ -39,6 +44,16 @@ export interface ActorHost {
   onApply?: ((e: ApplyTrace) => void) | undefined;
   /** The partition lease is no longer safe: the worker must stop and be re-read from its offset. */
   leaseLost(): void;
+  /** Starts long work outside the actor turn; its end comes back as a `_task_done` command. */
+  startTask(app: string, resource: Resource, spec: TaskSpec, origin: Pick<Command, "id" | "actor">): void;
+  /** True when this process runs the task of that resource. */
+  runsTask(resourceId: string): boolean;
+  /** Runs `recover()` of the app's actor again after about a lease TTL. */
+  recheckLater(app: string): void;
+  /** True when a node still announces itself in the leases bucket. */
+  nodeAlive(nodeId: string): Promise<boolean>;
+  /** Publishes the end of a task (idempotent per task). */
+  publishTaskDone(app: string, task: RunningTask, done: TaskDone): Promise<void>;
   /** Test instrumentation: the commit record refused this actor's append. */
   onFenced?: ((app: string, seq: number) => void) | undefined;
 }
@@ -92,10 +107,48 @@ export class AppActor {
       this.revision = e.revision;
       if (this.record.outbox) await this.applyOutbox(this.record.outbox);
     } else {
-      this.record = { app: this.app, seq: 0, outcomes: [], outbox: null, node: this.host.nodeId };
+      this.record = { app: this.app, seq: 0, outcomes: [], outbox: null, node: this.host.nodeId, tasks: [] };
       this.revision = 0;
     }
     this.active = true;
+    await this.interruptOrphans();
+  }
+
+  /**
+   * Long work whose node is gone (or restarted) will never report its end: end it as failed.
+   * Work of another node that still looks alive is checked again later.
+   */
+  private async interruptOrphans(): Promise<void> {
+    let recheck = false;
+    for (const task of this.record?.tasks ?? []) {
+      const mine = task.node === this.host.nodeId;
+      const orphan = mine ? !this.host.runsTask(task.resource_id) : !(await this.host.nodeAlive(task.node));
+      if (!orphan) {
+        if (!mine) recheck = true;
+        continue;
+      }
+      this.host.log(
+        `actor ${this.app}: ${task.resource_type} ${task.resource_id} was running on ${task.node}, which is gone; ending it as failed`,
+      );
+      await this.host.publishTaskDone(this.app, task, {
+        resource_id: task.resource_id,
+        status: "failed",
+        fields: { error: `interrupted: node ${task.node} stopped while it ran` },
+        data: { error: "interrupted", node: task.node },
+      });
+    }
+    if (recheck) this.host.recheckLater(this.app);
+  }
+
+  /** Activates the actor if it is not (ending long work a dead node left behind). Runs in the mailbox. */
+  async recover(): Promise<void> {
+    try {
+      if (!this.active) await this.activate();
+      else await this.interruptOrphans();
+    } catch (e) {
+      this.deactivate();
+      this.host.log(`actor ${this.app}: recovery failed: ${String(e)}`);
+    }
   }
 
   /** Drops in-memory state; the next command re-reads the commit record. */
@@ -244,12 +297,57 @@ export class AppActor {
     let outbox: Outbox | null = null;
     let sensitive = false;
     const info = capability(cmd.capability);
+    let tasksAfter = rec.tasks ?? [];
+    let started: RunningTask | undefined;
+    let effect: Effect | undefined;
     try {
-      const effect = await handlerOf(cmd.capability)(ctx, cmd.input);
+      if (cmd.capability === TASK_DONE) {
+        const done = check(TaskDoneSchema, cmd.input, "task end");
+        const task = tasksAfter.find((t) => t.resource_id === done.resource_id);
+        if (!task) return; // ended before (a replay): nothing to do, nobody waits
+        const prev = await ctx.state.getResource(task.resource_type, task.resource_id);
+        if (!prev) throw new Error(`task resource ${task.resource_id} is missing`);
+        const doc: Resource = {
+          ...prev,
+          ...done.fields,
+          status: done.status,
+          updated_at: ctx.now.toISOString(),
+        };
+        ctx.putResource(doc, prev);
+        ctx.emit(done.status === "succeeded" ? task.on_success : task.on_failure, doc, done.data);
+        tasksAfter = tasksAfter.filter((t) => t !== task);
+        effect = { status: done.status === "succeeded" ? "succeeded" : "failed", resource: doc };
+      } else {
+        if (info?.busy_group) {
+          const running = tasksAfter.find((t) => t.group === info.busy_group);
+          if (running) {
+            throw new PlatformError(
+              "busy",
+              `${running.capability} is running for ${this.app}: ${running.resource_type} ${running.resource_id}; one ${info.busy_group} task at a time`,
+            );
+          }
+        }
+        effect = await handlerOf(cmd.capability)(ctx, cmd.input);
+        if (effect.task) {
+          started = {
+            resource_id: effect.resource.id,
+            resource_type: effect.resource.type,
+            capability: cmd.capability,
+            group: info?.busy_group ?? null,
+            node: this.host.nodeId,
+            command_id: cmd.id,
+            actor: cmd.actor,
+            started_at: ctx.now.toISOString(),
+            on_success: effect.task.onSuccess,
+            on_failure: effect.task.onFailure,
+          };
+          tasksAfter = [...tasksAfter, started];
+        }
+      }
       outbox = ctx.outbox;
       sensitive = effect.sensitive === true;
       const r = effect.resource;
-      const http = info?.long_running && effect.status === "running" ? 202 : 200;
+      const http = effect.status === "running" ? 202 : 200;
       reply = {
         command_id: cmd.id,
         http,
@@ -282,6 +380,7 @@ export class AppActor {
         outcomes: [...rec.outcomes, outcome].slice(-OUTCOMES_KEPT),
         outbox,
         node: this.host.nodeId,
+        tasks: tasksAfter,
       };
       if (!this.host.leaseValid()) throw new FencedError("lease expiring", true);
       try {
@@ -295,6 +394,7 @@ export class AppActor {
       }
       this.record = next;
       const revisions = await this.applyOutbox(outbox);
+      if (started && effect?.task) this.host.startTask(this.app, effect.resource, effect.task, cmd);
       if (reply.body) {
         reply.body.resource = { ...reply.body.resource };
         const rev = revisions.get(

@@ -45,6 +45,34 @@ export interface Effect {
   result?: Record<string, unknown>;
   /** The answer holds a credential: recorded outcomes are sealed. */
   sensitive?: boolean;
+  /** Long work: runs outside the actor turn after the commit; the call answers 202. */
+  task?: TaskSpec;
+}
+
+/** What long work may use while it runs (it never touches the app's state directly). */
+export interface TaskContext {
+  readonly app: string;
+  readonly resource: Resource;
+  readonly bus: Bus;
+  readonly vault: Vault;
+  readonly workspaceRoot: string;
+  readonly signal: AbortSignal;
+  /** Appends a line to the resource's log at once (live logs). */
+  log(line: string, stream?: string): Promise<void>;
+}
+
+/** How long work ends: the resource status, fields to merge, data of the closing event. */
+export interface TaskResult {
+  status: "succeeded" | "failed";
+  fields?: Record<string, unknown>;
+  data?: Record<string, unknown>;
+}
+
+export interface TaskSpec {
+  /** Event emitted when the work succeeds, and when it fails. */
+  onSuccess: string;
+  onFailure: string;
+  run(t: TaskContext): Promise<TaskResult>;
 }
 
 export type Handler = (ctx: HandlerContext, input: Record<string, unknown>) => Promise<Effect>;

@@ -4,8 +4,14 @@ import type { Bus } from "../store/bus.js";
 import type { Vault } from "../store/vault.js";
 import { CommandSchema } from "../proto/command.js";
 import { check } from "../proto/codec.js";
-import { keys, LEASE_TTL_MS, PARTITIONS, STREAMS, subjects } from "../proto/subjects.js";
-import { AppActor, type ActorHost } from "./app-actor.js";
+import { keys, LEASE_TTL_MS, PARTITIONS, partitionOf, STREAMS, subjects } from "../proto/subjects.js";
+import { AppActor, TASK_DONE, type ActorHost } from "./app-actor.js";
+import type { TaskContext, TaskSpec } from "./context.js";
+import type { Command } from "../proto/command.js";
+import { encode } from "../proto/codec.js";
+import type { TaskDone } from "../proto/records.js";
+import type { Resource } from "../proto/resources.js";
+import { appendLog } from "../store/logs.js";
 
 export interface NodeOptions {
   bus: Bus;
@@ -77,6 +83,7 @@ class PartitionWorker {
   private readonly actors = new Map<string, AppActor>();
   private readonly mailboxes = new Map<string, Mailbox>();
   private readonly inflight = new Set<number>();
+  private readonly rechecks = new Set<NodeJS.Timeout>();
   private maxDelivered = 0;
   private committed = 0;
   private stopFn: (() => void) | undefined;
@@ -109,6 +116,7 @@ class PartitionWorker {
     });
     const msgs = await consumer.consume({ max_messages: 256 });
     this.stopFn = () => void msgs.stop();
+    void this.recoverTasks();
     this.flushTimer = setInterval(() => void this.flushOffset(), 200);
     this.loop = (async () => {
       for await (const m of msgs) {
@@ -140,6 +148,24 @@ class PartitionWorker {
     })().catch((e) => this.node.log(`partition ${this.partition}: consumer ended: ${String(e)}`));
   }
 
+  /** Activates the actors of this partition that have long work running, so work a dead node left behind is ended. */
+  private async recoverTasks(): Promise<void> {
+    try {
+      const apps: string[] = [];
+      for await (const k of await this.node.bus.kv.actors.keys())
+        if (partitionOf(k) === this.partition) apps.push(k);
+      for (const app of apps) {
+        const e = await this.node.bus.kv.actors.get(keys.actor(app));
+        const tasks = e && e.operation === "PUT" ? (e.json<{ tasks?: unknown[] }>().tasks ?? []) : [];
+        if (tasks.length === 0 || this.stopped) continue;
+        const actor = this.actor(app);
+        this.mailbox(app).push({ run: () => (this.stopped ? Promise.resolve() : actor.recover()) });
+      }
+    } catch (e) {
+      this.node.log(`partition ${this.partition}: task recovery scan failed: ${String(e)}`);
+    }
+  }
+
   private actor(app: string): AppActor {
     let a = this.actors.get(app);
     if (!a) {
@@ -153,6 +179,21 @@ class PartitionWorker {
         log: (m) => this.node.log(m),
         onApply: this.node.onApply,
         onFenced: this.node.onFenced,
+        startTask: (app, resource, spec, origin) => this.node.tasks.start(app, resource, spec, origin),
+        runsTask: (id) => this.node.tasks.runs(id),
+        nodeAlive: (id) => this.node.nodeAlive(id),
+        recheckLater: (app) => {
+          const t = setTimeout(() => {
+            this.rechecks.delete(t);
+            if (!this.stopped)
+              this.mailbox(app).push({
+                run: () => (this.stopped ? Promise.resolve() : this.actor(app).recover()),
+              });
+          }, this.node.ttlMs);
+          this.rechecks.add(t);
+        },
+        publishTaskDone: (app, task, done) =>
+          this.node.tasks.publishDone(app, { id: task.command_id, actor: task.actor }, done),
       };
       a = new AppActor(app, host);
       this.actors.set(app, a);
@@ -199,11 +240,110 @@ class PartitionWorker {
     this.stopped = true;
     this.stopFn?.();
     if (this.flushTimer) clearInterval(this.flushTimer);
+    for (const t of this.rechecks) clearTimeout(t);
     await Promise.race([this.loop, sleep(1000)]);
   }
 }
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/**
+ * Runs long work outside actor turns (DESIGN §2). When a task ends, its end is
+ * published as the internal `_task_done` command on the app's command subject,
+ * so the actor applies it in order like any other command.
+ */
+class TaskRunner {
+  private readonly node: RuntimeNode;
+  private readonly running = new Map<string, { ac: AbortController; done: Promise<void> }>();
+
+  constructor(node: RuntimeNode) {
+    this.node = node;
+  }
+
+  runs(resourceId: string): boolean {
+    return this.running.has(resourceId);
+  }
+
+  start(app: string, resource: Resource, spec: TaskSpec, origin: Pick<Command, "id" | "actor">): void {
+    const commandId = origin.id;
+    if (this.running.has(resource.id)) return;
+    const ac = new AbortController();
+    const { bus } = this.node;
+    let line = 0;
+    const ctx: TaskContext = {
+      app,
+      resource,
+      bus,
+      vault: this.node.vault,
+      workspaceRoot: this.node.workspaceRoot,
+      signal: ac.signal,
+      log: (text, stream = "platform") =>
+        appendLog(
+          bus,
+          resource.id,
+          { ts: new Date().toISOString(), stream, line: text },
+          `${commandId}/task/${line++}`,
+        ).catch(() => {}),
+    };
+    const done = (async () => {
+      let result: TaskDone;
+      try {
+        const r = await spec.run(ctx);
+        result = { resource_id: resource.id, status: r.status, fields: r.fields ?? {}, data: r.data ?? {} };
+      } catch (e) {
+        const message = ac.signal.aborted
+          ? "stopped: the node shut down"
+          : e instanceof Error
+            ? e.message
+            : String(e);
+        this.node.log(`task ${resource.type} ${resource.id} of ${app} failed: ${message}`);
+        result = {
+          resource_id: resource.id,
+          status: "failed",
+          fields: { error: message },
+          data: { error: message },
+        };
+      }
+      this.running.delete(resource.id);
+      await this.publishDone(app, origin, result);
+    })();
+    this.running.set(resource.id, { ac, done });
+  }
+
+  /** Publishes a task's end until the bus takes it (the message id makes repeats harmless). */
+  async publishDone(app: string, origin: Pick<Command, "id" | "actor">, done: TaskDone): Promise<void> {
+    const commandId = origin.id;
+    const cmd: Command = {
+      id: `${commandId}-done`,
+      capability: TASK_DONE,
+      app,
+      input: done,
+      actor: origin.actor,
+      plane: "control",
+      gateway_id: "none",
+      request_id: `${commandId}-done`,
+      received_at: new Date().toISOString(),
+    };
+    for (let attempt = 0; attempt < 600; attempt++) {
+      try {
+        await this.node.bus.js.publish(subjects.command(app), encode(cmd), { msgID: cmd.id });
+        return;
+      } catch {
+        await sleep(Math.min(100 * 2 ** attempt, 2000));
+      }
+    }
+    this.node.log(
+      `task end of ${done.resource_id} could not be published; it is ended as interrupted at the next takeover`,
+    );
+  }
+
+  /** Stops every task (node shutdown): each ends as failed with a reason. */
+  async stopAll(): Promise<void> {
+    const all = [...this.running.values()];
+    for (const t of all) t.ac.abort();
+    await Promise.race([Promise.all(all.map((t) => t.done)), sleep(5000)]);
+  }
+}
 
 /** A runtime node: competes for partition leases and runs the actors of the partitions it holds. */
 class RuntimeNode {
@@ -215,6 +355,9 @@ class RuntimeNode {
   readonly onFenced: ActorHost["onFenced"];
   readonly log: (msg: string) => void;
   private readonly ttl: number;
+  get ttlMs(): number {
+    return this.ttl;
+  }
   private readonly margin: number;
   private readonly tickMs: number;
   private readonly workers = new Map<number, PartitionWorker>();
@@ -222,6 +365,7 @@ class RuntimeNode {
   private closed = false;
   private ticking: Promise<void> = Promise.resolve();
   private readonly opts: NodeOptions;
+  readonly tasks: TaskRunner;
 
   constructor(opts: NodeOptions) {
     this.opts = opts;
@@ -235,6 +379,13 @@ class RuntimeNode {
     this.ttl = opts.leaseTtlMs ?? LEASE_TTL_MS;
     this.margin = opts.leaseMarginMs ?? Math.min(2000, Math.floor(this.ttl / 4));
     this.tickMs = opts.tickMs ?? 1000;
+    this.tasks = new TaskRunner(this);
+  }
+
+  async nodeAlive(nodeId: string): Promise<boolean> {
+    if (nodeId === this.nodeId) return true;
+    const e = await this.bus.kv.leases.get(keys.nodeLease(nodeId));
+    return Boolean(e && e.operation === "PUT");
   }
 
   async start(): Promise<void> {
@@ -352,6 +503,7 @@ class RuntimeNode {
     this.closed = true;
     if (this.timer) clearInterval(this.timer);
     await this.ticking.catch(() => {});
+    await this.tasks.stopAll();
     const ws = [...this.workers.values()];
     this.workers.clear();
     await Promise.all(ws.map((w) => w.stop(true)));

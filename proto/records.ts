@@ -1,6 +1,6 @@
 import Type, { type Static } from "typebox";
 import { SealedSchema, ReplySchema } from "./command.js";
-import { PlatformEventSchema } from "./events.js";
+import { ActorSchema, PlatformEventSchema } from "./events.js";
 import { ResourceSchema } from "./resources.js";
 
 /** `slipway_apps` value: the app registry entry (never a token, only its hash). */
@@ -69,6 +69,36 @@ export const OutcomeSchema = Type.Object({
 });
 export type Outcome = Static<typeof OutcomeSchema>;
 
+/** Long work of an app that has started and not yet ended (DESIGN §2: 202 and busy groups). */
+export const RunningTaskSchema = Type.Object({
+  resource_id: Type.String(),
+  resource_type: Type.String(),
+  capability: Type.String(),
+  /** Busy group the task holds, if any. */
+  group: Type.Union([Type.String(), Type.Null()]),
+  /** Node running the task. */
+  node: Type.String(),
+  /** Command that started it, and its actor (the actor of the closing event too). */
+  command_id: Type.String(),
+  actor: ActorSchema,
+  started_at: Type.String(),
+  /** Events emitted when it ends. */
+  on_success: Type.String(),
+  on_failure: Type.String(),
+});
+export type RunningTask = Static<typeof RunningTaskSchema>;
+
+/** Input of the internal `_task_done` command a node publishes when long work ends. */
+export const TaskDoneSchema = Type.Object({
+  resource_id: Type.String(),
+  status: Type.Union([Type.Literal("succeeded"), Type.Literal("failed"), Type.Literal("cancelled")]),
+  /** Resource fields to merge. */
+  fields: Type.Record(Type.String(), Type.Unknown()),
+  /** Data of the closing event. */
+  data: Type.Record(Type.String(), Type.Unknown()),
+});
+export type TaskDone = Static<typeof TaskDoneSchema>;
+
 /** `slipway_actors` value: the commit record and fence of one app actor (DESIGN §2). */
 export const CommitRecordSchema = Type.Object({
   app: Type.String(),
@@ -80,6 +110,8 @@ export const CommitRecordSchema = Type.Object({
   outbox: Type.Union([OutboxSchema, Type.Null()]),
   /** Node that wrote the record. */
   node: Type.String(),
+  /** Long work started and not yet ended. */
+  tasks: Type.Optional(Type.Array(RunningTaskSchema)),
 });
 export type CommitRecord = Static<typeof CommitRecordSchema>;
 

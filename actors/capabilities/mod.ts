@@ -26,3 +26,11 @@ export function handlerOf(name: string): Handler {
 export function builtHandlers(): string[] {
   return Object.keys(HANDLERS);
 }
+
+/**
+ * Registers (or replaces) the handler of a capability. Capability modules of
+ * later features register here; runtime tests use it to drive long work.
+ */
+export function registerHandler(name: string, handler: Handler): void {
+  HANDLERS[name as CapabilityName] = handler;
+}

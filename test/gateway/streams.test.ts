@@ -2,7 +2,13 @@ import anyTest, { type TestFn } from "ava";
 import { randomUUID } from "node:crypto";
 import { request } from "node:http";
 import WebSocket from "ws";
-import { call, startTestNats, startTestPlatform, type TestNats, type TestPlatform } from "../helpers/infra.js";
+import {
+  call,
+  startTestNats,
+  startTestPlatform,
+  type TestNats,
+  type TestPlatform,
+} from "../helpers/infra.js";
 import { appendLog } from "../../store/logs.js";
 import { encode } from "../../proto/codec.js";
 import { keys } from "../../proto/subjects.js";
@@ -21,7 +27,12 @@ test.after.always(async (t) => {
 });
 
 /** Opens an SSE stream and collects its events until `until` says stop. */
-function sse(url: string, headers: Record<string, string>, until: (evs: { id: string; event: string; data: any }[]) => boolean, timeoutMs = 10_000) {
+function sse(
+  url: string,
+  headers: Record<string, string>,
+  until: (evs: { id: string; event: string; data: any }[]) => boolean,
+  timeoutMs = 10_000,
+) {
   return new Promise<{ id: string; event: string; data: any }[]>((resolve, reject) => {
     const evs: { id: string; event: string; data: any }[] = [];
     const req = request(url, { headers: { accept: "text/event-stream", ...headers } }, (res) => {
@@ -75,13 +86,21 @@ test("SSE tails events oldest to newest with an app filter and resumes after Las
   t.true(evs.every((e) => e.data.app_id === app));
   t.true(Number(evs[1]!.id) < Number(evs[2]!.id), "oldest to newest");
   // resume after the first one: the next two come again
-  const resumed = await sse(`${p.controlUrl}/events/stream?app_id=${app}`, { "last-event-id": evs[0]!.id }, (e) => e.length >= 2);
+  const resumed = await sse(
+    `${p.controlUrl}/events/stream?app_id=${app}`,
+    { "last-event-id": evs[0]!.id },
+    (e) => e.length >= 2,
+  );
   t.deepEqual(
     resumed.map((e) => e.data.id),
     [evs[1]!.data.id, evs[2]!.data.id],
   );
   // type filter with from_seq
-  const typed = await sse(`${p.controlUrl}/events/stream?app_id=${app}&type=SecretSet&from_seq=1`, {}, (e) => e.length >= 2);
+  const typed = await sse(
+    `${p.controlUrl}/events/stream?app_id=${app}&type=SecretSet&from_seq=1`,
+    {},
+    (e) => e.length >= 2,
+  );
   t.true(typed.every((e) => e.event === "SecretSet"));
 });
 
@@ -90,7 +109,9 @@ test("the WebSocket tail sends the same events and honours the token scope on th
   const app = `w${randomUUID().slice(0, 8)}`;
   const init = await call(p.controlUrl, "initialize-app", { name: app });
   const token = init.body.result.token as string;
-  const ws = new WebSocket(`ws://127.0.0.1:${p.data!.port}/events/stream?from_seq=1`, { headers: { authorization: `Bearer ${token}` } });
+  const ws = new WebSocket(`ws://127.0.0.1:${p.data!.port}/events/stream?from_seq=1`, {
+    headers: { authorization: `Bearer ${token}` },
+  });
   const msgs: any[] = [];
   const done = new Promise<void>((resolve, reject) => {
     ws.on("message", (d) => {
@@ -105,7 +126,10 @@ test("the WebSocket tail sends the same events and honours the token scope on th
   await done;
   ws.close();
   t.true(msgs.length >= 2);
-  t.true(msgs.every((m) => m.app_id === app), "a data-plane token sees only its app");
+  t.true(
+    msgs.every((m) => m.app_id === app),
+    "a data-plane token sees only its app",
+  );
   t.deepEqual(
     msgs.map((m) => m.type),
     ["ApplicationInitialized", "SecretSet"],
@@ -148,7 +172,10 @@ test("GET /logs?follow=1 streams lines as they come and ends when the resource e
   await appendLog(p.bus, id, { ts: new Date().toISOString(), stream: "stdout", line: "step 2" });
   await new Promise((r) => setTimeout(r, 800));
   await appendLog(p.bus, id, { ts: new Date().toISOString(), stream: "stdout", line: "done" });
-  await p.bus.kv.resources.put(key, encode({ ...doc, status: "succeeded", updated_at: new Date().toISOString() }));
+  await p.bus.kv.resources.put(
+    key,
+    encode({ ...doc, status: "succeeded", updated_at: new Date().toISOString() }),
+  );
   const all = await body;
   t.regex(all, /step 1[\s\S]*step 2[\s\S]*done/);
   t.true(chunks.length >= 2, "streamed in more than one piece");

@@ -23,6 +23,7 @@ export async function spawnNode(opts: {
   dataDir: string;
   vaultKey: string;
   id: string;
+  env?: Record<string, string>;
 }): Promise<NodeProcess> {
   const child = spawn(process.execPath, ["--import", tsxLoader, nodeScript], {
     env: {
@@ -31,6 +32,7 @@ export async function spawnNode(opts: {
       SLIPWAY_DATA_DIR: opts.dataDir,
       SLIPWAY_VAULT_KEY: opts.vaultKey,
       SLIPWAY_NODE_ID: opts.id,
+      ...opts.env,
     },
     stdio: ["ignore", "pipe", "pipe"],
   });
