@@ -46,14 +46,19 @@ declare module "autocannon" {
       requests: Histogram & { sent: number };
     }
   }
-  function autocannon(opts: autocannon.Options, cb: (err: Error | null, result: autocannon.Result) => void): unknown;
+  function autocannon(
+    opts: autocannon.Options,
+    cb: (err: Error | null, result: autocannon.Result) => void,
+  ): unknown;
   export = autocannon;
 }
 
 // In a worker thread autocannon hands back raw results (encoded histograms) for its own manager to merge;
 // this merges them the same way.
 declare module "autocannon/lib/aggregateResult.js" {
-  import type autocannon from "autocannon";
-  function aggregateResult(raw: unknown, opts: { url?: string; connections?: number }): autocannon.Result;
+  function aggregateResult(
+    raw: unknown,
+    opts: { url?: string; connections?: number },
+  ): import("autocannon").Result;
   export = aggregateResult;
 }

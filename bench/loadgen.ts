@@ -21,7 +21,14 @@ export type LoadTask =
   /** autocannon, closed loop, POST set-secret over the mix. */
   | { kind: "set-secret-max"; url: string; connections: number; durationS: number; mix: SecretMix }
   /** Own open loop: set-secret at a fixed rate, latency of every request (sub-millisecond). */
-  | { kind: "set-secret-paced"; url: string; rate: number; durationS: number; maxSockets: number; mix: SecretMix }
+  | {
+      kind: "set-secret-paced";
+      url: string;
+      rate: number;
+      durationS: number;
+      maxSockets: number;
+      mix: SecretMix;
+    }
   /** Own closed loop: every (app, name) of the mix once, `concurrency` at a time (warm-up; creates the Secrets). */
   | { kind: "set-secret-fill"; url: string; concurrency: number; maxS: number; mix: SecretMix };
 
