@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Makes a fresh clone ready: installs npm dependencies (npm ci), makes sure
+// Makes a fresh clone ready: installs npm dependencies (npm install), makes sure
 // nats-server is installed (apt-get on Debian-like systems), and with --build
 // compiles the TypeScript into dist/. Says plainly what to do when it cannot.
 import { execFileSync, spawnSync } from "node:child_process";
