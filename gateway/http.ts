@@ -82,13 +82,18 @@ export class Res {
     if (this.aborted || this.done) return;
     this.done = true;
     this.raw.cork(() => {
-      this.raw.writeStatus(statusLine(status));
-      this.raw.writeHeader("content-type", contentType);
-      this.raw.writeHeader("x-platform-model", PLATFORM_MODEL);
-      this.raw.writeHeader("x-request-id", this.requestId);
-      for (const [k, v] of Object.entries(headers)) this.raw.writeHeader(k, v);
+      this.head(status, contentType, headers);
       this.raw.end(body);
     });
+  }
+
+  /** Status line and headers; every answer carries the model version and the request id. */
+  private head(status: number, contentType: string, headers: Record<string, string>): void {
+    this.raw.writeStatus(statusLine(status));
+    this.raw.writeHeader("content-type", contentType);
+    this.raw.writeHeader("x-platform-model", PLATFORM_MODEL);
+    this.raw.writeHeader("x-request-id", this.requestId);
+    for (const [k, v] of Object.entries(headers)) this.raw.writeHeader(k, v);
   }
 
   json(status: number, value: unknown, headers: Record<string, string> = {}): void {
@@ -104,13 +109,7 @@ export class Res {
   /** Starts a streamed answer (logs, SSE). */
   begin(status: number, contentType: string, headers: Record<string, string> = {}): void {
     if (this.aborted || this.done) return;
-    this.raw.cork(() => {
-      this.raw.writeStatus(statusLine(status));
-      this.raw.writeHeader("content-type", contentType);
-      this.raw.writeHeader("x-platform-model", PLATFORM_MODEL);
-      this.raw.writeHeader("x-request-id", this.requestId);
-      for (const [k, v] of Object.entries(headers)) this.raw.writeHeader(k, v);
-    });
+    this.raw.cork(() => this.head(status, contentType, headers));
   }
 
   write(chunk: string): void {

@@ -2,11 +2,11 @@ import anyTest, { type TestFn } from "ava";
 import { randomUUID } from "node:crypto";
 import { startNode, type NodeHandle } from "../../actors/runtime.js";
 import { registerHandler } from "../../actors/capabilities/mod.js";
-import type { Handler } from "../../actors/context.js";
+import { sampleBuild } from "../helpers/sample-build.js";
 import { CommandClient } from "../../gateway/command-client.js";
 import { openBus, type Bus } from "../../store/bus.js";
 import { Vault } from "../../store/vault.js";
-import { newId, newResourceId } from "../../proto/ids.js";
+import { newId } from "../../proto/ids.js";
 import type { Command, Reply } from "../../proto/command.js";
 import {
   call,
@@ -35,41 +35,20 @@ interface Ctx {
 }
 const test = anyTest as TestFn<Ctx>;
 
-const sampleBuild: Handler = async (ctx) => {
-  const iso = ctx.now.toISOString();
-  const resource = {
-    type: "Build",
-    id: newResourceId("Build"),
-    app_id: ctx.app,
-    status: "running" as const,
-    created_at: iso,
-    updated_at: iso,
-  };
-  ctx.putResource(resource);
-  ctx.emit("BuildStarted", resource, {});
-  return {
-    status: "running",
-    resource,
-    task: {
-      onSuccess: "BuildSucceeded",
-      onFailure: "BuildFailed",
-      run: async (t) => {
-        await t.log("compiling", "stdout");
-        const started = Date.now();
-        await new Promise<void>((resolve, reject) => {
-          gates.set(t.app, resolve);
-          t.signal.addEventListener("abort", () => reject(new Error("aborted")));
-        });
-        await t.log("done", "stdout");
-        return { status: "succeeded", fields: { exit_code: 0 }, data: { duration_ms: Date.now() - started } };
-      },
-    },
-  };
-};
 const gates = new Map<string, () => void>();
+const gatedBuild = sampleBuild(async (t) => {
+  await t.log("compiling", "stdout");
+  const started = Date.now();
+  await new Promise<void>((resolve, reject) => {
+    gates.set(t.app, resolve);
+    t.signal.addEventListener("abort", () => reject(new Error("aborted")));
+  });
+  await t.log("done", "stdout");
+  return { status: "succeeded", fields: { exit_code: 0 }, data: { duration_ms: Date.now() - started } };
+});
 
 test.before(async (t) => {
-  registerHandler("build", sampleBuild);
+  registerHandler("build", gatedBuild);
   const nats = await startTestNats();
   const gw = await startTestPlatform(nats.url, { role: "gateway", plane: "control" });
   const bus = await openBus({ servers: nats.url, name: "long-work" });

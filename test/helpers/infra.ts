@@ -103,6 +103,11 @@ export async function call(
     headers: { "content-type": "application/json", ...ACTOR, ...headers },
     body: typeof body === "string" ? body : JSON.stringify(body),
   });
+  return result(r);
+}
+
+/** Reads an answer: its text, and its JSON when it is JSON. */
+async function result(r: Response): Promise<CallResult> {
   const text = await r.text();
   let parsed: unknown;
   try {
@@ -118,15 +123,7 @@ export async function get(
   path: string,
   headers: Record<string, string> = {},
 ): Promise<CallResult> {
-  const r = await fetch(`${baseUrl}${path}`, { headers });
-  const text = await r.text();
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(text);
-  } catch {
-    parsed = undefined;
-  }
-  return { status: r.status, body: parsed, headers: r.headers, text };
+  return result(await fetch(`${baseUrl}${path}`, { headers }));
 }
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));

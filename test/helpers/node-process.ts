@@ -5,36 +5,20 @@
  */
 import { startPlatform } from "../../bin/platform.js";
 import { registerHandler } from "../../actors/capabilities/mod.js";
-import { newResourceId } from "../../proto/ids.js";
+import { sampleBuild } from "./sample-build.js";
 
 if (process.env.SLIPWAY_TEST_SAMPLE_BUILD === "1") {
-  // a sample long capability whose work never ends by itself (runtime tests kill the node under it)
-  registerHandler("build", async (ctx) => {
-    const iso = ctx.now.toISOString();
-    const resource = {
-      type: "Build",
-      id: newResourceId("Build"),
-      app_id: ctx.app,
-      status: "running" as const,
-      created_at: iso,
-      updated_at: iso,
-    };
-    ctx.putResource(resource);
-    ctx.emit("BuildStarted", resource, {});
-    return {
-      status: "running",
-      resource,
-      task: {
-        onSuccess: "BuildSucceeded",
-        onFailure: "BuildFailed",
-        run: (t) =>
-          new Promise((_, reject) => {
-            void t.log("working", "stdout");
-            t.signal.addEventListener("abort", () => reject(new Error("aborted")));
-          }),
-      },
-    };
-  });
+  // work that never ends by itself: runtime tests kill the node under it
+  registerHandler(
+    "build",
+    sampleBuild(
+      (t) =>
+        new Promise((_, reject) => {
+          void t.log("working", "stdout");
+          t.signal.addEventListener("abort", () => reject(new Error("aborted")));
+        }),
+    ),
+  );
 }
 
 const h = await startPlatform({
