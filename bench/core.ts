@@ -447,6 +447,52 @@ async function measureWrites(
   };
 }
 
+/**
+ * Times each command's actor turn (from taking the command to just before the reply: reads, commit-record
+ * CAS, outbox writes) through the node's apply trace, to split end-to-end latency into actor and the rest.
+ */
+class TurnTimer {
+  private readonly open = new Map<string, number>();
+  private ms: number[] = [];
+  on = false;
+
+  readonly hook = (e: { command_id: string; phase: "enter" | "exit"; t: number }) => {
+    if (!this.on) return;
+    if (e.phase === "enter") this.open.set(e.command_id, e.t);
+    else {
+      const start = this.open.get(e.command_id);
+      if (start !== undefined) {
+        this.open.delete(e.command_id);
+        this.ms.push(e.t - start);
+      }
+    }
+  };
+
+  /** Starts timing; returns a function that stops and gives the turn percentiles. */
+  start(): () => ActorTurns {
+    this.ms = [];
+    this.open.clear();
+    this.on = true;
+    return () => {
+      this.on = false;
+      const sorted = this.ms.slice().sort((a, b) => a - b);
+      return {
+        n: sorted.length,
+        p50: pct(sorted, 50),
+        p99: pct(sorted, 99),
+        mean: sorted.reduce((a, b) => a + b, 0) / Math.max(1, sorted.length),
+      };
+    };
+  }
+}
+
+interface ActorTurns {
+  n: number;
+  p50: number;
+  p99: number;
+  mean: number;
+}
+
 // ---- report ----
 interface Target {
   what: string;
@@ -470,10 +516,10 @@ interface Report {
   rawJetStream: RawResult;
   bareUws: Measured & { connections: number };
   warmup: MeasuredWrites;
-  setSecretLight: MeasuredWrites & { rate: number };
+  setSecretLight: MeasuredWrites & { rate: number; actorTurns: ActorTurns };
   setSecretAt1000: MeasuredWrites & { rate: number; apps: number; namesPerApp: number };
   getResource: Measured & { connections: number };
-  setSecretMax: MeasuredWrites & { connections: number };
+  setSecretMax: MeasuredWrites & { connections: number; actorTurns: ActorTurns };
   ratios: {
     writesOverRawJetStream: number;
     writesOverRawNoAsyncTraces: number;
@@ -654,6 +700,10 @@ function printReport(r: Report): void {
   out.push(
     `main-loop cost per op: a bare uWS GET costs ${pc(r.ratios.readLoopCostBareOverPlatform)} of a platform GET; a raw publish+ack costs ${pc(r.ratios.writeLoopCostRawOverPlatform)} of a platform set-secret`,
   );
+  const lt = wl.actorTurns;
+  out.push(
+    `actor turn (take command -> reply sent: state reads, commit-record CAS, outbox writes): @ ${wl.rate} rps p50 ${f2(lt.p50)} ms, p99 ${f2(lt.p99)} ms (end to end p50 ${f2(wl.latency.p50)} ms); at max rate mean ${f2(wm.actorTurns.mean)} ms (end to end p50 ${wm.latency.p50} ms: the rest is waiting in line)`,
+  );
   out.push("per set-secret: main-loop time, and NATS messages (bytes) on the platform's one connection");
   for (const [what, w] of [
     ["warm-up (creates)", r.warmup],
@@ -683,6 +733,7 @@ async function main(): Promise<void> {
   let nats: EmbeddedNats | undefined;
   let platform: PlatformHandle | undefined;
   let gen: LoadGen | undefined;
+  const turns = new TurnTimer();
   const cleanup = async () => {
     await gen?.close().catch(() => {});
     gen = undefined;
@@ -720,6 +771,7 @@ async function main(): Promise<void> {
       dataPort: 0,
       env: { SLIPWAY_VAULT_KEY: randomBytes(32).toString("base64") },
       log: () => {},
+      node: { onApply: turns.hook },
     });
     const base = `http://127.0.0.1:${platform.control!.port}`;
     await waitReady(base);
@@ -757,6 +809,7 @@ async function main(): Promise<void> {
     progress(`   ${f0(warmup.rps)}/s, non-2xx ${warmup.non2xx}`);
 
     progress(`3a. set-secret at ${LIGHT_RATE} rps for ${PACED_SECONDS} s`);
+    const stopLight = turns.start();
     const light = await measureWrites(meter, gen, platform, {
       kind: "set-secret-paced",
       url: base,
@@ -765,6 +818,7 @@ async function main(): Promise<void> {
       maxSockets: 256,
       mix,
     });
+    const lightTurns = stopLight();
     progress(`   p50 ${f2(light.latency.p50)} ms, p99 ${f2(light.latency.p99)} ms, non-2xx ${light.non2xx}`);
 
     progress(
@@ -800,6 +854,7 @@ async function main(): Promise<void> {
     progress(`   ${f0(reads.rps)} req/s, non-2xx ${reads.non2xx}`);
 
     progress(`3c. set-secret max: ${MAX_CONNECTIONS} connections for ${MAX_SECONDS} s`);
+    const stopMax = turns.start();
     const max = await measureWrites(meter, gen, platform, {
       kind: "set-secret-max",
       url: base,
@@ -807,6 +862,7 @@ async function main(): Promise<void> {
       durationS: MAX_SECONDS,
       mix,
     });
+    const maxTurns = stopMax();
     progress(`   ${f0(max.rps)} req/s, non-2xx ${max.non2xx}, errors ${max.errors}`);
 
     const mem = process.memoryUsage();
@@ -867,10 +923,10 @@ async function main(): Promise<void> {
       rawJetStream: raw,
       bareUws: { ...bare, connections: UWS_CONNECTIONS },
       warmup,
-      setSecretLight: { ...light, rate: LIGHT_RATE },
+      setSecretLight: { ...light, rate: LIGHT_RATE, actorTurns: lightTurns },
       setSecretAt1000: { ...paced, rate: PACED_RATE, apps: APPS, namesPerApp: NAMES_PER_APP },
       getResource: { ...reads, connections: READ_CONNECTIONS },
-      setSecretMax: { ...max, connections: MAX_CONNECTIONS },
+      setSecretMax: { ...max, connections: MAX_CONNECTIONS, actorTurns: maxTurns },
       ratios: {
         writesOverRawJetStream: writesOverRaw,
         writesOverRawNoAsyncTraces: writesOverRawFast,
