@@ -91,6 +91,8 @@ export class AppActor {
   private revision = 0;
   private active = false;
   private readonly vaultCache = new Map<string, VaultEntry | null>();
+  /** Resources this actor read or wrote, by KV key (it is their only writer). Bounded. */
+  private readonly resourceCache = new Map<string, Resource | null>();
   private appCache: AppRecord | null | undefined;
 
   constructor(app: string, host: ActorHost) {
@@ -101,6 +103,7 @@ export class AppActor {
   private async activate(): Promise<void> {
     const e = await this.host.bus.kv.actors.get(keys.actor(this.app));
     this.vaultCache.clear();
+    this.resourceCache.clear();
     this.appCache = undefined;
     if (e && e.operation === "PUT") {
       this.record = check(CommitRecordSchema, e.json(), `commit record of ${this.app}`);
@@ -156,6 +159,7 @@ export class AppActor {
     this.active = false;
     this.record = undefined;
     this.vaultCache.clear();
+    this.resourceCache.clear();
     this.appCache = undefined;
   }
 
@@ -205,6 +209,11 @@ export class AppActor {
         return names;
       },
     };
+  }
+
+  private remember(key: string, doc: Resource | null): void {
+    if (this.resourceCache.size >= 1000) this.resourceCache.delete(this.resourceCache.keys().next().value!);
+    this.resourceCache.set(key, doc);
   }
 
   private reply(cmd: Command, reply: Reply): void {
@@ -440,6 +449,7 @@ export class AppActor {
     const revisions = new Map<string, number>();
     const jobs: Promise<unknown>[] = [];
     for (const r of outbox.resources) {
+      this.remember(r.key, r.doc);
       const write = r.doc
         ? bus.kv.resources.put(r.key, encode(r.doc))
         : bus.kv.resources.delete(r.key).then(async () => (await bus.kv.resources.get(r.key))?.revision);
@@ -475,6 +485,13 @@ export class AppActor {
       );
     });
     for (const f of outbox.files) jobs.push(this.writeFile(f));
+    for (const j of outbox.jobs ?? []) {
+      jobs.push(
+        j.def
+          ? bus.kv.jobs.put(j.key, encode(j.def))
+          : Promise.all([bus.kv.jobs.delete(j.key), bus.kv.jobs.delete(`${j.key}.state`)]),
+      );
+    }
     await Promise.all(jobs);
     return revisions;
   }

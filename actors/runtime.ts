@@ -117,7 +117,8 @@ class PartitionWorker {
     const msgs = await consumer.consume({ max_messages: 256 });
     this.stopFn = () => void msgs.stop();
     void this.recoverTasks();
-    this.flushTimer = setInterval(() => void this.flushOffset(), 200);
+    // the offset only bounds what a new owner re-reads (the commit record answers those): once a second is enough
+    this.flushTimer = setInterval(() => void this.flushOffset(), 1000);
     this.loop = (async () => {
       for await (const m of msgs) {
         if (this.stopped) break;
@@ -234,18 +235,25 @@ class PartitionWorker {
     if (this.stopped) return;
     if (graceful) {
       this.stopFn?.();
-      await Promise.race([Promise.all([...this.mailboxes.values()].map((m) => m.idle)), sleep(5000)]);
+      await within(Promise.all([...this.mailboxes.values()].map((m) => m.idle)), 5000);
       await this.flushOffset();
     }
     this.stopped = true;
     this.stopFn?.();
     if (this.flushTimer) clearInterval(this.flushTimer);
     for (const t of this.rechecks) clearTimeout(t);
-    await Promise.race([this.loop, sleep(1000)]);
+    await within(this.loop ?? Promise.resolve(), 1000);
   }
 }
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** Waits for `p` at most `ms`; the timer never outlives the wait. */
+async function within(p: Promise<unknown>, ms: number): Promise<void> {
+  let t: NodeJS.Timeout | undefined;
+  await Promise.race([p, new Promise<void>((r) => (t = setTimeout(r, ms)))]);
+  clearTimeout(t);
+}
 
 /**
  * Runs long work outside actor turns (DESIGN §2). When a task ends, its end is
@@ -341,7 +349,7 @@ class TaskRunner {
   async stopAll(): Promise<void> {
     const all = [...this.running.values()];
     for (const t of all) t.ac.abort();
-    await Promise.race([Promise.all(all.map((t) => t.done)), sleep(5000)]);
+    await within(Promise.all(all.map((t) => t.done)), 5000);
   }
 }
 

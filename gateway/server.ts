@@ -27,6 +27,7 @@ import { AppRecordSchema } from "../proto/records.js";
 import { isResourceType, TERMINAL } from "../proto/resources.js";
 import { keys, STREAMS, subjects } from "../proto/subjects.js";
 import { commandFieldAad } from "../store/vault.js";
+import { refineInput } from "../proto/refine.js";
 import { isTransientBusError } from "../store/bus-errors.js";
 import { authenticate, requireScope, type AppDirectory, type Principal } from "./auth.js";
 import { CommandClient } from "./command-client.js";
@@ -170,6 +171,7 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
       const actor = actorOf(req.headers);
       const body = parseJsonObject(await bodyP!);
       const input = validateInput(name as CapabilityName, body);
+      refineInput(name as CapabilityName, input);
       if (name === "set-secret" && Buffer.byteLength(input.value as string, "utf8") > SECRET_VALUE_MAX) {
         throw new PlatformError("invalid_input", `value: must be at most ${SECRET_VALUE_MAX} bytes`, {
           details: [{ path: "/value", message: `must be at most ${SECRET_VALUE_MAX} bytes` }],

@@ -26,7 +26,7 @@ const OptStrList = (description: string, maxItems = 100) =>
 const Url = (description: string) =>
   Type.String({ minLength: 1, maxLength: 2048, pattern: "^https?://[^\\s/$.?#][^\\s]*$", description });
 const Path = (description: string) =>
-  Type.String({ minLength: 1, maxLength: 1024, pattern: "^/[^\\s]*$", description });
+  Type.String({ minLength: 1, maxLength: 1024, pattern: "^/(?!/)[^\\s]*$", description });
 const OptPath = (description: string) => Type.Optional(Path(description));
 const Sensitive = (description: string, maxLength = 8192) =>
   Type.String({ minLength: 1, maxLength, description, sensitive: true });

@@ -10,3 +10,4 @@ export * from "./resources.js";
 export * from "./subjects.js";
 export * from "./records.js";
 export * from "./service-token.js";
+export * from "./schedule.js";

@@ -30,6 +30,65 @@ export const VaultEntrySchema = Type.Object({
 });
 export type VaultEntry = Static<typeof VaultEntrySchema>;
 
+/** `slipway_jobs` value at `<app>.<job>`: a job's definition, written by the app actor. */
+export const JobDefinitionSchema = Type.Object({
+  app: Type.String(),
+  name: Type.String(),
+  resource_id: Type.String(),
+  target_path: Type.String(),
+  method: Type.String(),
+  every: Type.Optional(Type.String()),
+  cron: Type.Optional(Type.String()),
+  at: Type.Optional(Type.String()),
+  disabled: Type.Boolean(),
+  /** ISO time ticks of an `every` job are anchored on (no drift). */
+  anchor: Type.String(),
+  /** Bumps on every change of the definition. */
+  generation: Type.Integer(),
+  updated_at: Type.String(),
+});
+export type JobDefinition = Static<typeof JobDefinitionSchema>;
+
+/** `slipway_jobs` value at `<app>.<job>.state`: the run state, written by the scheduler leader only. */
+export const JobStateSchema = Type.Object({
+  /** Definition generation the state follows. */
+  generation: Type.Integer(),
+  /** Nominal time of the next tick (ISO), or null when none is left. */
+  next_due: Type.Union([Type.String(), Type.Null()]),
+  last_fired: Type.Union([Type.String(), Type.Null()]),
+  /** The tick in flight: only one at a time (ticks never overlap). */
+  running: Type.Union([
+    Type.Object({
+      tick: Type.String(),
+      leader: Type.String(),
+      leader_rev: Type.Integer(),
+      started_at: Type.String(),
+      deadline: Type.String(),
+    }),
+    Type.Null(),
+  ]),
+  runs: Type.Integer(),
+  failures: Type.Integer(),
+  skipped_overlap: Type.Integer(),
+  missed: Type.Integer(),
+  last_status: Type.Union([Type.Integer(), Type.String(), Type.Null()]),
+});
+export type JobState = Static<typeof JobStateSchema>;
+
+/** Input of the internal `_job_ran` command: a tick's outcome, for the app actor to record. */
+export const JobRanSchema = Type.Object({
+  name: Type.String(),
+  ok: Type.Boolean(),
+  status_code: Type.Optional(Type.Integer()),
+  error: Type.Optional(Type.String()),
+  duration_ms: Type.Number(),
+  due_at: Type.String(),
+  late_ms: Type.Number(),
+  refire: Type.Boolean(),
+  state: JobStateSchema,
+});
+export type JobRan = Static<typeof JobRanSchema>;
+
 /** A file the outbox writes under the workspace root (content plain, or sealed when it holds a credential). */
 export const OutboxFileSchema = Type.Object({
   path: Type.String(),
@@ -57,6 +116,10 @@ export const OutboxSchema = Type.Object({
     }),
   ),
   files: Type.Array(OutboxFileSchema),
+  /** Job definitions (`slipway_jobs`); null deletes the definition and its run state. */
+  jobs: Type.Optional(
+    Type.Array(Type.Object({ key: Type.String(), def: Type.Union([JobDefinitionSchema, Type.Null()]) })),
+  ),
 });
 export type Outbox = Static<typeof OutboxSchema>;
 

@@ -101,6 +101,8 @@ export const keys = {
   partitionLease: (partition: number) => `partition.${partition}`,
   nodeLease: (nodeId: string) => `node.${token(nodeId, "node id")}`,
   schedulerLease: "scheduler",
+  job: (app: string, name: string) => `${app}.${name}`,
+  jobState: (app: string, name: string) => `${app}.${name}.state`,
   idempotency: (commandId: string) => commandId,
 } as const;
 

@@ -69,6 +69,10 @@ export class ReadIndex {
   private eventsSeq = 0;
   private resourcesRev = 0;
   private chain: Promise<unknown> = Promise.resolve();
+  /** Recent resource states by id (a read needs no LevelDB get when it hits). Bounded. */
+  private readonly docs = new Map<string, StoredResource>();
+  /** Recently indexed event ids: an event arrives twice (the answer, then the feed). */
+  private readonly seenEvents = new Set<string>();
 
   private constructor(db: Level<string, string>) {
     this.db = db;
@@ -97,8 +101,7 @@ export class ReadIndex {
     return this.serial(async () => {
       const parsed = parseResourceKey(key);
       if (!parsed) return;
-      const existingRaw = await this.db.get(`r!${parsed.id}`);
-      const existing = existingRaw ? (JSON.parse(existingRaw) as StoredResource) : undefined;
+      const existing = await this.stored(parsed.id, true);
       if (existing && existing.rev >= rev) return;
       const batch = this.db.batch();
       if (existing?.doc) for (const k of resourceIndexKeys(existing.doc)) batch.del(k);
@@ -106,11 +109,32 @@ export class ReadIndex {
       batch.put(`r!${parsed.id}`, JSON.stringify(stored));
       if (doc) for (const k of resourceIndexKeys(doc)) batch.put(k, doc.id);
       await batch.write();
+      this.cache(parsed.id, stored);
     });
+  }
+
+  private cache(id: string, s: StoredResource): void {
+    this.docs.delete(id);
+    if (this.docs.size >= 50_000) this.docs.delete(this.docs.keys().next().value!);
+    this.docs.set(id, s);
+  }
+
+  /** The stored state of a resource. Only writers (inside `serial`) fill the cache, so a slow read never caches a stale state. */
+  private async stored(id: string, fill = false): Promise<StoredResource | undefined> {
+    const hit = this.docs.get(id);
+    if (hit) return hit;
+    const raw = await this.db.get(`r!${id}`);
+    if (!raw) return undefined;
+    const s = JSON.parse(raw) as StoredResource;
+    if (fill) this.cache(id, s);
+    return s;
   }
 
   applyEvent(ev: PlatformEvent): Promise<void> {
     return this.serial(async () => {
+      if (this.seenEvents.has(ev.id)) return;
+      this.seenEvents.add(ev.id);
+      if (this.seenEvents.size > 10_000) this.seenEvents.delete(this.seenEvents.values().next().value!);
       const batch = this.db.batch();
       batch.put(`e!${ev.id}`, JSON.stringify(ev));
       for (const k of eventIndexKeys(ev)) batch.put(k, ev.id);
@@ -119,16 +143,7 @@ export class ReadIndex {
   }
 
   async getResource(id: string): Promise<Resource | undefined> {
-    const raw = await this.db.get(`r!${id}`);
-    if (!raw) return undefined;
-    const stored = JSON.parse(raw) as StoredResource;
-    return stored.doc ?? undefined;
-  }
-
-  /** Revision of the newest known state of a resource (0 when unknown). */
-  async resourceRevision(id: string): Promise<number> {
-    const raw = await this.db.get(`r!${id}`);
-    return raw ? (JSON.parse(raw) as StoredResource).rev : 0;
+    return (await this.stored(id))?.doc ?? undefined;
   }
 
   async listResources(q: ListQuery): Promise<Page<Resource>> {

@@ -4,6 +4,10 @@ import type { CapabilityName } from "../../proto/inputs.js";
 import { initializeApp } from "./initialize-app.js";
 import { inspect } from "./inspect.js";
 import { setSecret, unsetSecret } from "./secrets.js";
+import { jobRan, scheduleJob } from "./schedule-job.js";
+
+/** Internal command a scheduler leader sends with a tick's outcome. */
+export const JOB_RAN = "_job_ran";
 
 /** Handlers of the capabilities built so far. */
 const HANDLERS: Partial<Record<CapabilityName, Handler>> = {
@@ -11,11 +15,15 @@ const HANDLERS: Partial<Record<CapabilityName, Handler>> = {
   "set-secret": setSecret,
   "unset-secret": unsetSecret,
   inspect,
+  "schedule-job": scheduleJob,
 };
+
+/** Handlers of internal commands (never accepted from a gateway). */
+const INTERNAL: Record<string, Handler> = { [JOB_RAN]: jobRan };
 
 /** The handler of a capability; one not built yet answers 501 not_implemented naming it. */
 export function handlerOf(name: string): Handler {
-  const h = HANDLERS[name as CapabilityName];
+  const h = HANDLERS[name as CapabilityName] ?? INTERNAL[name];
   if (h) return h;
   return async () => {
     throw new PlatformError("not_implemented", `capability ${name} is not implemented yet`);

@@ -1,0 +1,152 @@
+import type { Handler, HandlerContext } from "../context.js";
+import { check } from "../../proto/codec.js";
+import { PlatformError } from "../../proto/errors.js";
+import { newResourceId } from "../../proto/ids.js";
+import { JobDefinitionSchema, JobRanSchema, type JobDefinition } from "../../proto/records.js";
+import type { Resource } from "../../proto/resources.js";
+import { nextTick, scheduleOf, type Schedule } from "../../proto/schedule.js";
+import { keys } from "../../proto/subjects.js";
+
+async function definition(ctx: HandlerContext, name: string): Promise<JobDefinition | undefined> {
+  const e = await ctx.bus.kv.jobs.get(keys.job(ctx.app, name));
+  return e && e.operation === "PUT"
+    ? check(JobDefinitionSchema, e.json(), `job ${ctx.app}.${name}`)
+    : undefined;
+}
+
+/** The schedule of a stored definition. */
+export function scheduleOfDefinition(d: JobDefinition): Schedule {
+  return scheduleOf({ every: d.every, cron: d.cron, at: d.at });
+}
+
+function scheduleView(s: Schedule): Record<string, string> {
+  return s.kind === "every"
+    ? { every: s.every }
+    : s.kind === "cron"
+      ? { cron: s.cron, time_zone: "UTC" }
+      : { at: s.at };
+}
+
+/**
+ * schedule-job: registers, updates, pauses or removes a durable job. The
+ * definition goes to `slipway_jobs`; the scheduler leader fires its ticks.
+ */
+export const scheduleJob: Handler = async (ctx, input) => {
+  if (!(await ctx.state.getApp())) throw new PlatformError("unknown_app", `app ${ctx.app} does not exist`);
+  const name = input.name as string;
+  const existing = await definition(ctx, name);
+  const iso = ctx.now.toISOString();
+  const previous = existing ? await ctx.state.getResource("ScheduledJob", existing.resource_id) : undefined;
+  if (input.remove === true) {
+    if (!existing) throw new PlatformError("not_found", `job ${name} of app ${ctx.app} does not exist`);
+    const resource: Resource = {
+      ...(previous ?? { type: "ScheduledJob", id: existing.resource_id, app_id: ctx.app, created_at: iso }),
+      status: "succeeded",
+      updated_at: iso,
+    } as Resource;
+    ctx.outbox.jobs = [{ key: keys.job(ctx.app, name), def: null }];
+    ctx.deleteResource(resource);
+    ctx.log(resource.id, `removed job ${name}`);
+    ctx.emit("JobUnscheduled", resource, { name });
+    return { status: "succeeded", resource };
+  }
+  if (input.target_path === undefined) {
+    throw new PlatformError("invalid_input", "target_path: is required", {
+      details: [{ path: "/target_path", message: "is required" }],
+    });
+  }
+  const schedule = scheduleOf(input as { every?: string; cron?: string; at?: string });
+  const disabled = input.disabled === true;
+  const id = existing?.resource_id ?? newResourceId("ScheduledJob");
+  const def: JobDefinition = {
+    app: ctx.app,
+    name,
+    resource_id: id,
+    target_path: input.target_path as string,
+    method: (input.method as string | undefined) ?? "POST",
+    ...scheduleView(schedule),
+    disabled,
+    anchor: iso,
+    generation: (existing?.generation ?? 0) + 1,
+    updated_at: iso,
+  };
+  delete (def as Record<string, unknown>).time_zone;
+  const next = disabled ? null : nextTick(schedule, ctx.now.getTime(), ctx.now.getTime());
+  const resource: Resource = {
+    type: "ScheduledJob",
+    id,
+    app_id: ctx.app,
+    status: "succeeded",
+    created_at: previous?.created_at ?? iso,
+    updated_at: iso,
+    name,
+    target_path: def.target_path,
+    method: def.method,
+    schedule: scheduleView(schedule),
+    disabled,
+    next_due_at: next === null ? null : new Date(next).toISOString(),
+    last_fired_at: previous?.last_fired_at ?? null,
+    last_status: previous?.last_status ?? null,
+    runs: previous?.runs ?? 0,
+    failures: previous?.failures ?? 0,
+    skipped_overlap: previous?.skipped_overlap ?? 0,
+    missed: previous?.missed ?? 0,
+  };
+  ctx.outbox.jobs = [{ key: keys.job(ctx.app, name), def }];
+  ctx.putResource(resource, previous);
+  ctx.log(
+    id,
+    `${existing ? "updated" : "registered"} job ${name}: ${def.method} ${def.target_path} ${JSON.stringify(scheduleView(schedule))}${disabled ? " (disabled)" : ""}`,
+  );
+  ctx.emit("JobScheduled", resource, {
+    name,
+    schedule: scheduleView(schedule),
+    target_path: def.target_path,
+    method: def.method,
+    disabled,
+    next_due_at: resource.next_due_at,
+  });
+  return { status: "succeeded", resource };
+};
+
+/** `_job_ran` (internal, from the scheduler): records a tick's outcome on the job and emits JobRan or JobRunFailed. */
+export const jobRan: Handler = async (ctx, input) => {
+  const r = check(JobRanSchema, input, "job tick");
+  const def = await definition(ctx, r.name);
+  if (!def) throw new PlatformError("not_found", `job ${r.name} is gone`);
+  const previous = await ctx.state.getResource("ScheduledJob", def.resource_id);
+  if (!previous) throw new PlatformError("not_found", `job resource ${def.resource_id} is gone`);
+  const s = r.state;
+  const resource: Resource = {
+    ...previous,
+    updated_at: ctx.now.toISOString(),
+    next_due_at: s.next_due,
+    last_fired_at: r.due_at,
+    last_status: s.last_status,
+    runs: s.runs,
+    failures: s.failures,
+    skipped_overlap: s.skipped_overlap,
+    missed: s.missed,
+  };
+  ctx.putResource(resource, previous);
+  const outcome = r.ok
+    ? `${r.status_code}`
+    : r.status_code !== undefined
+      ? `${r.status_code}`
+      : (r.error ?? "error");
+  ctx.log(
+    def.resource_id,
+    `tick ${r.due_at}${r.refire ? " (re-fired)" : ""}: ${outcome} in ${Math.round(r.duration_ms)} ms, ${Math.round(r.late_ms)} ms late`,
+  );
+  const data: Record<string, unknown> = {
+    name: r.name,
+    due_at: r.due_at,
+    duration_ms: r.duration_ms,
+    late_ms: r.late_ms,
+  };
+  if (r.status_code !== undefined) data.status_code = r.status_code;
+  if (r.error !== undefined) data.error = r.error;
+  if (r.refire) data.refire = true;
+  ctx.emit(r.ok ? "JobRan" : "JobRunFailed", resource, data);
+  return { status: "succeeded", resource };
+};

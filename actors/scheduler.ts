@@ -1,0 +1,482 @@
+import type { KvEntry } from "@nats-io/kv";
+import type { Bus } from "../store/bus.js";
+import type { Vault } from "../store/vault.js";
+import { serviceKeyAad } from "../store/vault.js";
+import { check, encode } from "../proto/codec.js";
+import type { Command } from "../proto/command.js";
+import {
+  AppRecordSchema,
+  JobDefinitionSchema,
+  JobStateSchema,
+  type JobDefinition,
+  type JobRan,
+  type JobState,
+} from "../proto/records.js";
+import { latestDue, nextTick, scheduleOf, ticksBetween, type Schedule } from "../proto/schedule.js";
+import { signServiceToken } from "../proto/service-token.js";
+import { keys, LEASE_TTL_MS, subjects } from "../proto/subjects.js";
+import { JOB_RAN } from "./capabilities/mod.js";
+
+export interface SchedulerOptions {
+  bus: Bus;
+  vault: Vault;
+  nodeId: string;
+  /** Must match the bucket TTL of `slipway_leases`. */
+  leaseTtlMs?: number;
+  /** How long a tick's callback may take before it counts as failed (default 30 s, `SLIPWAY_JOB_TIMEOUT_MS`). */
+  tickTimeoutMs?: number;
+  log?: (msg: string) => void;
+  /** Test instrumentation: a tick is about to call the app. */
+  onFire?: (e: { app: string; job: string; tick: string; refire: boolean; node: string }) => void;
+}
+
+export interface SchedulerHandle {
+  isLeader(): boolean;
+  close(): Promise<void>;
+}
+
+interface Job {
+  key: string;
+  def: JobDefinition;
+  schedule: Schedule;
+  state?: JobState;
+  stateRev: number;
+  timer?: NodeJS.Timeout;
+  busy: boolean;
+}
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+const now = () => Date.now();
+
+/** A compare-and-set that lost: another writer changed the key. */
+function isStale(e: unknown): boolean {
+  return /wrong last sequence|key exists/i.test(e instanceof Error ? e.message : String(e));
+}
+
+/**
+ * The scheduler actor (DESIGN §6): one leader by lease; timers in memory,
+ * rebuilt from a watch on `slipway_jobs`; a tick fires only after a
+ * compare-and-set that marks it running and ends with one that clears it, so
+ * ticks of a job never overlap, even across two leaders.
+ */
+class Scheduler {
+  private readonly o: Required<Omit<SchedulerOptions, "onFire">> & Pick<SchedulerOptions, "onFire">;
+  private readonly jobs = new Map<string, Job>();
+  private leaseRev = 0;
+  private leaseValidUntil = 0;
+  private leading = false;
+  private closed = false;
+  private loop: Promise<void> = Promise.resolve();
+  private stopWatch: (() => void) | undefined;
+  private tickTimer: NodeJS.Timeout | undefined;
+  private readonly inflight = new Set<Promise<void>>();
+
+  constructor(opts: SchedulerOptions) {
+    this.o = {
+      leaseTtlMs: LEASE_TTL_MS,
+      tickTimeoutMs: Number(process.env.SLIPWAY_JOB_TIMEOUT_MS) || 30_000,
+      log: () => {},
+      ...opts,
+    };
+  }
+
+  isLeader(): boolean {
+    return this.leading && now() < this.leaseValidUntil;
+  }
+
+  start(): void {
+    const every = Math.max(200, Math.floor(this.o.leaseTtlMs / 3));
+    const step = () => {
+      this.loop = this.loop
+        .then(() => this.leaseStep())
+        .catch((e) => this.o.log(`scheduler: lease step failed: ${String(e)}`));
+    };
+    step();
+    this.tickTimer = setInterval(step, Math.min(every, 1000));
+  }
+
+  /** Takes or renews the leader lease; starts or stops leading. */
+  private async leaseStep(): Promise<void> {
+    if (this.closed || !this.o.bus.connected()) {
+      if (this.leading && now() >= this.leaseValidUntil)
+        this.stopLeading("lease expired while the bus was away");
+      return;
+    }
+    const kv = this.o.bus.kv.leases;
+    const sent = now();
+    if (this.leading) {
+      if (sent - (this.leaseValidUntil - this.o.leaseTtlMs + this.margin()) < this.o.leaseTtlMs / 3) return;
+      try {
+        this.leaseRev = await kv.update(keys.schedulerLease, this.o.nodeId, this.leaseRev);
+        this.leaseValidUntil = sent + this.o.leaseTtlMs - this.margin();
+      } catch (e) {
+        this.stopLeading(`lost the lease: ${String(e)}`);
+      }
+      return;
+    }
+    try {
+      this.leaseRev = await kv.create(keys.schedulerLease, this.o.nodeId);
+    } catch {
+      return; // someone else leads
+    }
+    this.leaseValidUntil = sent + this.o.leaseTtlMs - this.margin();
+    this.leading = true;
+    this.o.log(`scheduler: ${this.o.nodeId} leads`);
+    await this.lead();
+  }
+
+  private margin(): number {
+    return Math.min(2000, Math.floor(this.o.leaseTtlMs / 4));
+  }
+
+  private stopLeading(why: string): void {
+    if (!this.leading) return;
+    this.o.log(`scheduler: ${this.o.nodeId} stops leading (${why})`);
+    this.leading = false;
+    this.stopWatch?.();
+    this.stopWatch = undefined;
+    for (const j of this.jobs.values()) if (j.timer) clearTimeout(j.timer);
+    this.jobs.clear();
+  }
+
+  /** Becomes leader: loads every job and its state from a watch, then arms timers (catching up once). */
+  private async lead(): Promise<void> {
+    const w = await this.o.bus.kv.jobs.watch();
+    this.stopWatch = () => w.stop();
+    (async () => {
+      for await (const e of w) {
+        if (!this.leading) break;
+        this.onEntry(e);
+      }
+    })().catch((e) => this.o.log(`scheduler: watch ended: ${String(e)}`));
+  }
+
+  private onEntry(e: KvEntry): void {
+    const isState = e.key.endsWith(".state");
+    const key = isState ? e.key.slice(0, -".state".length) : e.key;
+    if (!isState) {
+      const job = this.jobs.get(key);
+      if (e.operation !== "PUT") {
+        if (job?.timer) clearTimeout(job.timer);
+        this.jobs.delete(key);
+        return;
+      }
+      let def: JobDefinition;
+      let schedule: Schedule;
+      try {
+        def = check(JobDefinitionSchema, e.json(), `job ${key}`);
+        schedule = scheduleOf({ every: def.every, cron: def.cron, at: def.at });
+      } catch (err) {
+        this.o.log(`scheduler: skipped job ${key}: ${String(err)}`);
+        return;
+      }
+      if (job) {
+        job.def = def;
+        job.schedule = schedule;
+        this.arm(job);
+      } else {
+        const j: Job = { key, def, schedule, stateRev: 0, busy: false };
+        this.jobs.set(key, j);
+        void this.loadState(j).then(() => this.arm(j));
+      }
+      return;
+    }
+    const job = this.jobs.get(key);
+    if (!job) return;
+    if (e.operation !== "PUT") {
+      job.state = undefined;
+      job.stateRev = 0;
+      return;
+    }
+    if (e.revision <= job.stateRev) return;
+    try {
+      job.state = check(JobStateSchema, e.json(), `job state ${key}`);
+      job.stateRev = e.revision;
+    } catch {
+      /* keep what we have */
+    }
+  }
+
+  private async loadState(job: Job): Promise<void> {
+    const e = await this.o.bus.kv.jobs.get(keys.jobState(job.def.app, job.def.name));
+    if (e && e.operation === "PUT" && e.revision > job.stateRev) {
+      job.state = check(JobStateSchema, e.json(), `job state ${job.key}`);
+      job.stateRev = e.revision;
+    }
+  }
+
+  /** Sets the job's timer for its next due tick (from its state, or from the definition). */
+  private arm(job: Job): void {
+    if (job.timer) clearTimeout(job.timer);
+    job.timer = undefined;
+    if (!this.leading || job.def.disabled) return;
+    const s = job.state;
+    let due: number | null;
+    if (s?.running) {
+      // in doubt: a tick started and never ended (its leader died): look again at its deadline
+      due = Date.parse(s.running.deadline);
+    } else if (s && s.generation === job.def.generation) {
+      due = s.next_due === null ? null : Date.parse(s.next_due);
+    } else {
+      const anchor = Date.parse(job.def.anchor);
+      due = nextTick(job.schedule, anchor, anchor);
+    }
+    if (due === null) return;
+    const wait = Math.max(0, due - now());
+    job.timer = setTimeout(() => this.track(this.fire(job)), Math.min(wait, 2 ** 31 - 1));
+  }
+
+  private track(p: Promise<void>): void {
+    this.inflight.add(p);
+    void p.finally(() => this.inflight.delete(p));
+  }
+
+  private async writeState(job: Job, next: JobState): Promise<boolean> {
+    const key = keys.jobState(job.def.app, job.def.name);
+    try {
+      job.stateRev =
+        job.stateRev === 0
+          ? await this.o.bus.kv.jobs.create(key, encode(next))
+          : await this.o.bus.kv.jobs.update(key, encode(next), job.stateRev);
+      job.state = next;
+      return true;
+    } catch (e) {
+      if (!isStale(e)) throw e;
+      job.stateRev = 0;
+      job.state = undefined;
+      await this.loadState(job);
+      return false;
+    }
+  }
+
+  /** One due moment of a job: fire the tick (or count it as skipped), with compare-and-set fences. */
+  private async fire(job: Job): Promise<void> {
+    if (!this.isLeader() || job.busy || this.closed) return;
+    job.busy = true;
+    try {
+      await this.fireInner(job);
+    } catch (e) {
+      this.o.log(`scheduler: ${job.key}: ${String(e)}`);
+      await sleep(500);
+    } finally {
+      job.busy = false;
+      if (this.leading && this.jobs.get(job.key) === job) this.arm(job);
+    }
+  }
+
+  private blankState(job: Job): JobState {
+    return {
+      generation: job.def.generation,
+      next_due: null,
+      last_fired: null,
+      running: null,
+      runs: 0,
+      failures: 0,
+      skipped_overlap: 0,
+      missed: 0,
+      last_status: null,
+    };
+  }
+
+  private async fireInner(job: Job): Promise<void> {
+    const t = now();
+    const anchor = Date.parse(job.def.anchor);
+    let state: JobState = job.state ? { ...job.state } : this.blankState(job);
+    let refire = false;
+    let tick: number;
+    if (state.running) {
+      if (t < Date.parse(state.running.deadline)) return; // still running elsewhere: look again at the deadline
+      // a tick left in doubt by a dead leader: fire it again, once, with the same idempotency key
+      tick = Date.parse(state.running.tick);
+      refire = true;
+    } else {
+      const due =
+        state.generation === job.def.generation && state.next_due !== null
+          ? Date.parse(state.next_due)
+          : nextTick(job.schedule, anchor, anchor);
+      if (due === null) return;
+      if (due > t + 5) return; // woke early
+      // down for several periods: fire the latest missed tick once, count the rest
+      tick = latestDue(job.schedule, due, t, anchor);
+      const missed = ticksBetween(job.schedule, due - 1, tick - 1, anchor);
+      if (state.generation !== job.def.generation) state = { ...state, generation: job.def.generation };
+      state.missed += missed;
+    }
+    const nextDue = nextTick(job.schedule, tick, anchor);
+    const deadline = t + this.o.tickTimeoutMs + 5000;
+    const running: JobState = {
+      ...state,
+      next_due: nextDue === null ? null : new Date(nextDue).toISOString(),
+      running: {
+        tick: new Date(tick).toISOString(),
+        leader: this.o.nodeId,
+        leader_rev: this.leaseRev,
+        started_at: new Date(t).toISOString(),
+        deadline: new Date(deadline).toISOString(),
+      },
+    };
+    if (!this.isLeader()) return;
+    if (!(await this.writeState(job, running))) return; // another leader moved it: re-arm from what it wrote
+    // while this tick runs, later due moments are skipped and counted
+    const skipTimer = this.armSkips(job, nextDue);
+    const result = await this.call(job, tick, refire);
+    if (skipTimer) clearTimeout(skipTimer.timer);
+    const after: JobState = {
+      ...(job.state ?? running),
+      running: null,
+      last_fired: new Date(tick).toISOString(),
+      runs: (job.state ?? running).runs + 1,
+      failures: (job.state ?? running).failures + (result.ok ? 0 : 1),
+      skipped_overlap: (job.state ?? running).skipped_overlap + (skipTimer?.count() ?? 0),
+      last_status: result.status_code ?? result.error ?? null,
+    };
+    // the next due is the first nominal tick after now that was not skipped
+    const next = nextTick(job.schedule, Math.max(now(), tick), anchor);
+    after.next_due = next === null ? null : new Date(next).toISOString();
+    let written = false;
+    for (let i = 0; i < 3 && !written; i++) {
+      written = await this.writeState(job, after);
+      if (!written && job.state?.running?.tick !== running.running!.tick) break; // someone else finished it
+    }
+    await this.report(job, tick, t, refire, result, after);
+  }
+
+  /** Counts the due moments that pass while a tick runs (they are skipped: ticks never overlap). */
+  private armSkips(
+    job: Job,
+    firstNext: number | null,
+  ): { timer: NodeJS.Timeout; count: () => number } | undefined {
+    if (firstNext === null) return undefined;
+    let skipped = 0;
+    let next: number | null = firstNext;
+    const anchor = Date.parse(job.def.anchor);
+    const h = { timer: setTimeout(() => {}, 0), count: () => skipped };
+    const schedule = () => {
+      if (next === null) return;
+      h.timer = setTimeout(
+        () => {
+          skipped++;
+          next = nextTick(job.schedule, next!, anchor);
+          schedule();
+        },
+        Math.max(0, next - now()),
+      );
+    };
+    schedule();
+    return h;
+  }
+
+  private async call(
+    job: Job,
+    tick: number,
+    refire: boolean,
+  ): Promise<{ ok: boolean; status_code?: number; error?: string; duration_ms: number }> {
+    const t0 = performance.now();
+    const { app, name } = job.def;
+    this.o.onFire?.({ app, job: name, tick: new Date(tick).toISOString(), refire, node: this.o.nodeId });
+    try {
+      const e = await this.o.bus.kv.apps.get(keys.app(app));
+      if (!e || e.operation !== "PUT") return { ok: false, error: "app not found", duration_ms: 0 };
+      const rec = check(AppRecordSchema, e.json(), `app ${app}`);
+      if (!rec.base_url) return { ok: false, error: "the app has no base_url yet", duration_ms: 0 };
+      const url = new URL(job.def.target_path, rec.base_url);
+      if (url.protocol !== "http:" && url.protocol !== "https:")
+        return { ok: false, error: "base_url is not http(s)", duration_ms: 0 };
+      const key = this.o.vault.openString(rec.service_key, serviceKeyAad(app));
+      const token = signServiceToken(key, { app, job: name, tick: new Date(tick).toISOString() });
+      const r = await fetch(url, {
+        method: job.def.method,
+        headers: {
+          authorization: `Bearer ${token}`,
+          "idempotency-key": `${name}:${new Date(tick).toISOString()}`,
+          "x-slipway-job": name,
+          "x-slipway-tick": new Date(tick).toISOString(),
+        },
+        redirect: "manual",
+        signal: AbortSignal.timeout(this.o.tickTimeoutMs),
+      });
+      await r.body?.cancel().catch(() => {});
+      const ok = r.status >= 200 && r.status < 300;
+      return { ok, status_code: r.status, duration_ms: performance.now() - t0 };
+    } catch (err) {
+      const e = err as Error & { cause?: { code?: string } };
+      const error =
+        e.name === "TimeoutError"
+          ? `timeout after ${this.o.tickTimeoutMs} ms`
+          : e.cause?.code
+            ? `${e.cause.code}`
+            : e.message;
+      return { ok: false, error, duration_ms: performance.now() - t0 };
+    }
+  }
+
+  /** Hands the outcome to the app actor (it records it on the job and emits JobRan / JobRunFailed). */
+  private async report(
+    job: Job,
+    tick: number,
+    firedAt: number,
+    refire: boolean,
+    result: { ok: boolean; status_code?: number; error?: string; duration_ms: number },
+    state: JobState,
+  ): Promise<void> {
+    const due = new Date(tick).toISOString();
+    const input: JobRan = {
+      name: job.def.name,
+      ok: result.ok,
+      ...(result.status_code !== undefined ? { status_code: result.status_code } : {}),
+      ...(result.error !== undefined ? { error: result.error } : {}),
+      duration_ms: Math.round(result.duration_ms * 100) / 100,
+      due_at: due,
+      late_ms: Math.max(0, firedAt - tick),
+      refire,
+      state,
+    };
+    const id = `job-${job.def.app}-${job.def.name}-${tick}${refire ? "-r" : ""}`.replace(
+      /[^A-Za-z0-9_-]/g,
+      "_",
+    );
+    const cmd: Command = {
+      id,
+      capability: JOB_RAN,
+      app: job.def.app,
+      input,
+      actor: { type: "service", id: `scheduler:${this.o.nodeId}` },
+      plane: "control",
+      gateway_id: "none",
+      request_id: id,
+      received_at: new Date().toISOString(),
+    };
+    for (let i = 0; i < 20; i++) {
+      try {
+        await this.o.bus.js.publish(subjects.command(job.def.app), encode(cmd), { msgID: id });
+        return;
+      } catch {
+        await sleep(Math.min(100 * 2 ** i, 2000));
+      }
+    }
+    this.o.log(`scheduler: could not report tick ${due} of ${job.key}`);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.tickTimer) clearInterval(this.tickTimer);
+    await this.loop.catch(() => {});
+    const wasLeading = this.leading;
+    this.stopLeading("shutting down");
+    let t: NodeJS.Timeout | undefined;
+    await Promise.race([
+      Promise.all([...this.inflight]),
+      new Promise<void>((r) => (t = setTimeout(r, 5000))),
+    ]);
+    clearTimeout(t);
+    if (wasLeading && this.o.bus.connected())
+      await this.o.bus.kv.leases.delete(keys.schedulerLease).catch(() => {});
+  }
+}
+
+/** Starts the scheduler candidate of a node; it leads when it holds the lease. */
+export function startScheduler(opts: SchedulerOptions): SchedulerHandle {
+  const s = new Scheduler(opts);
+  s.start();
+  return { isLeader: () => s.isLeader(), close: () => s.close() };
+}
