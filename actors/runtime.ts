@@ -6,6 +6,7 @@ import { CommandSchema } from "../proto/command.js";
 import { check } from "../proto/codec.js";
 import { keys, LEASE_TTL_MS, PARTITIONS, partitionOf, STREAMS, subjects } from "../proto/subjects.js";
 import { AppActor, TASK_DONE, type ActorHost } from "./app-actor.js";
+import { startScheduler, type SchedulerOptions } from "./scheduler.js";
 import type { TaskContext, TaskSpec } from "./context.js";
 import type { Command } from "../proto/command.js";
 import { encode } from "../proto/codec.js";
@@ -35,12 +36,20 @@ export interface NodeOptions {
   onApply?: ActorHost["onApply"];
   onFenced?: ActorHost["onFenced"];
   log?: (msg: string) => void;
+  /** Run a scheduler candidate on this node (default true). */
+  scheduler?: boolean;
+  /** Scheduler: how long a tick's callback may take. */
+  tickTimeoutMs?: number;
+  /** Scheduler test instrumentation. */
+  onFire?: SchedulerOptions["onFire"];
 }
 
 export interface NodeHandle {
   readonly nodeId: string;
   /** Partitions this node currently applies. */
   partitions(): number[];
+  /** True while this node's scheduler leads. */
+  isSchedulerLeader(): boolean;
   close(): Promise<void>;
 }
 
@@ -526,9 +535,29 @@ class RuntimeNode {
   }
 }
 
-/** Starts a runtime node (DESIGN §2). */
+/** Starts a runtime node (DESIGN §2) and its scheduler candidate (DESIGN §6). */
 export async function startNode(opts: NodeOptions): Promise<NodeHandle> {
   const node = new RuntimeNode(opts);
   await node.start();
-  return { nodeId: node.nodeId, partitions: () => node.partitions(), close: () => node.close() };
+  const scheduler =
+    opts.scheduler === false
+      ? undefined
+      : startScheduler({
+          bus: opts.bus,
+          vault: opts.vault,
+          nodeId: node.nodeId,
+          ...(opts.leaseTtlMs ? { leaseTtlMs: opts.leaseTtlMs } : {}),
+          ...(opts.log ? { log: opts.log } : {}),
+          ...(opts.onFire ? { onFire: opts.onFire } : {}),
+          ...(opts.tickTimeoutMs ? { tickTimeoutMs: opts.tickTimeoutMs } : {}),
+        });
+  return {
+    nodeId: node.nodeId,
+    partitions: () => node.partitions(),
+    isSchedulerLeader: () => scheduler?.isLeader() ?? false,
+    close: async () => {
+      await scheduler?.close();
+      await node.close();
+    },
+  };
 }

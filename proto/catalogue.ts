@@ -172,9 +172,11 @@ export const BUILT_CAPABILITIES: ReadonlySet<string> = new Set([
   "set-secret",
   "unset-secret",
   "inspect",
+  "schedule-job",
 ]);
 /** Types of `inspect` built so far. */
 export const BUILT_INSPECT_TYPES: ReadonlySet<string> = new Set([
+  "jobs",
   "app",
   "resources",
   "events",

@@ -75,6 +75,27 @@ export const readers: Partial<Record<string, (ctx: HandlerContext) => Promise<un
       })),
     };
   },
+  async jobs(ctx) {
+    const jobs = await ctx.state.listResources("ScheduledJob");
+    jobs.sort((a, b) => String(a.name).localeCompare(String(b.name)));
+    return {
+      items: jobs.map((j) => ({
+        name: j.name,
+        resource_id: j.id,
+        target_path: j.target_path,
+        method: j.method,
+        schedule: j.schedule,
+        disabled: j.disabled,
+        next_due_at: j.next_due_at,
+        last_fired_at: j.last_fired_at,
+        last_status: j.last_status,
+        runs: j.runs,
+        failures: j.failures,
+        skipped_overlap: j.skipped_overlap,
+        missed: j.missed,
+      })),
+    };
+  },
   async secrets(ctx) {
     const names = await ctx.state.listVaultNames();
     const items = [];

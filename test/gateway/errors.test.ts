@@ -229,7 +229,7 @@ test("501 not_implemented names the capability, the inspect type or the route of
     caps.body.items
       .filter((c: { implemented: boolean }) => c.implemented)
       .map((c: { name: string }) => c.name),
-    ["initialize-app", "inspect", "set-secret", "unset-secret"],
+    ["initialize-app", "inspect", "set-secret", "unset-secret", "schedule-job"],
   );
 });
 

@@ -1,0 +1,347 @@
+import anyTest, { type TestFn } from "ava";
+import { randomUUID } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { createServer, type Server } from "node:http";
+import { join } from "node:path";
+import { verifyServiceToken } from "../../proto/service-token.js";
+import {
+  call,
+  eventually,
+  freePort,
+  get,
+  sleep,
+  startTestNats,
+  startTestPlatform,
+  tempDir,
+  type TestNats,
+  type TestPlatform,
+} from "../helpers/infra.js";
+
+interface Hit {
+  path: string;
+  method: string;
+  auth: string;
+  idem: string;
+  /** Nominal tick the call is for. */
+  tick: number;
+  at: number;
+}
+interface Target {
+  url: string;
+  hits: Hit[];
+  /** Highest number of calls in flight at once, per path. */
+  maxConcurrent: Map<string, number>;
+  behave: Map<string, { delayMs?: number; status?: number; hang?: boolean }>;
+  server: Server;
+}
+
+async function startTarget(): Promise<Target> {
+  const hits: Hit[] = [];
+  const current = new Map<string, number>();
+  const maxConcurrent = new Map<string, number>();
+  const behave = new Map<string, { delayMs?: number; status?: number; hang?: boolean }>();
+  const server = createServer((req, res) => {
+    const path = req.url ?? "/";
+    hits.push({
+      path,
+      method: req.method ?? "",
+      auth: req.headers.authorization ?? "",
+      idem: String(req.headers["idempotency-key"] ?? ""),
+      tick: Date.parse(String(req.headers["x-slipway-tick"] ?? "")),
+      at: Date.now(),
+    });
+    const c = (current.get(path) ?? 0) + 1;
+    current.set(path, c);
+    maxConcurrent.set(path, Math.max(maxConcurrent.get(path) ?? 0, c));
+    const b = behave.get(path) ?? {};
+    const end = () => {
+      current.set(path, (current.get(path) ?? 1) - 1);
+      res.writeHead(b.status ?? 200, { "content-type": "application/json" }).end('{"ok":true}');
+    };
+    if (b.hang) {
+      req.on("close", () => current.set(path, (current.get(path) ?? 1) - 1));
+      return;
+    }
+    if (b.delayMs) setTimeout(end, b.delayMs);
+    else end();
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const port = (server.address() as { port: number }).port;
+  return { url: `http://127.0.0.1:${port}`, hits, maxConcurrent, behave, server };
+}
+
+const test = anyTest as TestFn<{
+  nats: TestNats;
+  p: TestPlatform;
+  target: Target;
+  app: string;
+  dataDir: string;
+}>;
+
+test.before(async (t) => {
+  const nats = await startTestNats();
+  const dataDir = tempDir();
+  const p = await startTestPlatform(nats.url, { dataDir });
+  const target = await startTarget();
+  const app = `j${randomUUID().slice(0, 8)}`;
+  const r = await call(p.controlUrl, "initialize-app", { name: app, base_url: target.url });
+  t.is(r.status, 200);
+  t.context = { nats, p, target, app, dataDir };
+});
+
+test.after.always(async (t) => {
+  await t.context.p?.close();
+  t.context.target?.server.close();
+  t.context.target?.server.closeAllConnections();
+  await t.context.nats?.stop();
+});
+
+const hitsOf = (t: Target, path: string) => t.hits.filter((h) => h.path === path);
+
+async function jobEvents(p: TestPlatform, resourceId: string): Promise<any[]> {
+  return (await get(p.controlUrl, `/events?resource_id=${resourceId}&limit=500`)).body.items;
+}
+
+test("schedule-job: a job every 1 s calls the app with a valid service token and an idempotency key, and each tick has its JobRan", async (t) => {
+  const { p, target, app, dataDir } = t.context;
+  const r = await call(p.controlUrl, "schedule-job", {
+    app,
+    name: "ping",
+    target_path: "/cron/ping",
+    every: "1s",
+    method: "GET",
+  });
+  t.is(r.status, 200);
+  t.is(r.body.resource.type, "ScheduledJob");
+  t.is(r.body.events[0].type, "JobScheduled");
+  t.deepEqual(r.body.resource.schedule, { every: "1s" });
+  const id = r.body.resource.id;
+  await eventually(async () => hitsOf(target, "/cron/ping").length >= 3, 8000);
+  const hits = hitsOf(target, "/cron/ping");
+  t.true(hits.every((h) => h.method === "GET"));
+  const env = readFileSync(join(dataDir, "apps", app, ".env"), "utf8");
+  const key = /SLIPWAY_SERVICE_KEY=(.*)/.exec(env)![1]!;
+  for (const h of hits) {
+    const v = verifyServiceToken(h.auth.replace(/^Bearer /, ""), key, { app });
+    t.true(v.ok, `token verifies: ${JSON.stringify(v)}`);
+    if (v.ok) {
+      t.is(v.claims.job, "ping");
+      t.is(h.idem, `ping:${v.claims.tick}`);
+    }
+  }
+  t.false(
+    verifyServiceToken(hits[0]!.auth.replace(/^Bearer /, ""), key, { app: "other" }).ok,
+    "the verifier refuses it for another app",
+  );
+  const evs = await eventually(async () => {
+    const e = (await jobEvents(p, id)).filter((x) => x.type === "JobRan");
+    return e.length >= 2 ? e : undefined;
+  });
+  for (const e of evs) {
+    t.is(e.data.status_code, 200);
+    t.is(typeof e.data.duration_ms, "number");
+    t.is(typeof e.data.late_ms, "number");
+    t.true(e.data.late_ms < 500, `late ${e.data.late_ms} ms`);
+    t.regex(e.data.due_at, /^\d{4}-/);
+    t.is(e.actor.type, "service");
+  }
+  // ticks sit on the nominal grid: due_at values are whole periods apart
+  const dues = evs.map((e) => Date.parse(e.data.due_at)).sort();
+  for (let i = 1; i < dues.length; i++) t.is((dues[i]! - dues[i - 1]!) % 1000, 0);
+  const doc = await eventually(async () => {
+    const d = (await get(p.controlUrl, `/resources/ScheduledJob/${id}`)).body;
+    return d.runs >= 2 ? d : undefined;
+  });
+  t.is(doc.last_status, 200);
+  t.truthy(doc.next_due_at);
+  const log = await get(p.controlUrl, `/logs/${id}`);
+  t.regex(log.text, /tick .*: 200 in/);
+  // inspect jobs and the list
+  const ins = await call(p.controlUrl, "inspect", { app, type: "jobs" });
+  t.is(ins.status, 200);
+  t.true(
+    ins.body.resource.result.items.some(
+      (j: { name: string; runs: number }) => j.name === "ping" && j.runs >= 2,
+    ),
+  );
+  const list = await get(p.controlUrl, `/resources?app_id=${app}&type=ScheduledJob`);
+  t.true(list.body.items.some((x: { id: string }) => x.id === id));
+  await call(p.controlUrl, "schedule-job", { app, name: "ping", remove: true });
+});
+
+test("a 1 s job whose target takes 2.5 s never overlaps: later ticks are skipped and counted, each completed tick has its JobRan", async (t) => {
+  const { p, target, app } = t.context;
+  target.behave.set("/cron/slow", { delayMs: 2500 });
+  const r = await call(p.controlUrl, "schedule-job", {
+    app,
+    name: "slow",
+    target_path: "/cron/slow",
+    every: "1s",
+  });
+  const id = r.body.resource.id;
+  const t0 = Date.now();
+  await sleep(20_000);
+  await call(p.controlUrl, "schedule-job", {
+    app,
+    name: "slow",
+    disabled: true,
+    target_path: "/cron/slow",
+    every: "1s",
+  });
+  await sleep(3000); // the last tick in flight completes
+  const calls = target.hits.filter((h) => h.path === "/cron/slow" && h.at >= t0);
+  t.is(target.maxConcurrent.get("/cron/slow"), 1, "never two callbacks at once");
+  t.true(calls.length >= 5 && calls.length <= 8, `${calls.length} calls in 20 s`);
+  const doc = (await get(p.controlUrl, `/resources/ScheduledJob/${id}`)).body;
+  t.true(doc.skipped_overlap >= 8, `skipped ${doc.skipped_overlap}`);
+  const ran = (await jobEvents(p, id)).filter((e) => e.type === "JobRan");
+  t.is(ran.length, doc.runs, "each completed tick has its JobRan");
+  t.is(doc.runs, calls.length);
+  await call(p.controlUrl, "schedule-job", { app, name: "slow", remove: true });
+});
+
+test("a target answering 500, timing out or refusing the connection gives JobRunFailed with the reason, and the job keeps its schedule", async (t) => {
+  const { target } = t.context;
+  // its own bus and platform, with a 1.5 s callback timeout
+  const nats = await startTestNats();
+  const p = await startTestPlatform(nats.url, { node: { tickTimeoutMs: 1500 } });
+  t.teardown(async () => {
+    await p.close();
+    await nats.stop();
+  });
+  const app = `j${randomUUID().slice(0, 8)}`;
+  await call(p.controlUrl, "initialize-app", { name: app, base_url: target.url });
+  target.behave.set("/cron/err", { status: 500 });
+  target.behave.set("/cron/hang", { hang: true });
+  const e500 = (
+    await call(p.controlUrl, "schedule-job", { app, name: "err", target_path: "/cron/err", every: "1s" })
+  ).body.resource.id;
+  const hang = (
+    await call(p.controlUrl, "schedule-job", { app, name: "hang", target_path: "/cron/hang", every: "1s" })
+  ).body.resource.id;
+  const failures = async (id: string, n: number) =>
+    eventually(async () => {
+      const e = (await jobEvents(p, id)).filter((x) => x.type === "JobRunFailed");
+      return e.length >= n ? e : undefined;
+    }, 12_000);
+  const f500 = await failures(e500, 2);
+  t.is(f500[0].data.status_code, 500);
+  const fhang = await failures(hang, 2);
+  t.regex(fhang[0].data.error, /timeout/);
+  // connection refused: another app whose base_url points at a closed port
+  const other = `j${randomUUID().slice(0, 8)}`;
+  await call(p.controlUrl, "initialize-app", {
+    name: other,
+    base_url: `http://127.0.0.1:${await freePort()}`,
+  });
+  const refused = (
+    await call(p.controlUrl, "schedule-job", {
+      app: other,
+      name: "nope",
+      target_path: "/cron/x",
+      every: "1s",
+    })
+  ).body.resource.id;
+  const fref = await failures(refused, 2);
+  t.regex(fref[0].data.error, /ECONNREFUSED/);
+  const doc = (await get(p.controlUrl, `/resources/ScheduledJob/${e500}`)).body;
+  t.true(doc.failures >= 2);
+  t.truthy(doc.next_due_at, "still scheduled");
+  for (const [a, n] of [
+    [app, "err"],
+    [app, "hang"],
+    [other, "nope"],
+  ] as const)
+    await call(p.controlUrl, "schedule-job", { app: a, name: n, remove: true });
+});
+
+test("disabled jobs do not tick; removed jobs emit JobUnscheduled, leave the lists and never tick again", async (t) => {
+  const { p, target, app } = t.context;
+  const d = await call(p.controlUrl, "schedule-job", {
+    app,
+    name: "off",
+    target_path: "/cron/off",
+    every: "1s",
+    disabled: true,
+  });
+  t.is(d.status, 200);
+  t.true(d.body.resource.disabled);
+  t.is(d.body.resource.next_due_at, null);
+  const r = await call(p.controlUrl, "schedule-job", {
+    app,
+    name: "gone",
+    target_path: "/cron/gone",
+    every: "1s",
+  });
+  await eventually(async () => hitsOf(target, "/cron/gone").length >= 1, 5000);
+  const rm = await call(p.controlUrl, "schedule-job", { app, name: "gone", remove: true });
+  t.is(rm.status, 200);
+  t.is(rm.body.events[0].type, "JobUnscheduled");
+  const after = hitsOf(target, "/cron/gone").length;
+  await sleep(2500);
+  t.is(hitsOf(target, "/cron/off").length, 0, "disabled: no ticks");
+  t.true(hitsOf(target, "/cron/gone").length <= after + 1, "removed: no ticks after (one in flight at most)");
+  t.is((await get(p.controlUrl, `/resources/ScheduledJob/${r.body.resource.id}`)).status, 404);
+  const again = await call(p.controlUrl, "schedule-job", { app, name: "gone", remove: true });
+  t.is(again.status, 404);
+  await call(p.controlUrl, "schedule-job", { app, name: "off", remove: true });
+});
+
+test("bad schedule-job input answers 400 with the error body", async (t) => {
+  const { p, app } = t.context;
+  const cases: [Record<string, unknown>, string][] = [
+    [{ app, name: "x", target_path: "/cron/x", every: "1s", cron: "* * * * *" }, "exactly one"],
+    [{ app, name: "x", target_path: "/cron/x", every: "0s" }, "at least 1s"],
+    [{ app, name: "x", target_path: "/cron/x", cron: "* * * * * *" }, "5 fields"],
+    [{ app, name: "x", target_path: "http://evil.example/x", every: "1s" }, "target_path"],
+    [{ app, name: "x", target_path: "//evil.example/x", every: "1s" }, "target_path"],
+    [{ app, name: "x", target_path: "/cron/x", every: "1s", method: "TRACE" }, "method"],
+    [{ app, name: "x", target_path: "/cron/x" }, "exactly one"],
+    [{ app, name: "x", every: "1s" }, "target_path"],
+    [{ app, name: "x", target_path: "/cron/x", at: "tomorrow" }, "at"],
+  ];
+  for (const [body, words] of cases) {
+    const r = await call(p.controlUrl, "schedule-job", body);
+    t.is(r.status, 400, JSON.stringify(body));
+    t.is(r.body.status, "error");
+    t.is(r.body.error.code, "invalid_input");
+    t.true(
+      JSON.stringify(r.body.error).includes(words),
+      `${JSON.stringify(body)} -> ${r.body.error.message}`,
+    );
+  }
+});
+
+test("stopped for 5 periods of a 1 s job, then started: the job fires once at boot, and missed counts the rest", async (t) => {
+  const { target } = t.context;
+  const nats = await startTestNats(); // its own bus: no other scheduler may take over while this one is down
+  t.teardown(() => nats.stop());
+  const dataDir = tempDir();
+  let p = await startTestPlatform(nats.url, { dataDir });
+  const app = `k${randomUUID().slice(0, 8)}`;
+  await call(p.controlUrl, "initialize-app", { name: app, base_url: target.url });
+  const id = (
+    await call(p.controlUrl, "schedule-job", { app, name: "boot", target_path: "/cron/boot", every: "1s" })
+  ).body.resource.id;
+  await eventually(async () => hitsOf(target, "/cron/boot").length >= 2, 6000);
+  await p.close();
+  const before = hitsOf(target, "/cron/boot").length;
+  await sleep(5500);
+  t.is(hitsOf(target, "/cron/boot").length, before, "nothing fires while the platform is down");
+  const startedAt = Date.now();
+  p = await startTestPlatform(nats.url, { dataDir });
+  try {
+    await eventually(async () => hitsOf(target, "/cron/boot").some((h) => h.at >= startedAt), 5000);
+    await sleep(1500);
+    const catchUp = hitsOf(target, "/cron/boot").filter((h) => h.at >= startedAt && h.tick < startedAt);
+    t.is(catchUp.length, 1, "one catch-up tick for the time it was down, not a flood");
+    const doc = await eventually(async () => {
+      const d = (await get(p.controlUrl, `/resources/ScheduledJob/${id}`)).body;
+      return d.missed >= 4 ? d : undefined;
+    }, 5000);
+    t.true(doc.missed >= 4 && doc.missed <= 7, `missed ${doc.missed}`);
+  } finally {
+    await call(p.controlUrl, "schedule-job", { app, name: "boot", remove: true });
+    await p.close();
+  }
+});
