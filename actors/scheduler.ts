@@ -376,7 +376,7 @@ class Scheduler {
     this.o.onFire?.({ app, job: name, tick: new Date(tick).toISOString(), refire, node: this.o.nodeId });
     try {
       const e = await this.o.bus.kv.apps.get(keys.app(app));
-      if (!e || e.operation !== "PUT") return { ok: false, error: "app not found", duration_ms: 0 };
+      if (e?.operation !== "PUT") return { ok: false, error: "app not found", duration_ms: 0 };
       const rec = check(AppRecordSchema, e.json(), `app ${app}`);
       if (!rec.base_url) return { ok: false, error: "the app has no base_url yet", duration_ms: 0 };
       const url = new URL(job.def.target_path, rec.base_url);

@@ -216,9 +216,9 @@ test("501 not_implemented names the capability, the inspect type or the route of
   const r = await call(p.controlUrl, "deploy", { app });
   isError(t, r, "not_implemented");
   t.regex(r.body.error.message, /deploy/);
-  const jobs = await call(p.controlUrl, "inspect", { app, type: "jobs" });
+  const jobs = await call(p.controlUrl, "inspect", { app, type: "docker" });
   isError(t, jobs, "not_implemented");
-  t.regex(jobs.body.error.message, /jobs/);
+  t.regex(jobs.body.error.message, /docker/);
   for (const path of ["/app-events", "/mcp/tools", "/policies", "/status/incidents", "/auth/config"]) {
     const g = await get(p.controlUrl, path);
     isError(t, g, "not_implemented");
