@@ -1,0 +1,91 @@
+import test from "ava";
+import { randomUUID } from "node:crypto";
+import { createServer } from "node:http";
+import { openBus } from "../../store/bus.js";
+import { keys } from "../../proto/subjects.js";
+import { call, eventually, get, startTestNats, startTestPlatform, tempDir, TEST_VAULT_KEY } from "../helpers/infra.js";
+import { spawnNode, type NodeProcess } from "../helpers/processes.js";
+
+test("two nodes, the scheduler leader killed with -9 mid-tick: the other leads within the lease TTL, nothing overlaps, the in-doubt tick is re-fired once with the same Idempotency-Key", async (t) => {
+  const nats = await startTestNats();
+  const gw = await startTestPlatform(nats.url, { role: "gateway", plane: "control" });
+  const bus = await openBus({ servers: nats.url, name: "observer" });
+  const dataDir = tempDir();
+  const env = { SLIPWAY_JOB_TIMEOUT_MS: "2000" };
+  const hits: { idem: string; at: number; closedAt?: number; endedAt?: number }[] = [];
+  let inFlight = 0;
+  let maxInFlight = 0;
+  const server = createServer((req, res) => {
+    const hit: { idem: string; at: number; closedAt?: number; endedAt?: number } = { idem: String(req.headers["idempotency-key"]), at: Date.now() };
+    hits.push(hit);
+    inFlight++;
+    maxInFlight = Math.max(maxInFlight, inFlight);
+    let done = false;
+    const finish = () => {
+      if (done) return;
+      done = true;
+      inFlight--;
+    };
+    req.on("close", () => {
+      hit.closedAt = Date.now();
+      finish();
+    });
+    // the first call is held: the leader gets killed while it waits
+    const hold = hits.length === 1 ? 60_000 : 0;
+    setTimeout(() => {
+      hit.endedAt = Date.now();
+      finish();
+      res.writeHead(200).end("ok");
+    }, hold);
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const url = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+  const nodes: NodeProcess[] = [];
+  try {
+    nodes.push(await spawnNode({ natsUrl: nats.url, dataDir, vaultKey: TEST_VAULT_KEY, id: "scha", env }));
+    nodes.push(await spawnNode({ natsUrl: nats.url, dataDir, vaultKey: TEST_VAULT_KEY, id: "schb", env }));
+    const leaderOf = async () => {
+      const e = await bus.kv.leases.get(keys.schedulerLease);
+      return e && e.operation === "PUT" ? e.string() : undefined;
+    };
+    const first = await eventually(leaderOf, 15_000);
+    const app = `f${randomUUID().slice(0, 8)}`;
+    t.is((await call(gw.controlUrl, "initialize-app", { name: app, base_url: url })).status, 200);
+    const job = await call(gw.controlUrl, "schedule-job", { app, name: "held", target_path: "/cron/held", every: "1s" });
+    t.is(job.status, 200);
+    await eventually(async () => hits.length >= 1, 10_000);
+    const leader = nodes.find((n) => n.id === first)!;
+    leader.kill9();
+    const killedAt = Date.now();
+    const inDoubt = hits[0]!.idem;
+    // the other node leads within the lease TTL (plus its scan step)
+    const second = await eventually(async () => {
+      const l = await leaderOf();
+      return l && l !== first ? l : undefined;
+    }, 20_000, 100);
+    t.not(second, first);
+    t.true(Date.now() - killedAt < 10_000 + 2_000, `new leader after ${Date.now() - killedAt} ms`);
+    // the in-doubt tick is re-fired once, with the same key
+    await eventually(async () => hits.filter((h) => h.idem === inDoubt).length >= 2, 20_000, 100);
+    await eventually(async () => hits.length >= 5, 10_000, 100); // and the job goes on
+    t.is(hits.filter((h) => h.idem === inDoubt).length, 2, "re-fired exactly once");
+    t.is(maxInFlight, 1, "no two callbacks at once");
+    const refire = hits.filter((h) => h.idem === inDoubt)[1]!;
+    t.true(refire.at >= (hits[0]!.closedAt ?? 0), "the re-fire came after the dead leader's call was gone");
+    const evs = await eventually(async () => {
+      const r = await get(gw.controlUrl, `/events?resource_id=${job.body.resource.id}&limit=100`);
+      const e = r.body.items.filter((x: { data: { refire?: boolean } }) => x.data.refire === true);
+      return e.length ? e : undefined;
+    }, 10_000);
+    t.is(evs.length, 1);
+    t.is(evs[0].type, "JobRan");
+    t.is(`held:${evs[0].data.due_at}`, inDoubt);
+  } finally {
+    for (const n of nodes) n.kill9();
+    server.closeAllConnections();
+    server.close();
+    await bus.close();
+    await gw.close();
+    await nats.stop();
+  }
+});
