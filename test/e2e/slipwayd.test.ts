@@ -112,6 +112,18 @@ test("slipwayd up serves, and the CLI drives it: init app, secrets set --from-en
     JSON.parse(list.stdout).resource.result.items.map((i: { name: string }) => i.name),
     ["D", "K"],
   );
+  // schedule and jobs
+  const sch = cli(["schedule", "--app", name, "--name", "nightly", "--target", "/cron/nightly", "--cron", "0 3 * * *", "--json"], env);
+  t.is(sch.code, 0, sch.stderr);
+  t.deepEqual(JSON.parse(sch.stdout).resource.schedule, { cron: "0 3 * * *", time_zone: "UTC" });
+  const jobs = cli(["jobs", "--app", name, "--json"], env);
+  t.is(jobs.code, 0, jobs.stderr);
+  t.deepEqual(
+    JSON.parse(jobs.stdout).resource.result.items.map((j: { name: string }) => j.name),
+    ["nightly"],
+  );
+  t.is(cli(["schedule", "--app", name, "--name", "bad", "--target", "/x", "--every", "0s"], env).code, 3, "400 is exit 3");
+  t.is(cli(["schedule", "--app", name, "--name", "nightly", "--remove", "--json"], env).code, 0);
   // rejected (4xx): exit 3, error on stdout with --json
   const again = cli(["init", "app", "--name", name, "--json"], env);
   t.is(again.code, 3);
@@ -122,7 +134,7 @@ test("slipwayd up serves, and the CLI drives it: init app, secrets set --from-en
   // reads
   const res = cli(["resources", "--app", name, "--json"], env);
   t.is(res.code, 0);
-  t.is(JSON.parse(res.stdout).items.length, 4); // Application, K, D, Inspection
+  t.is(JSON.parse(res.stdout).items.length, 5); // Application, K, D, two Inspections
   const logs = cli(["logs", body.resource.id], env);
   t.is(logs.code, 0);
   t.regex(logs.stdout, /initialized app/);
