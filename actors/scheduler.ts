@@ -286,9 +286,11 @@ class Scheduler {
     let tick: number;
     if (state.running) {
       if (t < Date.parse(state.running.deadline)) return; // still running elsewhere: look again at the deadline
-      // a tick left in doubt by a dead leader: fire it again, once, with the same idempotency key
+      // a tick left in doubt by a dead leader: fire it again, once, with the same idempotency key;
+      // the ticks that fell due meanwhile are missed (counted, not fired)
       tick = Date.parse(state.running.tick);
       refire = true;
+      state.missed += ticksBetween(job.schedule, tick, t, anchor);
     } else {
       const due =
         state.generation === job.def.generation && state.next_due !== null
