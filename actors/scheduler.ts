@@ -251,7 +251,15 @@ class Scheduler {
 
   /** One due moment of a job: fire the tick (or count it as skipped), with compare-and-set fences. */
   private async fire(job: Job): Promise<void> {
-    if (!this.isLeader() || job.busy || this.closed) return;
+    if (job.busy || this.closed) return;
+    if (!this.isLeader()) {
+      // the lease is being renewed (or about to go): look again shortly rather than drop the timer
+      if (this.leading && this.jobs.get(job.key) === job) {
+        if (job.timer) clearTimeout(job.timer);
+        job.timer = setTimeout(() => this.track(this.fire(job)), 250);
+      }
+      return;
+    }
     job.busy = true;
     try {
       await this.fireInner(job);
@@ -299,7 +307,7 @@ class Scheduler {
       if (due === null) return;
       if (due > t + 5) return; // woke early
       // down for several periods: fire the latest missed tick once, count the rest
-      tick = latestDue(job.schedule, due, t, anchor);
+      tick = latestDue(job.schedule, due, Math.max(t, due), anchor);
       const missed = ticksBetween(job.schedule, due - 1, tick - 1, anchor);
       if (state.generation !== job.def.generation) state = { ...state, generation: job.def.generation };
       state.missed += missed;
@@ -320,20 +328,21 @@ class Scheduler {
     if (!this.isLeader()) return;
     if (!(await this.writeState(job, running))) return; // another leader moved it: re-arm from what it wrote
     // while this tick runs, later due moments are skipped and counted
-    const skipTimer = this.armSkips(job, nextDue);
     const result = await this.call(job, tick, refire);
-    if (skipTimer) clearTimeout(skipTimer.timer);
+    // every due moment that passed while this tick ran was skipped: ticks never overlap
+    const ended = now();
+    const skipped = ticksBetween(job.schedule, refire ? t : tick, ended, anchor);
     const after: JobState = {
       ...(job.state ?? running),
       running: null,
       last_fired: new Date(tick).toISOString(),
       runs: (job.state ?? running).runs + 1,
       failures: (job.state ?? running).failures + (result.ok ? 0 : 1),
-      skipped_overlap: (job.state ?? running).skipped_overlap + (skipTimer?.count() ?? 0),
+      skipped_overlap: (job.state ?? running).skipped_overlap + skipped,
       last_status: result.status_code ?? result.error ?? null,
     };
     // the next due is the first nominal tick after now that was not skipped
-    const next = nextTick(job.schedule, Math.max(now(), tick), anchor);
+    const next = nextTick(job.schedule, Math.max(ended, tick), anchor);
     after.next_due = next === null ? null : new Date(next).toISOString();
     let written = false;
     for (let i = 0; i < 3 && !written; i++) {
@@ -341,31 +350,6 @@ class Scheduler {
       if (!written && job.state?.running?.tick !== running.running!.tick) break; // someone else finished it
     }
     await this.report(job, tick, t, refire, result, after);
-  }
-
-  /** Counts the due moments that pass while a tick runs (they are skipped: ticks never overlap). */
-  private armSkips(
-    job: Job,
-    firstNext: number | null,
-  ): { timer: NodeJS.Timeout; count: () => number } | undefined {
-    if (firstNext === null) return undefined;
-    let skipped = 0;
-    let next: number | null = firstNext;
-    const anchor = Date.parse(job.def.anchor);
-    const h = { timer: setTimeout(() => {}, 0), count: () => skipped };
-    const schedule = () => {
-      if (next === null) return;
-      h.timer = setTimeout(
-        () => {
-          skipped++;
-          next = nextTick(job.schedule, next!, anchor);
-          schedule();
-        },
-        Math.max(0, next - now()),
-      );
-    };
-    schedule();
-    return h;
   }
 
   private async call(

@@ -1,0 +1,1284 @@
+/**
+ * Scheduler benchmark (`npm run bench:scheduler`, `-- --seconds N`, `-- --json`):
+ * how precisely and how completely the scheduler (actors/scheduler.ts, DESIGN §6)
+ * fires 1,000 jobs of `every: "1s"`, on one node and across a leader failover.
+ *
+ * The jobs (one app, JOBS jobs) are made before any scheduler runs: the app's
+ * one actor cannot apply their `_job_ran` reports and the later schedule-job
+ * commands at once (see createJobs).
+ *
+ * Phase 1: nats-server (child process) and one runtime node in this process
+ * (`startPlatform({ role: "up" })`: gateways + node); once the jobs exist, the
+ * node's scheduler is started here with `startScheduler` (as startNode does).
+ * Phase 2: a fresh nats-server, a control gateway in this process, the jobs
+ * made through a temporary scheduler-less node, then two runtime nodes as
+ * child processes (test/helpers/processes.ts `spawnNode`); half-way through,
+ * the scheduler leader (read from the `scheduler` key of `slipway_leases`) is
+ * killed with SIGKILL.
+ *
+ * The target is a node:http server on 127.0.0.1 in a worker thread of this
+ * process (so that its arrival times do not wait for the platform's event
+ * loop): it answers 200 at once and records, for every call, the job
+ * (`x-slipway-job`), the nominal tick (`x-slipway-tick`), the arrival time and
+ * the TCP connection it came on, and counts calls of one job in flight at once.
+ * In phase 2, connections accepted after the killed node exited are the new
+ * leader's: that is how a tick is attributed to the old or the new leader.
+ *
+ * It prints; it asserts nothing. Progress goes to stderr, the report to stdout.
+ */
+import { randomBytes } from "node:crypto";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { cpus, loadavg, tmpdir, totalmem } from "node:os";
+import { join } from "node:path";
+import { type EventLoopUtilization, monitorEventLoopDelay, performance } from "node:perf_hooks";
+import { Worker } from "node:worker_threads";
+import { type SchedulerHandle, startScheduler } from "../actors/scheduler.js";
+import { type PlatformHandle, startPlatform } from "../bin/platform.js";
+import { keys, partitionOf, STREAMS, subjects } from "../proto/subjects.js";
+import type { Bus } from "../store/bus.js";
+import { type EmbeddedNats, natsServerVersion, startEmbeddedNats } from "../store/embedded-nats.js";
+import { type NodeProcess, spawnNode } from "../test/helpers/processes.js";
+
+// ---- parameters ----
+function argNum(name: string, dflt: number): number {
+  const i = process.argv.indexOf(name);
+  if (i < 0) return dflt;
+  const v = Number(process.argv[i + 1]);
+  if (!Number.isFinite(v) || v <= 0) throw new Error(`${name} needs a positive number`);
+  return v;
+}
+const asJson = process.argv.includes("--json");
+const SECONDS = argNum("--seconds", 60);
+const JOBS = Math.floor(argNum("--jobs", 1000));
+/** Phase 2 only: SLIPWAY_JOB_TIMEOUT_MS of the nodes (a tick left in doubt is re-fired timeout + 5 s after it started). */
+const JOB_TIMEOUT_MS = Math.floor(argNum("--job-timeout-ms", 5000));
+const ONLY_PHASE = process.argv.includes("--phase") ? argNum("--phase", 1) : 0;
+const PERIOD_MS = 1000;
+const CREATE_CONCURRENCY = 16;
+/** After the scheduler leads (and fires every job's first tick at once), before the measured window starts. */
+const SETTLE_MS = 5000;
+/** After the window, how long ticks of its nominal times may still arrive. */
+const GRACE_MS = 3000;
+/** A job with no tick in the last this-many ms of the window counts as silent (it stopped). */
+const SILENT_MS = 5000;
+const APP = "benchsched";
+
+const TARGETS = { latenessP99Ms: 50, overlaps: 0, lostOutsideFailover: 0 };
+const ANCHORS = {
+  dapr: "Dapr reminder trigger: 15,463/s (published figure)",
+  temporal: "Temporal schedule precision: about 1 s (published figure)",
+};
+
+const t0 = Date.now();
+const progress = (msg: string) =>
+  process.stderr.write(`[bench:scheduler ${((Date.now() - t0) / 1000).toFixed(1)}s] ${msg}\n`);
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+const jobName = (i: number) => `j${String(i).padStart(4, "0")}`;
+
+// ---- small helpers (as in bench/core.ts) ----
+/** A free TCP port on 127.0.0.1. */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const a = s.address();
+      const port = typeof a === "object" && a ? a.port : 0;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+function pct(sorted: ArrayLike<number>, p: number): number {
+  if (sorted.length === 0) return 0;
+  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
+  return sorted[i]!;
+}
+
+/** utime + stime of a process in seconds (Linux /proc, 100 ticks/s). */
+function procCpuS(pid: number): number {
+  try {
+    const st = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const f = st.slice(st.lastIndexOf(")") + 2).split(" ");
+    return (Number(f[11]) + Number(f[12])) / 100;
+  } catch {
+    return 0;
+  }
+}
+
+function rssMiB(pid: number): number | undefined {
+  try {
+    const m = /VmRSS:\s+(\d+)\s+kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+    return m ? Number(m[1]) / 1024 : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function machineTicks(): { busy: number; total: number } {
+  try {
+    const f = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number);
+    const [user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0] = f;
+    const busy = user + nice + system + irq + softirq + steal;
+    return { busy, total: busy + idle + iowait };
+  } catch {
+    return { busy: 0, total: 0 };
+  }
+}
+
+function table(rows: string[][]): string {
+  const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => (r[c] ?? "").length)));
+  const line = (r: string[]) => `| ${r.map((cell, c) => (cell ?? "").padEnd(widths[c]!)).join(" | ")} |`;
+  return [
+    line(rows[0]!),
+    `|${widths.map((w) => "-".repeat(w + 2)).join("|")}|`,
+    ...rows.slice(1).map(line),
+  ].join("\n");
+}
+
+const f0 = (n: number) => Math.round(n).toLocaleString("en-US");
+const f1 = (n: number) => n.toFixed(1);
+
+// ---- the target: node:http in a worker thread ----
+const TARGET_CODE = `
+const { parentPort } = require("node:worker_threads");
+const http = require("node:http");
+const now = () => performance.timeOrigin + performance.now();
+let n = 0;
+let job = new Int32Array(1 << 16), tick = new Float64Array(1 << 16), at = new Float64Array(1 << 16), conn = new Int32Array(1 << 16);
+function grow() {
+  const g = (A, a) => { const b = new A(a.length * 2); b.set(a); return b; };
+  job = g(Int32Array, job); tick = g(Float64Array, tick); at = g(Float64Array, at); conn = g(Int32Array, conn);
+}
+const cur = new Map(), maxc = new Map(), connIds = new WeakMap();
+let overlapEvents = 0, bad = 0, connSeq = 0;
+const server = http.createServer((req, res) => {
+  const t = now();
+  const name = req.headers["x-slipway-job"];
+  const tk = Date.parse(String(req.headers["x-slipway-tick"] || ""));
+  const j = typeof name === "string" && /^j[0-9]+$/.test(name) ? Number(name.slice(1)) : -1;
+  if (j < 0 || Number.isNaN(tk)) { bad++; res.writeHead(400).end(); return; }
+  if (n === job.length) grow();
+  job[n] = j; tick[n] = tk; at[n] = t; conn[n] = connIds.get(req.socket) || 0; n++;
+  const c = (cur.get(j) || 0) + 1;
+  cur.set(j, c);
+  if (c > 1) overlapEvents++;
+  if (c > (maxc.get(j) || 0)) maxc.set(j, c);
+  let done = false;
+  const end = () => { if (!done) { done = true; cur.set(j, cur.get(j) - 1); } };
+  res.once("finish", end);
+  res.once("close", end);
+  res.writeHead(200, { "content-type": "text/plain" }).end("ok");
+});
+server.keepAliveTimeout = 10000;
+server.on("connection", (s) => { connIds.set(s, ++connSeq); });
+server.listen(0, "127.0.0.1", () => parentPort.postMessage({ type: "ready", port: server.address().port }));
+parentPort.on("message", (m) => {
+  if (m.type === "mark") parentPort.postMessage({ type: "mark", conn: connSeq, at: now() });
+  else if (m.type === "collect") {
+    const out = { type: "collect", n, job: job.slice(0, n), tick: tick.slice(0, n), at: at.slice(0, n), conn: conn.slice(0, n),
+      maxConc: [...maxc.entries()], overlapEvents, bad, connections: connSeq };
+    parentPort.postMessage(out, [out.job.buffer, out.tick.buffer, out.at.buffer, out.conn.buffer]);
+  } else if (m.type === "close") {
+    server.closeAllConnections();
+    server.close(() => parentPort.postMessage({ type: "closed" }));
+  }
+});
+`;
+
+interface Hits {
+  n: number;
+  job: Int32Array;
+  tick: Float64Array;
+  at: Float64Array;
+  conn: Int32Array;
+  maxConc: [number, number][];
+  overlapEvents: number;
+  bad: number;
+  connections: number;
+}
+
+class Target {
+  private readonly worker: Worker;
+  private readonly waiting = new Map<string, (m: any) => void>();
+  port = 0;
+
+  constructor() {
+    this.worker = new Worker(TARGET_CODE, { eval: true });
+    this.worker.on("message", (m: { type: string }) => {
+      const w = this.waiting.get(m.type);
+      this.waiting.delete(m.type);
+      w?.(m);
+    });
+  }
+
+  private ask<T>(type: string, timeoutMs = 10_000): Promise<T> {
+    return new Promise((resolve, reject) => {
+      const t = setTimeout(() => {
+        this.waiting.delete(type);
+        reject(new Error(`target: no answer to ${type} in ${timeoutMs} ms`));
+      }, timeoutMs);
+      this.waiting.set(type, (m) => {
+        clearTimeout(t);
+        resolve(m as T);
+      });
+      if (type !== "ready") this.worker.postMessage({ type });
+    });
+  }
+
+  async start(): Promise<string> {
+    const r = await this.ask<{ port: number }>("ready");
+    this.port = r.port;
+    return `http://127.0.0.1:${r.port}`;
+  }
+
+  /** The highest connection id so far: later connections were accepted after this moment. */
+  mark(): Promise<{ conn: number; at: number }> {
+    return this.ask("mark");
+  }
+
+  collect(): Promise<Hits> {
+    return this.ask("collect");
+  }
+
+  async close(): Promise<void> {
+    await this.ask("close", 3000).catch(() => {});
+    await this.worker.terminate();
+  }
+}
+
+// ---- platform calls ----
+const ACTOR_HEADERS = {
+  "content-type": "application/json",
+  "x-platform-actor-type": "builder",
+  "x-platform-actor-id": "bench",
+};
+
+async function post(base: string, capability: string, body: unknown): Promise<{ status: number; body: any }> {
+  const r = await fetch(`${base}/capabilities/${capability}`, {
+    method: "POST",
+    headers: ACTOR_HEADERS,
+    body: JSON.stringify(body),
+    signal: AbortSignal.timeout(60_000),
+  });
+  return { status: r.status, body: await r.json().catch(() => undefined) };
+}
+
+async function waitReady(base: string, timeoutMs = 20_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    try {
+      const r = await fetch(`${base}/readyz`);
+      await r.arrayBuffer();
+      if (r.status === 200) return;
+    } catch {
+      /* not yet */
+    }
+    await sleep(50);
+  }
+  throw new Error(`gateway not ready in ${timeoutMs} ms`);
+}
+
+/**
+ * initialize-app with the target as base_url, then the jobs; returns how long the jobs took to make.
+ * No scheduler runs meanwhile: the app's one actor applies commands one at a time, and once a few hundred
+ * jobs tick, their `_job_ran` reports alone take more than it can apply, so the rest of the
+ * schedule-job commands wait behind them past the gateway's 30 s reply timeout.
+ */
+async function createJobs(base: string, targetUrl: string): Promise<{ seconds: number; perS: number }> {
+  const a = await post(base, "initialize-app", { name: APP, base_url: targetUrl });
+  if (a.status !== 200) throw new Error(`initialize-app: HTTP ${a.status} ${JSON.stringify(a.body)}`);
+  const start = performance.now();
+  let next = 1;
+  const worker = async () => {
+    for (let i = next++; i <= JOBS; i = next++) {
+      const name = jobName(i);
+      const r = await post(base, "schedule-job", {
+        app: APP,
+        name,
+        target_path: `/cron/${name}`,
+        every: `${PERIOD_MS / 1000}s`,
+      });
+      if (r.status !== 200)
+        throw new Error(`schedule-job ${name}: HTTP ${r.status} ${JSON.stringify(r.body)}`);
+    }
+  };
+  await Promise.all(Array.from({ length: CREATE_CONCURRENCY }, worker));
+  const seconds = (performance.now() - start) / 1000;
+  return { seconds, perS: JOBS / seconds };
+}
+
+async function leaseHolder(bus: Bus): Promise<string | undefined> {
+  const e = await bus.kv.leases.get(keys.schedulerLease);
+  return e && e.operation === "PUT" ? e.string() : undefined;
+}
+
+// ---- what the bus says after the run ----
+interface BusFigures {
+  /** `_job_ran` reports the scheduler published (command ids `job-<app>-<job>-<tick>`). */
+  reportsPublished: number;
+  /** Of them, re-fires of an in-doubt tick (ids ending in `-r`). */
+  refiresReported: number;
+  /** JobRan / JobRunFailed events the app actor had emitted by then: the rest waits in its queue. */
+  jobRanEvents: number;
+  jobRunFailedEvents: number;
+  /** Reports published and applied per second since the scheduler started. */
+  appliedPerS: number;
+  publishedPerS: number;
+  /** Sums over the jobs' run state (`<app>.<job>.state` in `slipway_jobs`). */
+  state: {
+    jobs: number;
+    runs: number;
+    failures: number;
+    missed: number;
+    skippedOverlap: number;
+    running: number;
+  };
+  scanSeconds: number;
+}
+
+async function busFigures(bus: Bus, schedulerStart: number): Promise<BusFigures> {
+  const start = performance.now();
+  const since = (Date.now() - schedulerStart) / 1000;
+  let reports = 0;
+  let refires = 0;
+  const c = await bus.js.consumers.get(STREAMS.commands, {
+    filter_subjects: subjects.command(APP),
+    headers_only: true,
+  });
+  const info = await bus.jsm.streams.info(STREAMS.commands, { subjects_filter: subjects.command(APP) });
+  const total = info.state.subjects?.[subjects.command(APP)] ?? 0;
+  if (total > 0) {
+    const msgs = await c.consume({ max_messages: 2000 });
+    const stop = setTimeout(() => void msgs.stop(), 30_000);
+    let seen = 0;
+    for await (const m of msgs) {
+      seen++;
+      const id = m.headers?.get("Nats-Msg-Id") ?? "";
+      if (id.startsWith("job-")) {
+        reports++;
+        if (id.endsWith("-r")) refires++;
+      }
+      if (m.info.pending === 0 || seen >= total) break;
+    }
+    clearTimeout(stop);
+    await msgs.close().catch(() => {});
+  }
+  const ev = await bus.jsm.streams.info(STREAMS.events, {
+    subjects_filter: `slipway.evt.${APP}.ScheduledJob.*`,
+  });
+  const evs = ev.state.subjects ?? {};
+  const state = { jobs: 0, runs: 0, failures: 0, missed: 0, skippedOverlap: 0, running: 0 };
+  // by name: listing keys() while they are being written misses and repeats some
+  const stateKeys = Array.from({ length: JOBS }, (_, i) => keys.jobState(APP, jobName(i + 1)));
+  let ki = 0;
+  const reader = async () => {
+    for (let k = stateKeys[ki++]; k !== undefined; k = stateKeys[ki++]) {
+      const e = await bus.kv.jobs.get(k);
+      if (e?.operation !== "PUT") continue;
+      const s = e.json<{
+        runs: number;
+        failures: number;
+        missed: number;
+        skipped_overlap: number;
+        running: unknown;
+      }>();
+      state.jobs++;
+      state.runs += s.runs;
+      state.failures += s.failures;
+      state.missed += s.missed;
+      state.skippedOverlap += s.skipped_overlap;
+      if (s.running) state.running++;
+    }
+  };
+  await Promise.all(Array.from({ length: 16 }, reader));
+  return {
+    reportsPublished: reports,
+    refiresReported: refires,
+    jobRanEvents: evs[subjects.event(APP, "ScheduledJob", "JobRan")] ?? 0,
+    jobRunFailedEvents: evs[subjects.event(APP, "ScheduledJob", "JobRunFailed")] ?? 0,
+    appliedPerS:
+      ((evs[subjects.event(APP, "ScheduledJob", "JobRan")] ?? 0) +
+        (evs[subjects.event(APP, "ScheduledJob", "JobRunFailed")] ?? 0)) /
+      since,
+    publishedPerS: reports / since,
+    state,
+    scanSeconds: (performance.now() - start) / 1000,
+  };
+}
+
+// ---- resources ----
+interface ProcSample {
+  what: string;
+  pid: number;
+  cpuStart: number;
+  cpuEnd: number;
+  rssLastMiB: number;
+  rssMaxMiB: number;
+  /** When the process was last read (it was killed then), ms since the meter started; else null. */
+  frozenAfterMs: number | null;
+}
+
+/** CPU and RSS of a set of processes over the measured window (RSS sampled each second). */
+class ProcMeter {
+  private readonly procs: ProcSample[] = [];
+  private timer: NodeJS.Timeout | undefined;
+  private machine = machineTicks();
+  private wall = performance.now();
+
+  add(what: string, pid: number): void {
+    this.procs.push({
+      what,
+      pid,
+      cpuStart: procCpuS(pid),
+      cpuEnd: 0,
+      rssLastMiB: 0,
+      rssMaxMiB: 0,
+      frozenAfterMs: null,
+    });
+  }
+
+  start(): void {
+    this.wall = performance.now();
+    this.machine = machineTicks();
+    for (const p of this.procs) p.cpuStart = procCpuS(p.pid);
+    this.sample();
+    this.timer = setInterval(() => this.sample(), 1000);
+  }
+
+  /** Takes a last reading of one process (before it is killed). */
+  freeze(pid: number): void {
+    const p = this.procs.find((x) => x.pid === pid);
+    if (!p) return;
+    this.sampleOne(p);
+    p.pid = -p.pid;
+    p.frozenAfterMs = performance.now() - this.wall;
+  }
+
+  private sampleOne(p: ProcSample): void {
+    if (p.pid <= 0) return;
+    const r = rssMiB(p.pid);
+    if (r !== undefined) {
+      p.rssLastMiB = r;
+      p.rssMaxMiB = Math.max(p.rssMaxMiB, r);
+    }
+    p.cpuEnd = procCpuS(p.pid);
+  }
+
+  private sample(): void {
+    for (const p of this.procs) this.sampleOne(p);
+  }
+
+  stop(): {
+    wallS: number;
+    machinePct: number;
+    /** CPU in percent of one core, over the window (a killed process: until it was killed). */
+    procs: { what: string; cpuPct: number; rssMiB: number; rssMaxMiB: number }[];
+  } {
+    if (this.timer) clearInterval(this.timer);
+    this.sample();
+    const wallS = (performance.now() - this.wall) / 1000;
+    const m = machineTicks();
+    const dt = m.total - this.machine.total;
+    return {
+      wallS,
+      machinePct: dt > 0 ? ((m.busy - this.machine.busy) / dt) * 100 * cpus().length : 0,
+      procs: this.procs.map((p) => ({
+        what: p.what,
+        // a killed process: its CPU over the time it lived
+        cpuPct: ((p.cpuEnd - p.cpuStart) / (p.frozenAfterMs === null ? wallS : p.frozenAfterMs / 1000)) * 100,
+        rssMiB: p.rssLastMiB,
+        rssMaxMiB: p.rssMaxMiB,
+      })),
+    };
+  }
+}
+
+// ---- analysis ----
+interface Failover {
+  /** The leader that was killed, and when (ms since the window started). */
+  killed: string;
+  killAtS: number;
+  /** Kill → the survivor holds the `scheduler` lease. */
+  leaseTakenMs: number | null;
+  /** Kill → the first tick the new leader fired (the failover window). */
+  windowMs: number | null;
+  /** Kill → every job has had a tick from the new leader (p50 and the last job). */
+  jobsBackP50Ms: number | null;
+  jobsBackMaxMs: number | null;
+  jobsNeverBack: number;
+  /** Nominal ticks between the kill and the first tick of the new leader (all jobs). */
+  windowTicks: number;
+  /** ... of which delivered late (the catch-up, once per job), and never delivered (counted as missed). */
+  windowTicksDelivered: number;
+  windowTicksMissed: number;
+  /** Per job, the gap from the old leader's last tick to the new leader's first: ticks, delivered, missed. */
+  gapTicks: number;
+  gapDelivered: number;
+  gapMissed: number;
+  /** Jobs whose first tick from the new leader was for a time before it took over (a catch-up or re-fire). */
+  jobsCaughtUp: number;
+  /** Same job and tick from the old and the new leader: an in-doubt tick re-fired. */
+  refireDuplicates: number;
+  /** Missing ticks outside each job's failover gap (the target is 0): before the kill, and after the job was back. */
+  lostOutsideBefore: number;
+  lostOutsideAfter: number;
+  /** Missing ticks outside the global window [kill, first new tick], whatever the job. */
+  lostOutsideGlobalWindow: number;
+  /** Lateness of the ticks not delivered by the failover (the steady state before and after). */
+  steadyLateness: Lateness;
+}
+
+interface Lateness {
+  n: number;
+  p50: number;
+  p99: number;
+  max: number;
+  mean: number;
+}
+
+interface Figures {
+  windowS: number;
+  /** Calls received whose nominal tick lies in the window. */
+  ticksReceived: number;
+  uniqueTicks: number;
+  ratePerS: number;
+  /** What a perfect scheduler would have delivered in the window (jobs × seconds). */
+  ideal: number;
+  lateness: Lateness;
+  /** The same, counting only the first delivery of each job and tick. */
+  firstDeliveryLateness: Lateness;
+  /** Jobs that had two calls in flight at once, and how often that happened. */
+  overlapJobs: number;
+  overlapEvents: number;
+  /** Ticks between a job's first and last received tick (in the window) that never arrived. */
+  lost: number;
+  /** Of them, ticks whose previous tick was delivered twice (fired again at this tick's due time instead of it). */
+  lostAfterRepeat: number;
+  /** Same job and tick received more than once (re-fires of in-doubt ticks counted apart in phase 2). */
+  duplicates: number;
+  jobsWithTicks: number;
+  /** Jobs without any tick in the last SILENT_MS of the window. */
+  jobsSilentAtEnd: number;
+  badCalls: number;
+  connections: number;
+  failover?: Failover;
+}
+
+function lateness(values: number[]): Lateness {
+  const s = Float64Array.from(values).sort();
+  let sum = 0;
+  for (const v of s) sum += v;
+  return {
+    n: s.length,
+    p50: pct(s, 50),
+    p99: pct(s, 99),
+    max: s.length ? s[s.length - 1]! : 0,
+    mean: s.length ? sum / s.length : 0,
+  };
+}
+
+function analyse(
+  h: Hits,
+  w0: number,
+  w1: number,
+  kill?: { at: number; conn: number; killed: string; leaseTakenAt: number | null },
+): Figures {
+  // per job: the arrivals with a nominal tick in the window
+  const perJob = new Map<number, { tick: number; at: number; isNew: boolean }[]>();
+  let received = 0;
+  for (let i = 0; i < h.n; i++) {
+    const tick = h.tick[i]!;
+    if (tick < w0 || tick >= w1) continue;
+    received++;
+    const j = h.job[i]!;
+    let a = perJob.get(j);
+    if (!a) {
+      a = [];
+      perJob.set(j, a);
+    }
+    a.push({ tick, at: h.at[i]!, isNew: kill ? h.conn[i]! > kill.conn : false });
+  }
+  // the failover boundaries
+  let firstNewAt = Number.POSITIVE_INFINITY;
+  const firstNewArrival = new Map<number, number>();
+  const lastOldTick = new Map<number, number>();
+  if (kill) {
+    for (let i = 0; i < h.n; i++) {
+      const j = h.job[i]!;
+      if (h.conn[i]! > kill.conn) {
+        firstNewAt = Math.min(firstNewAt, h.at[i]!);
+        firstNewArrival.set(j, Math.min(firstNewArrival.get(j) ?? Number.POSITIVE_INFINITY, h.at[i]!));
+      } else {
+        lastOldTick.set(j, Math.max(lastOldTick.get(j) ?? Number.NEGATIVE_INFINITY, h.tick[i]!));
+      }
+    }
+  }
+  const late: number[] = [];
+  const firstLate: number[] = [];
+  const steady: number[] = [];
+  let unique = 0;
+  let lost = 0;
+  let lostAfterRepeat = 0;
+  let dups = 0;
+  let refireDups = 0;
+  let silent = 0;
+  const fo = {
+    windowTicks: 0,
+    windowTicksDelivered: 0,
+    gapTicks: 0,
+    gapDelivered: 0,
+    jobsCaughtUp: 0,
+    lostOutsideBefore: 0,
+    lostOutsideAfter: 0,
+    lostOutsideGlobal: 0,
+  };
+  for (const [j, arr] of perJob) {
+    const byTick = new Map<number, { old: number; neu: number; firstAt: number }>();
+    for (const a of arr) {
+      late.push(a.at - a.tick);
+      const c = byTick.get(a.tick) ?? { old: 0, neu: 0, firstAt: a.at };
+      if (a.isNew) c.neu++;
+      else c.old++;
+      c.firstAt = Math.min(c.firstAt, a.at);
+      byTick.set(a.tick, c);
+    }
+    unique += byTick.size;
+    for (const [t, c] of byTick) firstLate.push(c.firstAt - t);
+    for (const c of byTick.values()) {
+      const n = c.old + c.neu;
+      if (n <= 1) continue;
+      if (kill && c.old > 0 && c.neu > 0) {
+        refireDups++;
+        dups += n - 2;
+      } else dups += n - 1;
+    }
+    const ticks = [...byTick.keys()].sort((a, b) => a - b);
+    const first = ticks[0]!;
+    const last = ticks[ticks.length - 1]!;
+    if (last < w1 - SILENT_MS) silent++;
+    // a missing tick whose previous tick came twice: the previous one was fired again at this one's due time
+    const repeated = (t: number) => {
+      const c = byTick.get(t - PERIOD_MS);
+      return c !== undefined && (c.old > 1 || c.neu > 1);
+    };
+    if (!kill) {
+      for (let t = first; t <= last + 1; t += PERIOD_MS) {
+        if (byTick.has(t)) continue;
+        lost++;
+        if (repeated(t)) lostAfterRepeat++;
+      }
+      continue;
+    }
+    const back = firstNewArrival.get(j) ?? Number.POSITIVE_INFINITY;
+    const lastOld = lastOldTick.get(j) ?? Number.NEGATIVE_INFINITY;
+    for (const a of arr) {
+      // delivered by the failover: after the kill, for a time before this job was back
+      if (!(a.at >= kill.at && a.tick <= back)) steady.push(a.at - a.tick);
+    }
+    const firstNewTick = arr.filter((a) => a.isNew).reduce((m, a) => Math.min(m, a.tick), Infinity);
+    if (firstNewTick < firstNewAt - PERIOD_MS / 2) fo.jobsCaughtUp++;
+    for (let t = first; t <= last + 1; t += PERIOD_MS) {
+      const have = byTick.has(t);
+      const inGlobal = t >= kill.at && t <= firstNewAt;
+      const inGap = t > lastOld && t <= back;
+      if (inGlobal) {
+        fo.windowTicks++;
+        if (have) fo.windowTicksDelivered++;
+      }
+      if (inGap) {
+        fo.gapTicks++;
+        if (have) fo.gapDelivered++;
+      }
+      if (have) continue;
+      lost++;
+      if (repeated(t)) lostAfterRepeat++;
+      if (!inGlobal) fo.lostOutsideGlobal++;
+      if (!inGap) {
+        if (t <= lastOld) fo.lostOutsideBefore++;
+        else fo.lostOutsideAfter++;
+      }
+    }
+  }
+  let overlapJobs = 0;
+  for (const [, c] of h.maxConc) if (c > 1) overlapJobs++;
+  const figures: Figures = {
+    windowS: (w1 - w0) / 1000,
+    ticksReceived: received,
+    uniqueTicks: unique,
+    ratePerS: received / ((w1 - w0) / 1000),
+    ideal: Math.round((JOBS * (w1 - w0)) / PERIOD_MS),
+    lateness: lateness(late),
+    firstDeliveryLateness: lateness(firstLate),
+    overlapJobs,
+    overlapEvents: h.overlapEvents,
+    lost,
+    lostAfterRepeat,
+    duplicates: dups,
+    jobsWithTicks: perJob.size,
+    jobsSilentAtEnd: silent + Math.max(0, JOBS - perJob.size),
+    badCalls: h.bad,
+    connections: h.connections,
+  };
+  if (kill) {
+    const backs = [...firstNewArrival.values()].map((t) => t - kill.at).sort((a, b) => a - b);
+    figures.failover = {
+      killed: kill.killed,
+      killAtS: (kill.at - w0) / 1000,
+      leaseTakenMs: kill.leaseTakenAt === null ? null : kill.leaseTakenAt - kill.at,
+      windowMs: Number.isFinite(firstNewAt) ? firstNewAt - kill.at : null,
+      jobsBackP50Ms: backs.length ? pct(backs, 50) : null,
+      jobsBackMaxMs: backs.length ? backs[backs.length - 1]! : null,
+      jobsNeverBack: JOBS - firstNewArrival.size,
+      windowTicks: fo.windowTicks,
+      windowTicksDelivered: fo.windowTicksDelivered,
+      windowTicksMissed: fo.windowTicks - fo.windowTicksDelivered,
+      gapTicks: fo.gapTicks,
+      gapDelivered: fo.gapDelivered,
+      gapMissed: fo.gapTicks - fo.gapDelivered,
+      jobsCaughtUp: fo.jobsCaughtUp,
+      refireDuplicates: refireDups,
+      lostOutsideBefore: fo.lostOutsideBefore,
+      lostOutsideAfter: fo.lostOutsideAfter,
+      lostOutsideGlobalWindow: fo.lostOutsideGlobal,
+      steadyLateness: lateness(steady),
+    };
+  }
+  return figures;
+}
+
+// ---- phases ----
+interface PhaseReport {
+  name: string;
+  setup: string;
+  jobsCreated: { seconds: number; perS: number };
+  figures: Figures;
+  bus: BusFigures;
+  /** Phase 1: the scheduler's own count of fires (onFire) in the window, and re-fires. */
+  fired?: { inWindow: number; refires: number };
+  cpu: {
+    wallS: number;
+    machinePct: number;
+    procs: { what: string; cpuPct: number; rssMiB: number; rssMaxMiB: number }[];
+  };
+  /** Busy share of this process's event loop, and its delay (ms), over the window. */
+  loop: { elu: number; delayP50Ms: number; delayP99Ms: number; delayMaxMs: number };
+  /** NATS messages of the platform's connection per received tick (phase 1). */
+  natsPerTick?: { out: number; in: number };
+  schedulerLog: string[];
+}
+
+interface Cleanup {
+  schedulers: SchedulerHandle[];
+  dirs: string[];
+  nats: EmbeddedNats[];
+  platforms: PlatformHandle[];
+  children: NodeProcess[];
+  targets: Target[];
+}
+const live: Cleanup = { schedulers: [], dirs: [], nats: [], platforms: [], children: [], targets: [] };
+
+async function cleanupAll(): Promise<void> {
+  for (const s of live.schedulers.splice(0)) await s.close().catch(() => {});
+  for (const c of live.children.splice(0)) {
+    if (c.child.exitCode !== null || c.child.signalCode !== null) continue;
+    const done = new Promise((r) => c.child.once("exit", r));
+    c.child.kill("SIGTERM");
+    const t = setTimeout(() => c.kill9(), 3000);
+    await Promise.race([done, sleep(5000)]);
+    clearTimeout(t);
+  }
+  for (const t of live.targets.splice(0)) await t.close().catch(() => {});
+  for (const p of live.platforms.splice(0)) await p.close().catch((e) => progress(`close: ${String(e)}`));
+  for (const n of live.nats.splice(0)) await n.stop().catch(() => {});
+  for (const d of live.dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+}
+
+function tempDir(prefix: string): string {
+  const d = mkdtempSync(join(tmpdir(), prefix));
+  live.dirs.push(d);
+  return d;
+}
+
+async function startNats(): Promise<EmbeddedNats> {
+  const nats = await startEmbeddedNats({ dir: tempDir("slipway-bench-sched-nats-"), port: await freePort() });
+  live.nats.push(nats);
+  return nats;
+}
+
+interface Window {
+  w0: number;
+  w1: number;
+  loop: PhaseReport["loop"];
+}
+
+/** Waits out the measured window (nominal ticks in [w0, w1)), then the grace period. */
+async function runWindow(meter: ProcMeter, during?: (w0: number) => Promise<void>): Promise<Window> {
+  await sleep(SETTLE_MS);
+  const w0 = Date.now();
+  const w1 = w0 + SECONDS * 1000;
+  const elu0: EventLoopUtilization = performance.eventLoopUtilization();
+  const h = monitorEventLoopDelay({ resolution: 10 });
+  h.enable();
+  meter.start();
+  const bg = during?.(w0);
+  let next = w0 + 10_000;
+  while (Date.now() < w1) {
+    await sleep(Math.min(1000, w1 - Date.now()));
+    if (Date.now() >= next && Date.now() < w1) {
+      progress(`   ${Math.round((Date.now() - w0) / 1000)} s of ${SECONDS}`);
+      next += 10_000;
+    }
+  }
+  await bg;
+  h.disable();
+  const loop = {
+    elu: performance.eventLoopUtilization(elu0).utilization,
+    delayP50Ms: h.percentile(50) / 1e6,
+    delayP99Ms: h.percentile(99) / 1e6,
+    delayMaxMs: h.max / 1e6,
+  };
+  await sleep(GRACE_MS);
+  return { w0, w1, loop };
+}
+
+async function phase1(vaultKey: string): Promise<PhaseReport> {
+  progress("phase 1: one runtime node and its scheduler in this process");
+  const nats = await startNats();
+  const schedulerLog: string[] = [];
+  let firedInWindow = 0;
+  let refires = 0;
+  let window: [number, number] = [Number.POSITIVE_INFINITY, Number.POSITIVE_INFINITY];
+  const platform = await startPlatform({
+    role: "up",
+    natsUrl: nats.url,
+    dataDir: tempDir("slipway-bench-sched-data-"),
+    controlPort: 0,
+    dataPort: 0,
+    env: { SLIPWAY_VAULT_KEY: vaultKey },
+    log: (m) => {
+      if (m.startsWith("scheduler") && schedulerLog.length < 200)
+        schedulerLog.push(`${((Date.now() - t0) / 1000).toFixed(1)}s ${m}`);
+    },
+    // the jobs are made first, with no scheduler running (see createJobs); then the node's scheduler starts
+    node: { scheduler: false },
+  });
+  live.platforms.push(platform);
+  const base = `http://127.0.0.1:${platform.control!.port}`;
+  await waitReady(base);
+  const target = new Target();
+  live.targets.push(target);
+  const targetUrl = await target.start();
+  progress(`   nats ${nats.url}, control plane ${base}, target ${targetUrl}; making ${JOBS} jobs`);
+  const created = await createJobs(base, targetUrl);
+  // what startNode would start, with the test hook that counts fires
+  const scheduler = startScheduler({
+    bus: platform.bus,
+    vault: platform.vault,
+    nodeId: "bench-node",
+    log: (m) => {
+      if (schedulerLog.length < 200) schedulerLog.push(`${((Date.now() - t0) / 1000).toFixed(1)}s ${m}`);
+    },
+    onFire: (e) => {
+      const tick = Date.parse(e.tick);
+      if (tick >= window[0] && tick < window[1]) firedInWindow++;
+      if (e.refire) refires++;
+    },
+  });
+  live.schedulers.push(scheduler);
+  const schedulerStart = Date.now();
+  for (let i = 0; i < 300 && !scheduler.isLeader(); i++) await sleep(50);
+  if (!scheduler.isLeader()) throw new Error("the scheduler did not lead within 15 s");
+  progress(`   ${JOBS} jobs in ${f1(created.seconds)} s; scheduler leads; measuring ${SECONDS} s`);
+  const meter = new ProcMeter();
+  meter.add("bench process (platform: gateways + node + scheduler; target worker)", process.pid);
+  meter.add("nats-server", nats.pid);
+  const stats0 = platform.bus.nc.stats();
+  const w = await runWindow(meter, async (w0) => {
+    window = [w0, w0 + SECONDS * 1000];
+  });
+  const cpu = meter.stop();
+  const stats1 = platform.bus.nc.stats();
+  const hits = await target.collect();
+  const figures = analyse(hits, w.w0, w.w1);
+  progress(
+    `   ${f0(figures.ticksReceived)} ticks, p99 ${f1(figures.lateness.p99)} ms late, ${figures.lost} lost; reading the bus`,
+  );
+  const bus = await busFigures(platform.bus, schedulerStart);
+  progress(`   read the bus in ${f1(bus.scanSeconds)} s`);
+  const ticks = Math.max(1, figures.ticksReceived);
+  await cleanupAll();
+  return {
+    name: "phase 1: one node",
+    setup: "nats-server + one platform process (role up: gateways, runtime node, scheduler) + target worker",
+    jobsCreated: created,
+    figures,
+    bus,
+    fired: { inWindow: firedInWindow, refires },
+    cpu,
+    loop: w.loop,
+    natsPerTick: {
+      out: (stats1.outMsgs - stats0.outMsgs) / ticks,
+      in: (stats1.inMsgs - stats0.inMsgs) / ticks,
+    },
+    schedulerLog,
+  };
+}
+
+async function phase2(vaultKey: string): Promise<PhaseReport> {
+  progress("phase 2: two runtime nodes (child processes), gateway in this process, leader killed half-way");
+  const nats = await startNats();
+  const gw = await startPlatform({
+    role: "gateway",
+    plane: "control",
+    natsUrl: nats.url,
+    dataDir: tempDir("slipway-bench-sched-gw-"),
+    controlPort: 0,
+    env: { SLIPWAY_VAULT_KEY: vaultKey },
+    log: () => {},
+  });
+  live.platforms.push(gw);
+  const base = `http://127.0.0.1:${gw.control!.port}`;
+  await waitReady(base);
+  const nodeDir = tempDir("slipway-bench-sched-nodes-");
+  const target = new Target();
+  live.targets.push(target);
+  const targetUrl = await target.start();
+  // the jobs are made first, by a node without a scheduler in this process (see createJobs)
+  const maker = await startPlatform({
+    role: "node",
+    natsUrl: nats.url,
+    dataDir: nodeDir,
+    env: { SLIPWAY_VAULT_KEY: vaultKey },
+    log: () => {},
+    node: { scheduler: false, tickMs: 500 },
+  });
+  live.platforms.push(maker);
+  const created = await createJobs(base, targetUrl);
+  await maker.close();
+  live.platforms.splice(live.platforms.indexOf(maker), 1);
+  const env = { SLIPWAY_JOB_TIMEOUT_MS: String(JOB_TIMEOUT_MS) };
+  const schedulerStart = Date.now();
+  const nodes = await Promise.all(
+    ["nodea", "nodeb"].map(async (id) => {
+      const n = await spawnNode({ natsUrl: nats.url, dataDir: nodeDir, vaultKey, id, env });
+      live.children.push(n);
+      return n;
+    }),
+  );
+  let leader: string | undefined;
+  for (let i = 0; i < 200 && !leader; i++) {
+    leader = await leaseHolder(gw.bus);
+    if (!leader) await sleep(100);
+  }
+  if (!leader) throw new Error("no scheduler leader after 20 s");
+  progress(
+    `   nats ${nats.url}, gateway ${base}, ${JOBS} jobs in ${f1(created.seconds)} s, nodes ${nodes.map((n) => n.id).join(", ")} started, leader ${leader}; measuring ${SECONDS} s, kill -9 at ${SECONDS / 2} s`,
+  );
+  const meter = new ProcMeter();
+  meter.add("bench process (control gateway; target worker)", process.pid);
+  meter.add("nats-server", nats.pid);
+  for (const n of nodes) meter.add(`node ${n.id}${n.id === leader ? " (leader, killed)" : ""}`, n.child.pid!);
+  let kill: { at: number; conn: number; killed: string; leaseTakenAt: number | null } | undefined;
+  let appPartitionAtKill: string | undefined;
+  const w = await runWindow(meter, async (w0) => {
+    await sleep(w0 + (SECONDS * 1000) / 2 - Date.now());
+    const holder = (await leaseHolder(gw.bus)) ?? leader!;
+    const victim = nodes.find((n) => n.id === holder) ?? nodes[0]!;
+    const owner = nodes.find((n) => n.partitions.includes(partitionOf(APP)))?.id;
+    meter.freeze(victim.child.pid!);
+    const exited = new Promise((r) => victim.child.once("exit", r));
+    const at = Date.now();
+    victim.kill9();
+    await Promise.race([exited, sleep(5000)]);
+    const m = await target.mark();
+    progress(`   killed ${victim.id} (the scheduler leader) with SIGKILL`);
+    kill = { at, conn: m.conn, killed: victim.id, leaseTakenAt: null };
+    appPartitionAtKill = owner;
+    const end = w0 + SECONDS * 1000;
+    while (Date.now() < end) {
+      const h = await leaseHolder(gw.bus).catch(() => undefined);
+      if (h && h !== victim.id) {
+        kill.leaseTakenAt = Date.now();
+        progress(`   ${h} holds the scheduler lease ${Date.now() - at} ms after the kill`);
+        break;
+      }
+      await sleep(50);
+    }
+  });
+  const cpu = meter.stop();
+  const hits = await target.collect();
+  const figures = analyse(hits, w.w0, w.w1, kill);
+  progress(
+    `   ${f0(figures.ticksReceived)} ticks, failover window ${figures.failover?.windowMs ?? "?"} ms; reading the bus`,
+  );
+  const bus = await busFigures(gw.bus, schedulerStart);
+  progress(`   read the bus in ${f1(bus.scanSeconds)} s`);
+  const schedulerLog = nodes.flatMap((n) =>
+    n
+      .stderr()
+      .split("\n")
+      .filter((l) => l.startsWith("scheduler") || l.startsWith("actor"))
+      .slice(-50)
+      .map((l) => `${n.id}: ${l.slice(0, 300)}`),
+  );
+  schedulerLog.push(
+    `the app's partition (${partitionOf(APP)}) was held by ${appPartitionAtKill ?? "?"} at the kill and by ${nodes.find((n) => n.child.exitCode === null && n.child.signalCode === null && n.partitions.includes(partitionOf(APP)))?.id ?? "?"} at the end`,
+  );
+  await cleanupAll();
+  return {
+    name: "phase 2: two nodes, leader killed",
+    setup: `nats-server + 2 node processes (SLIPWAY_JOB_TIMEOUT_MS=${JOB_TIMEOUT_MS}) + this process (control gateway, target worker)`,
+    jobsCreated: created,
+    figures,
+    bus,
+    cpu,
+    loop: w.loop,
+    schedulerLog,
+  };
+}
+
+// ---- report ----
+interface Report {
+  date: string;
+  machine: {
+    cores: number;
+    cpu: string;
+    memGiB: number;
+    node: string;
+    natsServer: string;
+    loadAvgBefore: number[];
+  };
+  params: { jobs: number; every: string; seconds: number; jobTimeoutMsPhase2: number; graceMs: number };
+  note: string;
+  phases: PhaseReport[];
+  targets: { what: string; wanted: string; measured: string; met: boolean }[];
+  anchors: string[];
+  totalSeconds: number;
+}
+
+const ms = (n: number | null | undefined) => (n === null || n === undefined ? "n/a" : `${f1(n)} ms`);
+const latStr = (l: Lateness) => `p50 ${ms(l.p50)}, p99 ${ms(l.p99)}, max ${ms(l.max)}`;
+
+function targetsOf(phases: PhaseReport[]): Report["targets"] {
+  const out: Report["targets"] = [];
+  for (const p of phases) {
+    const f = p.figures;
+    const tag = p.name.split(":")[0]!;
+    const l = f.failover ? f.failover.steadyLateness : f.lateness;
+    out.push({
+      what: `${tag}: lateness p99${f.failover ? " (outside the failover)" : ""}`,
+      wanted: `<= ${TARGETS.latenessP99Ms} ms`,
+      measured: ms(l.p99),
+      met: l.p99 <= TARGETS.latenessP99Ms,
+    });
+    out.push({
+      what: `${tag}: overlaps`,
+      wanted: `${TARGETS.overlaps}`,
+      measured: `${f.overlapJobs} jobs (${f.overlapEvents} events)`,
+      met: f.overlapJobs === 0,
+    });
+    const lostOutside = f.failover ? f.failover.lostOutsideBefore + f.failover.lostOutsideAfter : f.lost;
+    out.push({
+      what: `${tag}: lost ticks${f.failover ? " outside the failover window" : ""}`,
+      wanted: `${TARGETS.lostOutsideFailover}`,
+      measured: `${lostOutside}${f.failover ? ` (global window: ${f.failover.lostOutsideGlobalWindow})` : ""}`,
+      met: lostOutside === 0,
+    });
+  }
+  return out;
+}
+
+function phaseRows(p: PhaseReport): string[][] {
+  const f = p.figures;
+  const b = p.bus;
+  const rows: string[][] = [
+    ["jobs made (schedule-job)", `${JOBS} in ${f1(p.jobsCreated.seconds)} s (${f0(p.jobsCreated.perS)}/s)`],
+    ["window", `${f.windowS} s (ticks whose nominal time is in it; ${GRACE_MS / 1000} s grace to arrive)`],
+    [
+      "ticks received",
+      `${f0(f.ticksReceived)} of ${f0(f.ideal)} ideal (${((f.ticksReceived / Math.max(1, f.ideal)) * 100).toFixed(1)} %), ${f0(f.uniqueTicks)} distinct`,
+    ],
+    ["rate achieved", `${f0(f.ratePerS)} ticks/s`],
+    ["lateness (arrival - nominal tick)", `${latStr(f.lateness)}, mean ${ms(f.lateness.mean)}`],
+    [
+      "  first delivery of each tick only",
+      `${latStr(f.firstDeliveryLateness)}, mean ${ms(f.firstDeliveryLateness.mean)}`,
+    ],
+    ["overlaps", `${f.overlapJobs} jobs, ${f.overlapEvents} events`],
+    [
+      "lost ticks",
+      `${f0(f.lost)} (between each job's first and last tick in the window${f.failover ? ", failover included" : ""}); ${f0(f.lostAfterRepeat)} of them right after a tick delivered twice`,
+    ],
+    [
+      "duplicate ticks",
+      `${f.duplicates}${f.failover ? ` (+ ${f.failover.refireDuplicates} re-fires, below)` : ""}`,
+    ],
+    ["jobs silent at the end", `${f.jobsSilentAtEnd} (no tick in the last ${SILENT_MS / 1000} s)`],
+  ];
+  if (f.failover) {
+    const o = f.failover;
+    rows.push(
+      ["killed", `${o.killed} at ${f1(o.killAtS)} s`],
+      ["kill -> lease taken", ms(o.leaseTakenMs)],
+      ["failover window (kill -> first tick of the new leader)", ms(o.windowMs)],
+      [
+        "kill -> each job's first tick of the new leader",
+        `p50 ${ms(o.jobsBackP50Ms)}, last ${ms(o.jobsBackMaxMs)}, ${o.jobsNeverBack} jobs never`,
+      ],
+      [
+        "ticks inside the window (nominal in [kill, first new tick])",
+        `${f0(o.windowTicks)}: ${f0(o.windowTicksDelivered)} delivered late, ${f0(o.windowTicksMissed)} missed`,
+      ],
+      [
+        "per-job gaps (old leader's last tick -> new leader's first)",
+        `${f0(o.gapTicks)} ticks: ${f0(o.gapDelivered)} delivered (catch-up / re-fire), ${f0(o.gapMissed)} missed; ${o.jobsCaughtUp} jobs caught up`,
+      ],
+      [
+        "lost outside the failover window",
+        `${o.lostOutsideBefore + o.lostOutsideAfter} outside the per-job gaps (${o.lostOutsideBefore} before, ${o.lostOutsideAfter} after); ${o.lostOutsideGlobalWindow} outside the global window`,
+      ],
+      [
+        "re-fires of in-doubt ticks",
+        `${o.refireDuplicates} delivered twice (old + new leader); ${b.refiresReported} re-fires reported by the scheduler`,
+      ],
+      ["lateness outside the failover", `${latStr(o.steadyLateness)} (${f0(o.steadyLateness.n)} ticks)`],
+    );
+  }
+  if (p.fired)
+    rows.push([
+      "fired by the scheduler (onFire)",
+      `${f0(p.fired.inWindow)} in the window, ${p.fired.refires} re-fires`,
+    ]);
+  rows.push(
+    [
+      "job state (slipway_jobs) at the end",
+      `runs ${f0(b.state.runs)}, missed ${f0(b.state.missed)}, skipped_overlap ${f0(b.state.skippedOverlap)}, failures ${f0(b.state.failures)}, running ${b.state.running} (${b.state.jobs} jobs)`,
+    ],
+    [
+      "app actor behind",
+      `${f0(b.reportsPublished)} _job_ran reports published (${f0(b.publishedPerS)}/s), ${f0(b.jobRanEvents)} JobRan + ${f0(b.jobRunFailedEvents)} JobRunFailed events applied (${f0(b.appliedPerS)}/s): ${f0(b.reportsPublished - b.jobRanEvents - b.jobRunFailedEvents)} waiting`,
+    ],
+    [
+      "event loop of this process",
+      `busy ${(p.loop.elu * 100).toFixed(0)} %, delay p50 ${ms(p.loop.delayP50Ms)}, p99 ${ms(p.loop.delayP99Ms)}, max ${ms(p.loop.delayMaxMs)}`,
+    ],
+  );
+  if (p.natsPerTick)
+    rows.push([
+      "NATS msgs per tick (platform connection)",
+      `${p.natsPerTick.out.toFixed(1)} out, ${p.natsPerTick.in.toFixed(1)} in`,
+    ]);
+  rows.push(["machine CPU", `${p.cpu.machinePct.toFixed(0)} % of ${cpus().length * 100} %`]);
+  for (const c of p.cpu.procs)
+    rows.push([
+      `  ${c.what}`,
+      `CPU ${c.cpuPct.toFixed(0)} %, RSS ${c.rssMiB.toFixed(0)} MiB (max ${c.rssMaxMiB.toFixed(0)})`,
+    ]);
+  return rows;
+}
+
+function printReport(r: Report): void {
+  const m = r.machine;
+  const out: string[] = [];
+  out.push(`Slipway scheduler benchmark, ${r.date}`);
+  out.push(
+    `machine: ${m.cores} cores (${m.cpu}), ${m.memGiB.toFixed(0)} GiB, Node ${m.node}, ${m.natsServer}, load average before: ${m.loadAvgBefore.map((x) => x.toFixed(2)).join(" ")}`,
+  );
+  out.push(
+    `${r.params.jobs} jobs every ${r.params.every}, ${r.params.seconds} s per phase; phase 2 nodes with SLIPWAY_JOB_TIMEOUT_MS=${r.params.jobTimeoutMsPhase2}`,
+  );
+  out.push(`note: ${r.note}`);
+  for (const p of r.phases) {
+    out.push("");
+    out.push(`${p.name} (${p.setup})`);
+    out.push(table([["measure", "result"], ...phaseRows(p)]));
+    if (p.schedulerLog.length) {
+      out.push("scheduler and actor log:");
+      for (const l of p.schedulerLog.slice(0, 20)) out.push(`  ${l}`);
+    }
+  }
+  out.push("");
+  out.push(
+    table([
+      ["target", "wanted", "measured", "met"],
+      ...r.targets.map((t) => [t.what, t.wanted, t.measured, t.met ? "yes" : "NO"]),
+    ]),
+  );
+  out.push("");
+  out.push("published anchors (context, not measured here):");
+  for (const a of r.anchors) out.push(`  ${a}`);
+  out.push(`total ${r.totalSeconds.toFixed(0)} s`);
+  process.stdout.write(`${out.join("\n")}\n`);
+}
+
+// ---- main ----
+async function main(): Promise<void> {
+  const loadAvgBefore = loadavg();
+  const onSignal = () => {
+    progress("interrupted: cleaning up");
+    for (const c of live.children) c.kill9();
+    for (const n of live.nats) n.kill();
+    for (const d of live.dirs) rmSync(d, { recursive: true, force: true });
+    process.exit(130);
+  };
+  process.once("SIGINT", onSignal);
+  process.once("SIGTERM", onSignal);
+  const watchdog = setTimeout(
+    () => {
+      progress("over the time limit: giving up");
+      onSignal();
+    },
+    (2 * SECONDS + 150) * 1000,
+  );
+  watchdog.unref();
+  const vaultKey = randomBytes(32).toString("base64");
+  try {
+    const phases: PhaseReport[] = [];
+    if (ONLY_PHASE !== 2) phases.push(await phase1(vaultKey));
+    if (ONLY_PHASE !== 1) phases.push(await phase2(vaultKey));
+    const report: Report = {
+      date: new Date().toISOString(),
+      machine: {
+        cores: cpus().length,
+        cpu: cpus()[0]?.model.trim() ?? "unknown",
+        memGiB: totalmem() / 2 ** 30,
+        node: process.version,
+        natsServer: natsServerVersion() ?? "nats-server ?",
+        loadAvgBefore,
+      },
+      params: {
+        jobs: JOBS,
+        every: `${PERIOD_MS / 1000}s`,
+        seconds: SECONDS,
+        jobTimeoutMsPhase2: JOB_TIMEOUT_MS,
+        graceMs: GRACE_MS,
+      },
+      note: `one machine: nats-server, the platform processes and the target share these ${cpus().length} cores; all traffic on 127.0.0.1`,
+      phases,
+      targets: targetsOf(phases),
+      anchors: [ANCHORS.dapr, ANCHORS.temporal],
+      totalSeconds: (Date.now() - t0) / 1000,
+    };
+    if (asJson) process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
+    else printReport(report);
+  } finally {
+    progress("cleaning up");
+    for (const c of live.children) c.kill9();
+    await cleanupAll();
+    clearTimeout(watchdog);
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
+    progress("done");
+    setTimeout(() => {
+      progress("a handle kept the process alive 10 s after cleanup; exiting");
+      process.exit(process.exitCode ?? 0);
+    }, 10_000).unref();
+  }
+}
+
+main().catch((e) => {
+  process.stderr.write(`bench failed: ${e instanceof Error ? e.stack : String(e)}\n`);
+  process.exitCode = 1;
+});
