@@ -3,7 +3,15 @@ import { randomUUID } from "node:crypto";
 import { createServer } from "node:http";
 import { openBus } from "../../store/bus.js";
 import { keys } from "../../proto/subjects.js";
-import { call, eventually, get, startTestNats, startTestPlatform, tempDir, TEST_VAULT_KEY } from "../helpers/infra.js";
+import {
+  call,
+  eventually,
+  get,
+  startTestNats,
+  startTestPlatform,
+  tempDir,
+  TEST_VAULT_KEY,
+} from "../helpers/infra.js";
 import { spawnNode, type NodeProcess } from "../helpers/processes.js";
 
 test("two nodes, the scheduler leader killed with -9 mid-tick: the other leads within the lease TTL, nothing overlaps, the in-doubt tick is re-fired once with the same Idempotency-Key", async (t) => {
@@ -16,7 +24,10 @@ test("two nodes, the scheduler leader killed with -9 mid-tick: the other leads w
   let inFlight = 0;
   let maxInFlight = 0;
   const server = createServer((req, res) => {
-    const hit: { idem: string; at: number; closedAt?: number; endedAt?: number } = { idem: String(req.headers["idempotency-key"]), at: Date.now() };
+    const hit: { idem: string; at: number; closedAt?: number; endedAt?: number } = {
+      idem: String(req.headers["idempotency-key"]),
+      at: Date.now(),
+    };
     hits.push(hit);
     inFlight++;
     maxInFlight = Math.max(maxInFlight, inFlight);
@@ -51,7 +62,12 @@ test("two nodes, the scheduler leader killed with -9 mid-tick: the other leads w
     const first = await eventually(leaderOf, 15_000);
     const app = `f${randomUUID().slice(0, 8)}`;
     t.is((await call(gw.controlUrl, "initialize-app", { name: app, base_url: url })).status, 200);
-    const job = await call(gw.controlUrl, "schedule-job", { app, name: "held", target_path: "/cron/held", every: "1s" });
+    const job = await call(gw.controlUrl, "schedule-job", {
+      app,
+      name: "held",
+      target_path: "/cron/held",
+      every: "1s",
+    });
     t.is(job.status, 200);
     await eventually(async () => hits.length >= 1, 10_000);
     const leader = nodes.find((n) => n.id === first)!;
@@ -59,10 +75,14 @@ test("two nodes, the scheduler leader killed with -9 mid-tick: the other leads w
     const killedAt = Date.now();
     const inDoubt = hits[0]!.idem;
     // the other node leads within the lease TTL (plus its scan step)
-    const second = await eventually(async () => {
-      const l = await leaderOf();
-      return l && l !== first ? l : undefined;
-    }, 20_000, 100);
+    const second = await eventually(
+      async () => {
+        const l = await leaderOf();
+        return l && l !== first ? l : undefined;
+      },
+      20_000,
+      100,
+    );
     t.not(second, first);
     t.true(Date.now() - killedAt < 10_000 + 2_000, `new leader after ${Date.now() - killedAt} ms`);
     // the in-doubt tick is re-fired once, with the same key

@@ -337,8 +337,15 @@ test("stopped for 5 periods of a 1 s job, then started: the job fires once at bo
     const after = hitsOf(target, "/cron/boot").filter((h) => h.at >= startedAt);
     const ticks = after.map((h) => h.tick);
     t.is(new Set(ticks).size, ticks.length, "no tick twice");
-    for (let i = 1; i < after.length; i++) t.true(after[i]!.tick - after[i - 1]!.tick >= 1000, `no burst: ${JSON.stringify(ticks.map((x) => x - startedAt))}`);
-    t.true(after.length <= Math.ceil((Date.now() - startedAt) / 1000) + 1, `${after.length} calls since boot`);
+    for (let i = 1; i < after.length; i++)
+      t.true(
+        after[i]!.tick - after[i - 1]!.tick >= 1000,
+        `no burst: ${JSON.stringify(ticks.map((x) => x - startedAt))}`,
+      );
+    t.true(
+      after.length <= Math.ceil((Date.now() - startedAt) / 1000) + 1,
+      `${after.length} calls since boot`,
+    );
     const doc = await eventually(async () => {
       const d = (await get(p.controlUrl, `/resources/ScheduledJob/${id}`)).body;
       return d.missed >= 4 ? d : undefined;

@@ -113,7 +113,21 @@ test("slipwayd up serves, and the CLI drives it: init app, secrets set --from-en
     ["D", "K"],
   );
   // schedule and jobs
-  const sch = cli(["schedule", "--app", name, "--name", "nightly", "--target", "/cron/nightly", "--cron", "0 3 * * *", "--json"], env);
+  const sch = cli(
+    [
+      "schedule",
+      "--app",
+      name,
+      "--name",
+      "nightly",
+      "--target",
+      "/cron/nightly",
+      "--cron",
+      "0 3 * * *",
+      "--json",
+    ],
+    env,
+  );
   t.is(sch.code, 0, sch.stderr);
   t.deepEqual(JSON.parse(sch.stdout).resource.schedule, { cron: "0 3 * * *", time_zone: "UTC" });
   const jobs = cli(["jobs", "--app", name, "--json"], env);
@@ -122,7 +136,11 @@ test("slipwayd up serves, and the CLI drives it: init app, secrets set --from-en
     JSON.parse(jobs.stdout).resource.result.items.map((j: { name: string }) => j.name),
     ["nightly"],
   );
-  t.is(cli(["schedule", "--app", name, "--name", "bad", "--target", "/x", "--every", "0s"], env).code, 3, "400 is exit 3");
+  t.is(
+    cli(["schedule", "--app", name, "--name", "bad", "--target", "/x", "--every", "0s"], env).code,
+    3,
+    "400 is exit 3",
+  );
   t.is(cli(["schedule", "--app", name, "--name", "nightly", "--remove", "--json"], env).code, 0);
   // rejected (4xx): exit 3, error on stdout with --json
   const again = cli(["init", "app", "--name", name, "--json"], env);
