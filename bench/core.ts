@@ -19,9 +19,8 @@
  * nothing. Progress goes to stderr, the report to stdout.
  */
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
-import { cpus, loadavg, tmpdir, totalmem } from "node:os";
+import { mkdtempSync, rmSync } from "node:fs";
+import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { type EventLoopUtilization, performance } from "node:perf_hooks";
 import { Worker } from "node:worker_threads";
@@ -30,7 +29,24 @@ import { connect } from "@nats-io/transport-node";
 import uWS from "uWebSockets.js";
 import { type PlatformHandle, startPlatform } from "../bin/platform.js";
 import { uwsIsNative } from "../gateway/server.js";
-import { type EmbeddedNats, natsServerVersion, startEmbeddedNats } from "../store/embedded-nats.js";
+import { type EmbeddedNats, startEmbeddedNats } from "../store/embedded-nats.js";
+import {
+  exitWhenDone,
+  f0,
+  freePort,
+  guardProcess,
+  machineInfo,
+  machineTicks,
+  makeProgress,
+  post,
+  procCpuS,
+  rssMiB,
+  runMain,
+  sleep,
+  summary,
+  table,
+  waitReady,
+} from "./common.js";
 import type { LoadResult, LoadTask, SecretMix } from "./loadgen.js";
 
 // ---- parameters ----
@@ -66,28 +82,7 @@ const TARGETS = {
 
 const asJson = process.argv.includes("--json");
 const t0 = Date.now();
-const progress = (msg: string) =>
-  process.stderr.write(`[bench ${((Date.now() - t0) / 1000).toFixed(1)}s] ${msg}\n`);
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
-
-/** A free TCP port on 127.0.0.1. */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const a = s.address();
-      const port = typeof a === "object" && a ? a.port : 0;
-      s.close(() => resolve(port));
-    });
-  });
-}
-
-function pct(sorted: number[], p: number): number {
-  if (sorted.length === 0) return 0;
-  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
-  return sorted[i]!;
-}
+const progress = makeProgress("bench", t0);
 
 /** The load generator worker (loadgen.ts, loaded through tsx inside the worker). */
 class LoadGen {
@@ -154,37 +149,6 @@ interface CpuMark {
   nats: number;
   elu: EventLoopUtilization;
   loadgenElu: EventLoopUtilization | undefined;
-}
-
-function machineTicks(): { busy: number; total: number } {
-  try {
-    const f = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number);
-    const [user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0] = f;
-    const busy = user + nice + system + irq + softirq + steal;
-    return { busy, total: busy + idle + iowait };
-  } catch {
-    return { busy: 0, total: 0 };
-  }
-}
-
-/** utime + stime of a process in seconds (Linux /proc, 100 ticks/s). */
-function procCpuS(pid: number): number {
-  try {
-    const st = readFileSync(`/proc/${pid}/stat`, "utf8");
-    const f = st.slice(st.lastIndexOf(")") + 2).split(" ");
-    return (Number(f[11]) + Number(f[12])) / 100;
-  } catch {
-    return 0;
-  }
-}
-
-function rssMiB(pid: number): number | undefined {
-  try {
-    const m = /VmRSS:\s+(\d+)\s+kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
-    return m ? Number(m[1]) / 1024 : undefined;
-  } catch {
-    return undefined;
-  }
 }
 
 class CpuMeter {
@@ -312,12 +276,7 @@ async function rawJetStream(natsUrl: string, meter: CpuMeter): Promise<RawResult
       payloadBytes: RAW_PAYLOAD_BYTES,
       windowed,
       windowedNoAsyncTraces,
-      sequential: {
-        n: lat.length,
-        p50: pct(lat, 50),
-        p99: pct(lat, 99),
-        mean: lat.reduce((a, b) => a + b, 0) / Math.max(1, lat.length),
-      },
+      sequential: summary(lat),
     };
   } finally {
     await nc.close();
@@ -372,36 +331,6 @@ async function bareUws(gen: LoadGen, meter: CpuMeter): Promise<Measured> {
 }
 
 // ---- 3./4. the platform ----
-const ACTOR_HEADERS = {
-  "content-type": "application/json",
-  "x-platform-actor-type": "builder",
-  "x-platform-actor-id": "bench",
-};
-
-async function post(base: string, capability: string, body: unknown): Promise<{ status: number; body: any }> {
-  const r = await fetch(`${base}/capabilities/${capability}`, {
-    method: "POST",
-    headers: ACTOR_HEADERS,
-    body: JSON.stringify(body),
-  });
-  return { status: r.status, body: await r.json().catch(() => undefined) };
-}
-
-async function waitReady(base: string, timeoutMs = 15_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    try {
-      const r = await fetch(`${base}/readyz`);
-      await r.arrayBuffer();
-      if (r.status === 200) return;
-    } catch {
-      /* not yet */
-    }
-    await sleep(50);
-  }
-  throw new Error(`platform not ready in ${timeoutMs} ms`);
-}
-
 async function createApps(base: string, names: string[]): Promise<void> {
   const queue = [...names];
   const worker = async () => {
@@ -475,13 +404,7 @@ class TurnTimer {
     this.on = true;
     return () => {
       this.on = false;
-      const sorted = this.ms.slice().sort((a, b) => a - b);
-      return {
-        n: sorted.length,
-        p50: pct(sorted, 50),
-        p99: pct(sorted, 99),
-        mean: sorted.reduce((a, b) => a + b, 0) / Math.max(1, sorted.length),
-      };
+      return summary(this.ms.slice().sort((a, b) => a - b));
     };
   }
 }
@@ -534,19 +457,8 @@ interface Report {
   totalSeconds: number;
 }
 
-const f0 = (n: number) => Math.round(n).toLocaleString("en-US");
 const f2 = (n: number) => n.toFixed(2);
 const pc = (n: number) => `${(n * 100).toFixed(1)} %`;
-
-function table(rows: string[][]): string {
-  const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => (r[c] ?? "").length)));
-  const line = (r: string[]) => `| ${r.map((cell, c) => cell.padEnd(widths[c]!)).join(" | ")} |`;
-  return [
-    line(rows[0]!),
-    `|${widths.map((w) => "-".repeat(w + 2)).join("|")}|`,
-    ...rows.slice(1).map(line),
-  ].join("\n");
-}
 
 function statusSummary(r: LoadResult): string {
   return `non-2xx ${r.non2xx}, errors ${r.errors}${r.non2xx ? ` ${JSON.stringify(r.statusCodes)}` : ""}`;
@@ -744,20 +656,16 @@ async function main(): Promise<void> {
     rmSync(natsDir, { recursive: true, force: true });
     rmSync(dataDir, { recursive: true, force: true });
   };
-  const onSignal = () => {
-    progress("interrupted: cleaning up");
-    nats?.kill();
-    rmSync(natsDir, { recursive: true, force: true });
-    rmSync(dataDir, { recursive: true, force: true });
-    process.exit(130);
-  };
-  process.once("SIGINT", onSignal);
-  process.once("SIGTERM", onSignal);
-  const watchdog = setTimeout(() => {
-    progress("over 170 s: giving up");
-    onSignal();
-  }, 170_000);
-  watchdog.unref();
+  const unguard = guardProcess({
+    progress,
+    limitMs: 170_000,
+    limitMessage: "over 170 s: giving up",
+    kill: () => {
+      nats?.kill();
+      rmSync(natsDir, { recursive: true, force: true });
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  });
 
   try {
     const port = await freePort();
@@ -774,7 +682,7 @@ async function main(): Promise<void> {
       node: { onApply: turns.hook },
     });
     const base = `http://127.0.0.1:${platform.control!.port}`;
-    await waitReady(base);
+    await waitReady(base, 15_000, "platform");
     progress(
       `platform up, control plane ${base}, partitions held: ${platform.node?.partitions().length ?? 0}`,
     );
@@ -809,29 +717,24 @@ async function main(): Promise<void> {
     progress(`   ${f0(warmup.rps)}/s, non-2xx ${warmup.non2xx}`);
 
     progress(`3a. set-secret at ${LIGHT_RATE} rps for ${PACED_SECONDS} s`);
+    const pacedWrites = (rate: number) =>
+      measureWrites(meter, gen!, platform!, {
+        kind: "set-secret-paced",
+        url: base,
+        rate,
+        durationS: PACED_SECONDS,
+        maxSockets: 256,
+        mix,
+      });
     const stopLight = turns.start();
-    const light = await measureWrites(meter, gen, platform, {
-      kind: "set-secret-paced",
-      url: base,
-      rate: LIGHT_RATE,
-      durationS: PACED_SECONDS,
-      maxSockets: 256,
-      mix,
-    });
+    const light = await pacedWrites(LIGHT_RATE);
     const lightTurns = stopLight();
     progress(`   p50 ${f2(light.latency.p50)} ms, p99 ${f2(light.latency.p99)} ms, non-2xx ${light.non2xx}`);
 
     progress(
       `3b. set-secret at ${PACED_RATE} rps for ${PACED_SECONDS} s (then until the answers are in, at most 15 s)`,
     );
-    const paced = await measureWrites(meter, gen, platform, {
-      kind: "set-secret-paced",
-      url: base,
-      rate: PACED_RATE,
-      durationS: PACED_SECONDS,
-      maxSockets: 256,
-      mix,
-    });
+    const paced = await pacedWrites(PACED_RATE);
     progress(
       `   p50 ${f2(paced.latency.p50)} ms, p99 ${f2(paced.latency.p99)} ms, non-2xx ${paced.non2xx}, errors ${paced.errors}`,
     );
@@ -911,11 +814,7 @@ async function main(): Promise<void> {
     const report: Report = {
       date: new Date().toISOString(),
       machine: {
-        cores: cpus().length,
-        cpu: cpus()[0]?.model.trim() ?? "unknown",
-        memGiB: totalmem() / 2 ** 30,
-        node: process.version,
-        natsServer: natsServerVersion() ?? "nats-server ?",
+        ...machineInfo(),
         uwsNative: uwsIsNative(),
         loadAvgBefore,
       },
@@ -949,20 +848,11 @@ async function main(): Promise<void> {
   } finally {
     progress("cleaning up");
     await cleanup();
-    clearTimeout(watchdog);
-    process.off("SIGINT", onSignal);
-    process.off("SIGTERM", onSignal);
-    progress("done");
+    unguard();
     // Everything is closed. The platform's shutdown leaves 5 s timers behind (runtime.ts stop()), so the
     // process ends about 5 s later; if anything else still holds it after 10 s, say so and leave.
-    setTimeout(() => {
-      progress("a handle kept the process alive 10 s after cleanup; exiting");
-      process.exit(process.exitCode ?? 0);
-    }, 10_000).unref();
+    exitWhenDone(progress);
   }
 }
 
-main().catch((e) => {
-  process.stderr.write(`bench failed: ${e instanceof Error ? e.stack : String(e)}\n`);
-  process.exitCode = 1;
-});
+runMain(main);

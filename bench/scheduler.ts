@@ -27,9 +27,8 @@
  * It prints; it asserts nothing. Progress goes to stderr, the report to stdout.
  */
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
-import { cpus, loadavg, tmpdir, totalmem } from "node:os";
+import { mkdtempSync, rmSync } from "node:fs";
+import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { type EventLoopUtilization, monitorEventLoopDelay, performance } from "node:perf_hooks";
 import { Worker } from "node:worker_threads";
@@ -37,8 +36,25 @@ import { type SchedulerHandle, startScheduler } from "../actors/scheduler.js";
 import { type PlatformHandle, startPlatform } from "../bin/platform.js";
 import { keys, partitionOf, STREAMS, subjects } from "../proto/subjects.js";
 import type { Bus } from "../store/bus.js";
-import { type EmbeddedNats, natsServerVersion, startEmbeddedNats } from "../store/embedded-nats.js";
+import { type EmbeddedNats, startEmbeddedNats } from "../store/embedded-nats.js";
 import { type NodeProcess, spawnNode } from "../test/helpers/processes.js";
+import {
+  exitWhenDone,
+  f0,
+  freePort,
+  guardProcess,
+  machineInfo,
+  machineTicks,
+  makeProgress,
+  pct,
+  post as postCapability,
+  procCpuS,
+  rssMiB,
+  runMain,
+  sleep,
+  table,
+  waitReady,
+} from "./common.js";
 
 // ---- parameters ----
 function argNum(name: string, dflt: number): number {
@@ -71,73 +87,9 @@ const ANCHORS = {
 };
 
 const t0 = Date.now();
-const progress = (msg: string) =>
-  process.stderr.write(`[bench:scheduler ${((Date.now() - t0) / 1000).toFixed(1)}s] ${msg}\n`);
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+const progress = makeProgress("bench:scheduler", t0);
 const jobName = (i: number) => `j${String(i).padStart(4, "0")}`;
 
-// ---- small helpers (as in bench/core.ts) ----
-/** A free TCP port on 127.0.0.1. */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const a = s.address();
-      const port = typeof a === "object" && a ? a.port : 0;
-      s.close(() => resolve(port));
-    });
-  });
-}
-
-function pct(sorted: ArrayLike<number>, p: number): number {
-  if (sorted.length === 0) return 0;
-  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
-  return sorted[i]!;
-}
-
-/** utime + stime of a process in seconds (Linux /proc, 100 ticks/s). */
-function procCpuS(pid: number): number {
-  try {
-    const st = readFileSync(`/proc/${pid}/stat`, "utf8");
-    const f = st.slice(st.lastIndexOf(")") + 2).split(" ");
-    return (Number(f[11]) + Number(f[12])) / 100;
-  } catch {
-    return 0;
-  }
-}
-
-function rssMiB(pid: number): number | undefined {
-  try {
-    const m = /VmRSS:\s+(\d+)\s+kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
-    return m ? Number(m[1]) / 1024 : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-function machineTicks(): { busy: number; total: number } {
-  try {
-    const f = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number);
-    const [user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0] = f;
-    const busy = user + nice + system + irq + softirq + steal;
-    return { busy, total: busy + idle + iowait };
-  } catch {
-    return { busy: 0, total: 0 };
-  }
-}
-
-function table(rows: string[][]): string {
-  const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => (r[c] ?? "").length)));
-  const line = (r: string[]) => `| ${r.map((cell, c) => (cell ?? "").padEnd(widths[c]!)).join(" | ")} |`;
-  return [
-    line(rows[0]!),
-    `|${widths.map((w) => "-".repeat(w + 2)).join("|")}|`,
-    ...rows.slice(1).map(line),
-  ].join("\n");
-}
-
-const f0 = (n: number) => Math.round(n).toLocaleString("en-US");
 const f1 = (n: number) => n.toFixed(1);
 
 // ---- the target: node:http in a worker thread ----
@@ -249,36 +201,9 @@ class Target {
 }
 
 // ---- platform calls ----
-const ACTOR_HEADERS = {
-  "content-type": "application/json",
-  "x-platform-actor-type": "builder",
-  "x-platform-actor-id": "bench",
-};
-
-async function post(base: string, capability: string, body: unknown): Promise<{ status: number; body: any }> {
-  const r = await fetch(`${base}/capabilities/${capability}`, {
-    method: "POST",
-    headers: ACTOR_HEADERS,
-    body: JSON.stringify(body),
-    signal: AbortSignal.timeout(60_000),
-  });
-  return { status: r.status, body: await r.json().catch(() => undefined) };
-}
-
-async function waitReady(base: string, timeoutMs = 20_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    try {
-      const r = await fetch(`${base}/readyz`);
-      await r.arrayBuffer();
-      if (r.status === 200) return;
-    } catch {
-      /* not yet */
-    }
-    await sleep(50);
-  }
-  throw new Error(`gateway not ready in ${timeoutMs} ms`);
-}
+/** A capability call, given up on after 60 s. */
+const post = (base: string, capability: string, body: unknown) =>
+  postCapability(base, capability, body, 60_000);
 
 /**
  * initialize-app with the target as base_url, then the jobs; returns how long the jobs took to make.
@@ -866,7 +791,7 @@ async function phase1(vaultKey: string): Promise<PhaseReport> {
   });
   live.platforms.push(platform);
   const base = `http://127.0.0.1:${platform.control!.port}`;
-  await waitReady(base);
+  await waitReady(base, 20_000, "gateway");
   const target = new Target();
   live.targets.push(target);
   const targetUrl = await target.start();
@@ -940,7 +865,7 @@ async function phase2(vaultKey: string): Promise<PhaseReport> {
   });
   live.platforms.push(gw);
   const base = `http://127.0.0.1:${gw.control!.port}`;
-  await waitReady(base);
+  await waitReady(base, 20_000, "gateway");
   const nodeDir = tempDir("slipway-bench-sched-nodes-");
   const target = new Target();
   live.targets.push(target);
@@ -1216,23 +1141,16 @@ function printReport(r: Report): void {
 // ---- main ----
 async function main(): Promise<void> {
   const loadAvgBefore = loadavg();
-  const onSignal = () => {
-    progress("interrupted: cleaning up");
-    for (const c of live.children) c.kill9();
-    for (const n of live.nats) n.kill();
-    for (const d of live.dirs) rmSync(d, { recursive: true, force: true });
-    process.exit(130);
-  };
-  process.once("SIGINT", onSignal);
-  process.once("SIGTERM", onSignal);
-  const watchdog = setTimeout(
-    () => {
-      progress("over the time limit: giving up");
-      onSignal();
+  const unguard = guardProcess({
+    progress,
+    limitMs: (2 * SECONDS + 150) * 1000,
+    limitMessage: "over the time limit: giving up",
+    kill: () => {
+      for (const c of live.children) c.kill9();
+      for (const n of live.nats) n.kill();
+      for (const d of live.dirs) rmSync(d, { recursive: true, force: true });
     },
-    (2 * SECONDS + 150) * 1000,
-  );
-  watchdog.unref();
+  });
   const vaultKey = randomBytes(32).toString("base64");
   try {
     const phases: PhaseReport[] = [];
@@ -1241,11 +1159,7 @@ async function main(): Promise<void> {
     const report: Report = {
       date: new Date().toISOString(),
       machine: {
-        cores: cpus().length,
-        cpu: cpus()[0]?.model.trim() ?? "unknown",
-        memGiB: totalmem() / 2 ** 30,
-        node: process.version,
-        natsServer: natsServerVersion() ?? "nats-server ?",
+        ...machineInfo(),
         loadAvgBefore,
       },
       params: {
@@ -1267,18 +1181,9 @@ async function main(): Promise<void> {
     progress("cleaning up");
     for (const c of live.children) c.kill9();
     await cleanupAll();
-    clearTimeout(watchdog);
-    process.off("SIGINT", onSignal);
-    process.off("SIGTERM", onSignal);
-    progress("done");
-    setTimeout(() => {
-      progress("a handle kept the process alive 10 s after cleanup; exiting");
-      process.exit(process.exitCode ?? 0);
-    }, 10_000).unref();
+    unguard();
+    exitWhenDone(progress);
   }
 }
 
-main().catch((e) => {
-  process.stderr.write(`bench failed: ${e instanceof Error ? e.stack : String(e)}\n`);
-  process.exitCode = 1;
-});
+runMain(main);

@@ -1,0 +1,200 @@
+/**
+ * Helpers shared by the benchmarks (bench/core.ts, bench/scheduler.ts): progress logging, /proc sampling,
+ * percentiles, a free port, table printing, platform calls and the main()/cleanup/watchdog scaffolding.
+ */
+import { readFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { cpus, totalmem } from "node:os";
+import { natsServerVersion } from "../store/embedded-nats.js";
+
+/** Logs `msg` to stderr as `[label <seconds since t0>s] msg`. */
+export type Progress = (msg: string) => void;
+
+/** A progress logger to stderr, prefixed with `label` and the seconds since `t0` (a Date.now()). */
+export function makeProgress(label: string, t0: number): Progress {
+  return (msg: string) =>
+    process.stderr.write(`[${label} ${((Date.now() - t0) / 1000).toFixed(1)}s] ${msg}\n`);
+}
+
+/** Resolves after `ms` milliseconds. */
+export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** A free TCP port on 127.0.0.1. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const a = s.address();
+      const port = typeof a === "object" && a ? a.port : 0;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/** The p-th percentile (nearest rank) of ascending `sorted`; 0 when empty. */
+export function pct(sorted: ArrayLike<number>, p: number): number {
+  if (sorted.length === 0) return 0;
+  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
+  return sorted[i]!;
+}
+
+/** Count, p50, p99 and mean of ascending `sorted` (all 0 when empty). */
+export function summary(sorted: number[]): { n: number; p50: number; p99: number; mean: number } {
+  return {
+    n: sorted.length,
+    p50: pct(sorted, 50),
+    p99: pct(sorted, 99),
+    mean: sorted.reduce((a, b) => a + b, 0) / Math.max(1, sorted.length),
+  };
+}
+
+/** Busy and total CPU ticks of the whole machine so far (Linux /proc/stat; zeros elsewhere). */
+export function machineTicks(): { busy: number; total: number } {
+  try {
+    const f = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number);
+    const [user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0] = f;
+    const busy = user + nice + system + irq + softirq + steal;
+    return { busy, total: busy + idle + iowait };
+  } catch {
+    return { busy: 0, total: 0 };
+  }
+}
+
+/** utime + stime of a process in seconds (Linux /proc, 100 ticks/s). */
+export function procCpuS(pid: number): number {
+  try {
+    const st = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const f = st.slice(st.lastIndexOf(")") + 2).split(" ");
+    return (Number(f[11]) + Number(f[12])) / 100;
+  } catch {
+    return 0;
+  }
+}
+
+/** Resident memory of a process in MiB (Linux /proc), undefined if it cannot be read. */
+export function rssMiB(pid: number): number | undefined {
+  try {
+    const m = /VmRSS:\s+(\d+)\s+kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+    return m ? Number(m[1]) / 1024 : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** `n` rounded, with thousands separators (en-US). */
+export const f0 = (n: number) => Math.round(n).toLocaleString("en-US");
+
+/** A Markdown-style table; the first row is the header. */
+export function table(rows: string[][]): string {
+  const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => (r[c] ?? "").length)));
+  const line = (r: string[]) => `| ${r.map((cell, c) => (cell ?? "").padEnd(widths[c]!)).join(" | ")} |`;
+  return [
+    line(rows[0]!),
+    `|${widths.map((w) => "-".repeat(w + 2)).join("|")}|`,
+    ...rows.slice(1).map(line),
+  ].join("\n");
+}
+
+/** This machine and the nats-server in use, for a report's header. */
+export function machineInfo(): {
+  cores: number;
+  cpu: string;
+  memGiB: number;
+  node: string;
+  natsServer: string;
+} {
+  return {
+    cores: cpus().length,
+    cpu: cpus()[0]?.model.trim() ?? "unknown",
+    memGiB: totalmem() / 2 ** 30,
+    node: process.version,
+    natsServer: natsServerVersion() ?? "nats-server ?",
+  };
+}
+
+// ---- platform calls ----
+const ACTOR_HEADERS = {
+  "content-type": "application/json",
+  "x-platform-actor-type": "builder",
+  "x-platform-actor-id": "bench",
+};
+
+/** POSTs `body` to a capability of the control plane at `base` as the bench builder; optional timeout in ms. */
+export async function post(
+  base: string,
+  capability: string,
+  body: unknown,
+  timeoutMs?: number,
+): Promise<{ status: number; body: any }> {
+  const r = await fetch(`${base}/capabilities/${capability}`, {
+    method: "POST",
+    headers: ACTOR_HEADERS,
+    body: JSON.stringify(body),
+    ...(timeoutMs === undefined ? {} : { signal: AbortSignal.timeout(timeoutMs) }),
+  });
+  return { status: r.status, body: await r.json().catch(() => undefined) };
+}
+
+/** Polls `${base}/readyz` until it answers 200; throws `<what> not ready in <timeoutMs> ms` after that. */
+export async function waitReady(base: string, timeoutMs: number, what: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    try {
+      const r = await fetch(`${base}/readyz`);
+      await r.arrayBuffer();
+      if (r.status === 200) return;
+    } catch {
+      /* not yet */
+    }
+    await sleep(50);
+  }
+  throw new Error(`${what} not ready in ${timeoutMs} ms`);
+}
+
+// ---- main, signals, watchdog ----
+/**
+ * On SIGINT/SIGTERM, or once `limitMs` have passed (logging `limitMessage`): logs, runs `kill` (synchronous,
+ * last-resort cleanup) and exits 130. Returns a function that removes the handlers and the watchdog.
+ */
+export function guardProcess(opts: {
+  progress: Progress;
+  limitMs: number;
+  limitMessage: string;
+  kill: () => void;
+}): () => void {
+  const onSignal = () => {
+    opts.progress("interrupted: cleaning up");
+    opts.kill();
+    process.exit(130);
+  };
+  process.once("SIGINT", onSignal);
+  process.once("SIGTERM", onSignal);
+  const watchdog = setTimeout(() => {
+    opts.progress(opts.limitMessage);
+    onSignal();
+  }, opts.limitMs);
+  watchdog.unref();
+  return () => {
+    clearTimeout(watchdog);
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
+  };
+}
+
+/** Logs "done"; if a handle still keeps the process alive 10 s later, says so and exits. */
+export function exitWhenDone(progress: Progress): void {
+  progress("done");
+  setTimeout(() => {
+    progress("a handle kept the process alive 10 s after cleanup; exiting");
+    process.exit(process.exitCode ?? 0);
+  }, 10_000).unref();
+}
+
+/** Runs a benchmark's main(); on failure prints the error to stderr and sets exit code 1. */
+export function runMain(main: () => Promise<void>): void {
+  main().catch((e) => {
+    process.stderr.write(`bench failed: ${e instanceof Error ? e.stack : String(e)}\n`);
+    process.exitCode = 1;
+  });
+}
