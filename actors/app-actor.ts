@@ -23,7 +23,7 @@ import {
   VaultEntrySchema,
 } from "../proto/records.js";
 import { ResourceSchema, type Resource } from "../proto/resources.js";
-import { keys, parseResourceKey, subjects } from "../proto/subjects.js";
+import { BUCKETS, keys, subjects } from "../proto/subjects.js";
 import { makeContext, type AppState, type Effect, type TaskSpec } from "./context.js";
 import { handlerOf } from "./capabilities/mod.js";
 
@@ -406,10 +406,14 @@ export class AppActor {
       if (started && effect?.task) this.host.startTask(this.app, effect.resource, effect.task, cmd);
       if (reply.body) {
         reply.body.resource = { ...reply.body.resource };
-        const rev = revisions.get(
-          keys.resource(reply.body.resource.app_id, reply.body.resource.type, reply.body.resource.id),
+        const key = keys.resource(
+          reply.body.resource.app_id,
+          reply.body.resource.type,
+          reply.body.resource.id,
         );
+        const rev = revisions.get(key);
         if (rev !== undefined) reply.resource_revision = rev;
+        if (outbox.resources.some((x) => x.key === key && x.doc === null)) reply.resource_deleted = true;
       }
     }
     if (cmd.body_hash) {
@@ -452,7 +456,13 @@ export class AppActor {
       this.remember(r.key, r.doc);
       const write = r.doc
         ? bus.kv.resources.put(r.key, encode(r.doc))
-        : bus.kv.resources.delete(r.key).then(async () => (await bus.kv.resources.get(r.key))?.revision);
+        : bus.kv.resources.delete(r.key).then(async () => {
+            // the delete marker's stream sequence is the revision of the deletion
+            const m = await bus.jsm.streams.getMessage(`KV_${BUCKETS.resources}`, {
+              last_by_subj: `$KV.${BUCKETS.resources}.${r.key}`,
+            });
+            return m?.seq;
+          });
       jobs.push(
         write.then((rev) => {
           if (typeof rev === "number") revisions.set(r.key, rev);
@@ -520,5 +530,3 @@ function isWrongRevision(e: unknown): boolean {
   const msg = e instanceof Error ? e.message : String(e);
   return /wrong last sequence|key exists|wrong last msg/i.test(msg);
 }
-
-export { parseResourceKey };

@@ -256,10 +256,9 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
     const r = reply.body.resource;
     try {
       if (reply.resource_revision !== undefined) {
-        const deleted = reply.body.events.some((e) => e.type === "SecretUnset");
         await index.applyResource(
           keys.resource(r.app_id, r.type, r.id),
-          deleted ? null : r,
+          reply.resource_deleted ? null : r,
           reply.resource_revision,
         );
       }

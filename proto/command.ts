@@ -62,5 +62,7 @@ export const ReplySchema = Type.Object({
   seq: Type.Optional(Type.Integer()),
   /** KV revision of the answered resource's write (lets a gateway's read index apply it at once). */
   resource_revision: Type.Optional(Type.Integer()),
+  /** The answered resource was deleted at that revision (unset-secret, a removed job). */
+  resource_deleted: Type.Optional(Type.Boolean()),
 });
 export type Reply = Static<typeof ReplySchema>;

@@ -277,6 +277,11 @@ test("disabled jobs do not tick; removed jobs emit JobUnscheduled, leave the lis
   const rm = await call(p.controlUrl, "schedule-job", { app, name: "gone", remove: true });
   t.is(rm.status, 200);
   t.is(rm.body.events[0].type, "JobUnscheduled");
+  t.is(
+    (await get(p.controlUrl, `/resources/ScheduledJob/${r.body.resource.id}`)).status,
+    404,
+    "gone at once",
+  );
   const after = hitsOf(target, "/cron/gone").length;
   await sleep(2500);
   t.is(hitsOf(target, "/cron/off").length, 0, "disabled: no ticks");

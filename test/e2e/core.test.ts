@@ -2,29 +2,13 @@ import anyTest, { type TestFn } from "ava";
 import { readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { randomUUID } from "node:crypto";
-import {
-  call,
-  get,
-  startTestNats,
-  startTestPlatform,
-  type TestNats,
-  type TestPlatform,
-} from "../helpers/infra.js";
+import { call, get, platformPerFile, type PlatformContext } from "../helpers/infra.js";
 import { EVENT_TYPES } from "../../proto/events.js";
 import { CAPABILITIES } from "../../proto/catalogue.js";
 
-const test = anyTest as TestFn<{ nats: TestNats; p: TestPlatform }>;
+const test = anyTest as TestFn<PlatformContext>;
 
-test.before(async (t) => {
-  const nats = await startTestNats();
-  const p = await startTestPlatform(nats.url);
-  t.context = { nats, p };
-});
-
-test.after.always(async (t) => {
-  await t.context.p?.close();
-  await t.context.nats?.stop();
-});
+platformPerFile(test);
 
 const appName = () => `a${randomUUID().slice(0, 8)}`;
 
@@ -87,6 +71,8 @@ test("set-secret and unset-secret keep the value out of every answer and delete 
   const u = await call(p.controlUrl, "unset-secret", { app: name, name: "STRIPE_KEY" });
   t.is(u.status, 200);
   t.is(u.body.events[0].type, "SecretUnset");
+  t.true(typeof u.body.resource.id === "string");
+  // read your deletes: gone from this gateway's index as soon as the answer is in
   const gone = await get(p.controlUrl, `/resources/Secret/${s.body.resource.id}`);
   t.is(gone.status, 404);
   t.is(gone.body.error.code, "not_found");

@@ -5,33 +5,20 @@ import {
   ACTOR,
   call,
   get,
+  platformPerFile,
+  type PlatformContext,
   startTestNats,
   startTestPlatform,
-  type TestNats,
-  type TestPlatform,
 } from "../helpers/infra.js";
 
-const test = anyTest as TestFn<{
-  nats: TestNats;
-  p: TestPlatform;
-  token: string;
-  app: string;
-  other: string;
-}>;
+const test = anyTest as TestFn<PlatformContext & { token: string; app: string; other: string }>;
 
-test.before(async (t) => {
-  const nats = await startTestNats();
-  const p = await startTestPlatform(nats.url);
+platformPerFile(test, async (p) => {
   const app = `e${randomUUID().slice(0, 8)}`;
   const other = `e${randomUUID().slice(0, 8)}`;
   const r = await call(p.controlUrl, "initialize-app", { name: app });
   await call(p.controlUrl, "initialize-app", { name: other });
-  t.context = { nats, p, token: r.body.result.token, app, other };
-});
-
-test.after.always(async (t) => {
-  await t.context.p?.close();
-  await t.context.nats?.stop();
+  return { token: r.body.result.token as string, app, other };
 });
 
 /** Checks the error body shape of DESIGN §3 and the status of the code. */

@@ -3,29 +3,14 @@ import { randomUUID } from "node:crypto";
 import { CAPABILITIES, acceptedOn } from "../../proto/catalogue.js";
 import { INPUT_SCHEMAS, type CapabilityName } from "../../proto/inputs.js";
 import { validateInput } from "../../proto/codec.js";
-import {
-  ACTOR,
-  call,
-  get,
-  startTestNats,
-  startTestPlatform,
-  type TestNats,
-  type TestPlatform,
-} from "../helpers/infra.js";
+import { ACTOR, call, get, platformPerFile, type PlatformContext } from "../helpers/infra.js";
 
-const test = anyTest as TestFn<{ nats: TestNats; p: TestPlatform; app: string; token: string }>;
+const test = anyTest as TestFn<PlatformContext & { app: string; token: string }>;
 
-test.before(async (t) => {
-  const nats = await startTestNats();
-  const p = await startTestPlatform(nats.url);
+platformPerFile(test, async (p) => {
   const app = `z${randomUUID().slice(0, 8)}`;
   const r = await call(p.controlUrl, "initialize-app", { name: app });
-  t.context = { nats, p, app, token: r.body.result.token };
-});
-
-test.after.always(async (t) => {
-  await t.context.p?.close();
-  await t.context.nats?.stop();
+  return { app, token: r.body.result.token as string };
 });
 
 /** mulberry32: a small seeded PRNG so a failing run can be replayed. */

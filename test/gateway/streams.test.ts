@@ -2,29 +2,14 @@ import anyTest, { type TestFn } from "ava";
 import { randomUUID } from "node:crypto";
 import { request } from "node:http";
 import WebSocket from "ws";
-import {
-  call,
-  startTestNats,
-  startTestPlatform,
-  type TestNats,
-  type TestPlatform,
-} from "../helpers/infra.js";
+import { call, platformPerFile, type PlatformContext } from "../helpers/infra.js";
 import { appendLog } from "../../store/logs.js";
 import { encode } from "../../proto/codec.js";
 import { keys } from "../../proto/subjects.js";
 
-const test = anyTest as TestFn<{ nats: TestNats; p: TestPlatform }>;
+const test = anyTest as TestFn<PlatformContext>;
 
-test.before(async (t) => {
-  const nats = await startTestNats();
-  const p = await startTestPlatform(nats.url);
-  t.context = { nats, p };
-});
-
-test.after.always(async (t) => {
-  await t.context.p?.close();
-  await t.context.nats?.stop();
-});
+platformPerFile(test);
 
 /** Opens an SSE stream and collects its events until `until` says stop. */
 function sse(

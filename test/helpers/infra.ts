@@ -1,3 +1,4 @@
+import type { TestFn } from "ava";
 import { mkdtempSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -146,4 +147,30 @@ export async function eventually<T>(
     await sleep(stepMs);
   }
   throw new Error(`condition not met in ${timeoutMs} ms${last ? `: ${String(last)}` : ""}`);
+}
+
+/** What `platformPerFile` puts in a test file's context. */
+export interface PlatformContext {
+  nats: TestNats;
+  p: TestPlatform;
+}
+
+/**
+ * One real nats-server and one platform (`slipwayd up` in process) for a whole
+ * test file: registers `before` and `after.always` on `test`. `extra` may add
+ * fields to the context (apps, tokens) once the platform runs.
+ */
+export function platformPerFile<X extends object = Record<never, never>>(
+  test: TestFn<PlatformContext & X>,
+  extra?: (p: TestPlatform) => Promise<X>,
+): void {
+  test.before(async (t) => {
+    const nats = await startTestNats();
+    const p = await startTestPlatform(nats.url);
+    t.context = { nats, p, ...((await extra?.(p)) ?? ({} as X)) };
+  });
+  test.after.always(async (t) => {
+    await t.context.p?.close();
+    await t.context.nats?.stop();
+  });
 }
