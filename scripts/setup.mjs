@@ -1,7 +1,9 @@
 #!/usr/bin/env node
 // Makes a fresh clone ready: installs npm dependencies (npm install), makes sure
-// nats-server is installed (apt-get on Debian-like systems), and with --build
-// compiles the TypeScript into dist/. Says plainly what to do when it cannot.
+// nats-server is installed (apt-get on Debian-like systems), installs the
+// container engine and busybox for run-dev-server when it can (optional: without
+// them run-dev-server answers 503), and with --build compiles the TypeScript
+// into dist/. Says plainly what to do when it cannot.
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -73,7 +75,36 @@ if (!process.env.NATS_URL && !has(natsBin)) {
   if (!has(natsBin)) die("nats-server is still not on PATH after installing it");
 }
 
-// 4. build
+// 4. container engine (optional): run-dev-server runs dev servers in containers of a base image
+// built from this host's node binary and busybox. Without them it answers 503; setup never fails for it.
+{
+  const wanted = [];
+  if (!process.env.DOCKER_HOST && !has("dockerd")) wanted.push("docker.io");
+  if (!["/bin/busybox", "/usr/bin/busybox"].some((p) => existsSync(p))) wanted.push("busybox-static");
+  const isRoot = typeof process.getuid === "function" && process.getuid() === 0;
+  if (wanted.length && isRoot && has("apt-get")) {
+    say(`installing ${wanted.join(" and ")} with apt-get (for run-dev-server's containers)`);
+    const aptEnv = { ...process.env, DEBIAN_FRONTEND: "noninteractive" };
+    const apt = (a) => run("apt-get", a, { env: aptEnv });
+    if (!apt(["install", "-y", "--no-install-recommends", ...wanted])) {
+      apt(["update"]);
+      if (!apt(["install", "-y", "--no-install-recommends", ...wanted]))
+        say(
+          `warning: apt-get could not install ${wanted.join(" ")}; run-dev-server will answer 503 container_runtime_unavailable until they are installed`,
+        );
+    }
+  } else if (wanted.length) {
+    say(
+      `note: ${wanted.join(" and ")} missing: run-dev-server will answer 503 container_runtime_unavailable; fix: as root, apt-get install -y ${wanted.join(" ")} and start dockerd (or set DOCKER_HOST)`,
+    );
+  } else if (!process.env.DOCKER_HOST && !existsSync("/var/run/docker.sock")) {
+    say(
+      "note: dockerd is installed but not running: run-dev-server will answer 503 until it runs (systemctl start docker, or as root: dockerd --bridge=none --iptables=false &); the tests start their own",
+    );
+  }
+}
+
+// 5. build
 if (args.has("--build")) {
   say("building (tsc)");
   const tsc = join(root, "node_modules", "typescript", "bin", "tsc");
@@ -81,5 +112,14 @@ if (args.has("--build")) {
     execFileSync(process.execPath, [tsc, "-p", "tsconfig.json"], { stdio: "inherit", cwd: root });
   } catch {
     die("the TypeScript build failed; see the errors above");
+  }
+  say("bundling the client shipped in the starter");
+  try {
+    execFileSync(process.execPath, [join(root, "scripts", "bundle-client.mjs")], {
+      stdio: "inherit",
+      cwd: root,
+    });
+  } catch {
+    die("bundling the client failed; see the errors above");
   }
 }
