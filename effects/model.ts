@@ -1,0 +1,472 @@
+import Anthropic, {
+  APIConnectionError,
+  APIConnectionTimeoutError,
+  APIError,
+  APIUserAbortError,
+  AnthropicError,
+} from "@anthropic-ai/sdk";
+import Type, { type Static, type TSchema } from "typebox";
+import { check, CodecError } from "../proto/codec.js";
+import type { ErrorDetail } from "../proto/errors.js";
+import { PlatformError } from "../proto/errors.js";
+import { FailureReadingSchema, type FailureReading } from "./model-schemas.js";
+
+export {
+  FailureReadingSchema,
+  PlanFileSchema,
+  PlanSchema,
+  PlanStepSchema,
+  type FailureReading,
+  type Plan,
+  type PlanFile,
+  type PlanStep,
+} from "./model-schemas.js";
+
+/**
+ * The platform's one model client (DESIGN §7): the Messages API through
+ * `@anthropic-ai/sdk`, structured output by one forced tool whose input schema
+ * is the caller's schema, and the answer checked against that schema before
+ * anyone sees it. See docs/models.md.
+ */
+
+/** Model used when `SLIPWAY_MODEL` is not set. */
+export const DEFAULT_MODEL = "claude-sonnet-5-5";
+/** Per-request timeout when `SLIPWAY_MODEL_TIMEOUT_MS` is not set. */
+export const DEFAULT_TIMEOUT_MS = 120_000;
+/** Retries of a failed request (connection error, 408, 409, 429, 5xx) when `SLIPWAY_MODEL_MAX_RETRIES` is not set. */
+export const DEFAULT_MAX_RETRIES = 2;
+/** Where the SDK sends requests when `ANTHROPIC_BASE_URL` is not set. */
+export const DEFAULT_BASE_URL = "https://api.anthropic.com";
+
+/** How to reach the model. Holds the API key: never log it or put it in a resource. */
+export interface ModelConfig {
+  readonly apiKey: string;
+  /** Base URL of the Messages API without `/v1`; undefined: the SDK's default. */
+  readonly baseURL: string | undefined;
+  readonly model: string;
+  readonly timeoutMs: number;
+  readonly maxRetries: number;
+}
+
+function nonEmpty(v: string | undefined): string | undefined {
+  const t = v?.trim();
+  return t ? t : undefined;
+}
+
+function intVar(
+  env: Record<string, string | undefined>,
+  name: string,
+  fallback: number,
+  min: number,
+  max: number,
+): number {
+  const raw = nonEmpty(env[name]);
+  if (raw === undefined) return fallback;
+  const n = /^\d+$/.test(raw) ? Number(raw) : Number.NaN;
+  if (!Number.isSafeInteger(n) || n < min || n > max)
+    throw new PlatformError("model_unavailable", `${name} must be an integer from ${min} to ${max}`);
+  return n;
+}
+
+/**
+ * The model configuration from environment variables, read at call time:
+ * `ANTHROPIC_API_KEY` (required), `ANTHROPIC_BASE_URL`, `SLIPWAY_MODEL`,
+ * `SLIPWAY_MODEL_TIMEOUT_MS`, `SLIPWAY_MODEL_MAX_RETRIES`. Undefined when no
+ * key is set (no model configured); a malformed number throws
+ * `model_unavailable` naming the variable.
+ */
+export function modelConfigFromEnv(
+  env: Record<string, string | undefined> = process.env,
+): ModelConfig | undefined {
+  const apiKey = nonEmpty(env.ANTHROPIC_API_KEY);
+  if (!apiKey) return undefined;
+  const baseURL = nonEmpty(env.ANTHROPIC_BASE_URL);
+  if (baseURL !== undefined && !/^https?:\/\/[^\s/]+/.test(baseURL))
+    throw new PlatformError("model_unavailable", "ANTHROPIC_BASE_URL must be an http(s) URL");
+  return {
+    apiKey,
+    baseURL,
+    model: nonEmpty(env.SLIPWAY_MODEL) ?? DEFAULT_MODEL,
+    timeoutMs: intVar(env, "SLIPWAY_MODEL_TIMEOUT_MS", DEFAULT_TIMEOUT_MS, 1, 3_600_000),
+    maxRetries: intVar(env, "SLIPWAY_MODEL_MAX_RETRIES", DEFAULT_MAX_RETRIES, 0, 10),
+  };
+}
+
+/** Message of the 503 answered when a capability needs a model and none is configured. */
+export const NO_MODEL_MESSAGE =
+  "no model is configured: set ANTHROPIC_API_KEY (and optionally ANTHROPIC_BASE_URL, SLIPWAY_MODEL) on the runtime nodes";
+
+/** The model configuration, or `503 model_unavailable` when no key is set. */
+export function requireModelConfig(env: Record<string, string | undefined> = process.env): ModelConfig {
+  const cfg = modelConfigFromEnv(env);
+  if (!cfg) throw new PlatformError("model_unavailable", NO_MODEL_MESSAGE);
+  return cfg;
+}
+
+/** What may be shown of a configuration (no key). */
+export function describeModelConfig(cfg: ModelConfig): { model: string; base_url: string } {
+  let base = cfg.baseURL ?? DEFAULT_BASE_URL;
+  try {
+    const u = new URL(base);
+    base = `${u.protocol}//${u.host}${u.pathname === "/" ? "" : u.pathname}`;
+  } catch {
+    base = "(invalid base URL)";
+  }
+  return { model: cfg.model, base_url: base };
+}
+
+/** Codes of model errors: `model_malformed` for a bad answer, the others for a failed call. */
+export type ModelErrorCode =
+  | "model_malformed"
+  | "model_auth"
+  | "model_rate_limited"
+  | "model_server_error"
+  | "model_rejected"
+  | "model_unreachable"
+  | "model_timeout"
+  | "model_aborted"
+  | "model_client_error";
+
+/** Any failure of a model call. Messages never hold the API key. */
+export class ModelError extends Error {
+  override readonly name: string = "ModelError";
+  readonly code: ModelErrorCode;
+  constructor(code: ModelErrorCode, message: string, opts: { cause?: unknown } = {}) {
+    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.code = code;
+  }
+}
+
+/** What was wrong with an answer. */
+export type MalformedReason =
+  | "not_json"
+  | "not_message"
+  | "truncated"
+  | "refusal"
+  | "no_tool_use"
+  | "wrong_tool"
+  | "invalid_input";
+
+/** The model answered, but not with a valid call of the forced tool: the answer is refused. */
+export class ModelAnswerError extends ModelError {
+  override readonly name = "ModelAnswerError";
+  override readonly code = "model_malformed" as const;
+  readonly reason: MalformedReason;
+  /** Schema mismatches (`invalid_input`), by JSON pointer. */
+  readonly details: ErrorDetail[];
+  constructor(reason: MalformedReason, message: string, details: ErrorDetail[] = []) {
+    super("model_malformed", `malformed model answer (${reason}): ${message}`);
+    this.reason = reason;
+    this.details = details;
+  }
+}
+
+/** The Messages API call failed (key refused, rate limit, server error, unreachable, timeout, aborted). */
+export class ModelCallError extends ModelError {
+  override readonly name = "ModelCallError";
+  /** HTTP status of the API's answer, when there was one. */
+  readonly status: number | undefined;
+  constructor(code: Exclude<ModelErrorCode, "model_malformed">, message: string, status?: number) {
+    super(code, message);
+    this.status = status;
+  }
+}
+
+/** True for ModelAnswerError and ModelCallError. */
+export function isModelError(e: unknown): e is ModelError {
+  return e instanceof ModelError;
+}
+
+/** Token counts of a call. */
+export interface ModelUsage {
+  input_tokens: number;
+  output_tokens: number;
+}
+
+/** A structured answer that matched its schema. */
+export interface StructuredResult<T> {
+  value: T;
+  /** Model that answered (as the API names it). */
+  model: string;
+  usage: ModelUsage;
+  stop_reason: string | null;
+  /** Message id of the answer. */
+  id: string;
+}
+
+/** One structured call: the model must answer by calling `toolName` with input matching `schema`. */
+export interface StructuredRequest<S extends TSchema> {
+  system: string;
+  prompt: string;
+  toolName: string;
+  toolDescription: string;
+  /** A TypeBox object schema: sent as the tool's input schema, then checked against the answer. */
+  schema: S;
+  maxTokens: number;
+  signal?: AbortSignal;
+}
+
+const MessageEnvelopeSchema = Type.Object({
+  id: Type.String(),
+  type: Type.Literal("message"),
+  model: Type.String(),
+  content: Type.Array(Type.Object({ type: Type.String() })),
+  stop_reason: Type.Union([Type.String(), Type.Null()]),
+  usage: Type.Object({ input_tokens: Type.Integer(), output_tokens: Type.Integer() }),
+});
+
+const ToolUseSchema = Type.Object({
+  type: Type.Literal("tool_use"),
+  name: Type.String(),
+  input: Type.Unknown(),
+});
+
+/** Replaces every occurrence of the key (belt and braces: the API does not echo it). */
+function scrub(text: string, key: string): string {
+  return key.length >= 4 ? text.split(key).join("[redacted]") : text;
+}
+
+function clip(text: string, max: number): string {
+  return text.length > max ? `${text.slice(0, max)}...` : text;
+}
+
+function hostOf(cfg: ModelConfig): string {
+  try {
+    return new URL(cfg.baseURL ?? DEFAULT_BASE_URL).host;
+  } catch {
+    return "the model API";
+  }
+}
+
+/** Maps what the SDK throws to a ModelError; rethrows anything else. */
+function callError(e: unknown, cfg: ModelConfig): never {
+  if (e instanceof ModelError) throw e;
+  const where = hostOf(cfg);
+  if (e instanceof APIUserAbortError) throw new ModelCallError("model_aborted", "model call aborted");
+  if (e instanceof APIConnectionTimeoutError)
+    throw new ModelCallError(
+      "model_timeout",
+      `model API at ${where} did not answer within ${cfg.timeoutMs} ms`,
+    );
+  if (e instanceof APIConnectionError) {
+    const cause = e.cause instanceof Error ? e.cause : undefined;
+    const inner = cause ? ((cause.cause as { code?: string } | undefined)?.code ?? cause.message) : e.message;
+    throw new ModelCallError(
+      "model_unreachable",
+      scrub(`model API at ${where} is unreachable: ${inner}`, cfg.apiKey),
+    );
+  }
+  if (e instanceof APIError) {
+    const status = e.status ?? 0;
+    const type = e.type ? ` ${e.type}` : "";
+    const said = e.apiMessage ? `: ${clip(e.apiMessage, 300)}` : "";
+    const head = `model API at ${where} answered ${status}${type}${said}`;
+    let code: ModelCallError["code"];
+    let hint = "";
+    if (status === 401 || status === 403) {
+      code = "model_auth";
+      hint = " (check ANTHROPIC_API_KEY)";
+    } else if (status === 429) {
+      code = "model_rate_limited";
+      const after = e.headers?.get("retry-after");
+      if (after) hint = ` (retry after ${after} s)`;
+    } else if (status >= 500) {
+      code = "model_server_error";
+    } else {
+      code = "model_rejected";
+      if (status === 404) hint = ` (is model ${cfg.model} available at ${where}?)`;
+    }
+    throw new ModelCallError(code, scrub(`${head}${hint}`, cfg.apiKey), status || undefined);
+  }
+  if (e instanceof SyntaxError)
+    throw new ModelAnswerError("not_json", `the API's answer is not JSON (${clip(e.message, 200)})`);
+  if (e instanceof AnthropicError)
+    throw new ModelCallError(
+      "model_client_error",
+      scrub(`model client: ${clip(e.message, 300)}`, cfg.apiKey),
+    );
+  throw e;
+}
+
+/** The tool input schema as plain JSON (TypeBox keeps its own markers off the wire). */
+function inputSchemaOf(schema: TSchema): Anthropic.Tool.InputSchema {
+  const plain = JSON.parse(JSON.stringify(schema)) as Record<string, unknown>;
+  if (plain.type !== "object") throw new TypeError("a structured call needs an object schema");
+  return { ...plain, type: "object" };
+}
+
+/**
+ * Calls the model once with one forced tool (`tool_choice: {type: "tool"}`)
+ * whose input schema is `req.schema`, and returns the tool input once it
+ * matches the schema. Throws ModelAnswerError (`model_malformed`) for a bad
+ * answer and ModelCallError for a failed call; both name what was wrong.
+ */
+export async function structuredCall<S extends TSchema>(
+  cfg: ModelConfig,
+  req: StructuredRequest<S>,
+): Promise<StructuredResult<Static<S>>> {
+  const client = new Anthropic({
+    apiKey: cfg.apiKey,
+    baseURL: cfg.baseURL ?? null,
+    timeout: cfg.timeoutMs,
+    maxRetries: cfg.maxRetries,
+  });
+  let raw: unknown;
+  try {
+    raw = await client.messages.create(
+      {
+        model: cfg.model,
+        max_tokens: req.maxTokens,
+        system: req.system,
+        messages: [{ role: "user", content: req.prompt }],
+        tools: [
+          { name: req.toolName, description: req.toolDescription, input_schema: inputSchemaOf(req.schema) },
+        ],
+        tool_choice: { type: "tool", name: req.toolName, disable_parallel_tool_use: true },
+      },
+      req.signal ? { signal: req.signal } : undefined,
+    );
+  } catch (e) {
+    callError(e, cfg);
+  }
+  return readAnswer(raw, req.toolName, req.schema);
+}
+
+/** Checks a Messages API answer and extracts the forced tool's input. */
+function readAnswer<S extends TSchema>(
+  raw: unknown,
+  toolName: string,
+  schema: S,
+): StructuredResult<Static<S>> {
+  if (typeof raw === "string" || raw === undefined || raw === null)
+    throw new ModelAnswerError(
+      "not_json",
+      raw
+        ? `the API answered with a non-JSON body: ${clip(JSON.stringify(raw), 200)}`
+        : "the API answered with an empty body",
+    );
+  let msg: Static<typeof MessageEnvelopeSchema>;
+  try {
+    msg = check(MessageEnvelopeSchema, raw, "model answer");
+  } catch (e) {
+    if (e instanceof CodecError)
+      throw new ModelAnswerError("not_message", `not a Messages API message: ${e.message}`, e.details);
+    throw e;
+  }
+  if (msg.stop_reason === "max_tokens" || msg.stop_reason === "model_context_window_exceeded")
+    throw new ModelAnswerError(
+      "truncated",
+      `the answer was cut off (stop_reason ${msg.stop_reason} after ${msg.usage.output_tokens} output tokens)`,
+    );
+  if (msg.stop_reason === "refusal") throw new ModelAnswerError("refusal", "the model refused to answer");
+  const uses = msg.content.filter((b) => b.type === "tool_use");
+  if (uses.length === 0) {
+    const text = msg.content
+      .map((b) => (b.type === "text" ? String((b as { text?: unknown }).text ?? "") : ""))
+      .join(" ")
+      .trim();
+    throw new ModelAnswerError(
+      "no_tool_use",
+      `no tool_use block (stop_reason ${msg.stop_reason ?? "null"})${text ? `; text: ${clip(JSON.stringify(text), 200)}` : ""}`,
+    );
+  }
+  const named = uses.find((b) => (b as { name?: unknown }).name === toolName);
+  if (!named) {
+    const names = uses.map((b) => String((b as { name?: unknown }).name)).join(", ");
+    throw new ModelAnswerError("wrong_tool", `the model called ${names}, not ${toolName}`);
+  }
+  let input: unknown;
+  try {
+    input = check(ToolUseSchema, named, "tool_use block").input;
+    check(schema, input, `input of ${toolName}`);
+  } catch (e) {
+    if (e instanceof CodecError) throw new ModelAnswerError("invalid_input", `${e.message}`, e.details);
+    throw e;
+  }
+  return {
+    value: input as Static<S>,
+    model: msg.model,
+    usage: { input_tokens: msg.usage.input_tokens, output_tokens: msg.usage.output_tokens },
+    stop_reason: msg.stop_reason,
+    id: msg.id,
+  };
+}
+
+/** What explain-failure knows of a failed run. */
+export interface FailureFacts {
+  capability: string;
+  resourceType: string;
+  exitCode: number | null | undefined;
+  /** Parsed findings (tsc, lint, test, npm errors); sent as JSON, clipped. */
+  findings: unknown;
+  /** Last lines of the run's log; clipped to its end and scrubbed of secret-looking values. */
+  logTail: string;
+  signal?: AbortSignal;
+}
+
+/** Most characters of findings JSON sent to the model. */
+export const FINDINGS_MAX_CHARS = 6000;
+/** Most characters of log tail sent to the model (the end is kept). */
+export const LOG_TAIL_MAX_CHARS = 8000;
+
+const SECRET_ASSIGNMENT =
+  /\b([A-Za-z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|AUTH)[A-Za-z0-9_]*)(\s*[=:]\s*)(?!\[redacted\])(?:Bearer \[redacted\]|"[^"]*"|'[^']*'|\S+)/gi;
+
+/**
+ * Best-effort removal of secret-looking values from text sent to a model:
+ * `NAME=value` / `NAME: value` where the name says key, token, secret or
+ * password, bearer tokens, platform tokens (`slw_...`) and API keys (`sk-...`).
+ */
+export function scrubSecrets(text: string): string {
+  return text
+    .replace(/\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]{8,}/g, "$1 [redacted]")
+    .replace(SECRET_ASSIGNMENT, (_m, name: string, sep: string) => `${name}${sep}[redacted]`)
+    .replace(/\bslw_[A-Za-z0-9_-]{8,}/g, "slw_[redacted]")
+    .replace(/\bsk-[A-Za-z0-9_-]{8,}/g, "sk-[redacted]");
+}
+
+const READ_FAILURE_SYSTEM = [
+  "You help developers on Slipway, a platform that builds, tests and runs small web applications.",
+  "You are given a failed run of one platform capability: its exit code, the errors the platform parsed from its output, and the end of its log.",
+  "Explain the failure briefly and concretely, list the likely causes (most likely first, grounded in the given output), and give the single next step that fixes it.",
+  "Answer only by calling the tool read_failure once.",
+].join("\n");
+
+/** Builds the user prompt of readFailure (exported for tests). */
+export function failurePrompt(f: Omit<FailureFacts, "signal">): string {
+  let findings = JSON.stringify(f.findings ?? null, null, 1) ?? "null";
+  if (findings.length > FINDINGS_MAX_CHARS)
+    findings = `${findings.slice(0, FINDINGS_MAX_CHARS)}\n... (clipped)`;
+  let tail = f.logTail;
+  if (tail.length > LOG_TAIL_MAX_CHARS) tail = `... (clipped)\n${tail.slice(-LOG_TAIL_MAX_CHARS)}`;
+  return [
+    `Capability: ${f.capability}`,
+    `Resource type: ${f.resourceType}`,
+    `Exit code: ${f.exitCode ?? "none"}`,
+    "",
+    "Findings parsed from the output (JSON):",
+    scrubSecrets(findings),
+    "",
+    "End of the log:",
+    "<log>",
+    scrubSecrets(tail),
+    "</log>",
+  ].join("\n");
+}
+
+/** Asks the model for its reading of a failed run (summary, likely causes, next step). */
+export function readFailure(
+  cfg: ModelConfig,
+  facts: FailureFacts,
+): Promise<StructuredResult<FailureReading>> {
+  return structuredCall(cfg, {
+    system: READ_FAILURE_SYSTEM,
+    prompt: failurePrompt(facts),
+    toolName: "read_failure",
+    toolDescription:
+      "Report your reading of the failed run: what failed, the likely causes and the next step.",
+    schema: FailureReadingSchema,
+    maxTokens: 2048,
+    ...(facts.signal ? { signal: facts.signal } : {}),
+  });
+}
