@@ -20,6 +20,15 @@ export interface CapabilityAnswer {
   readonly result?: Readonly<Record<string, unknown>>;
 }
 
+/**
+ * A capability answer as the client shows it. After waiting for long work,
+ * `status` is the resource's end status (`succeeded`, `failed`, `cancelled`,
+ * `rolled_back`, `stopped`) and `resource` its state as last read.
+ */
+export interface AnswerView extends Omit<CapabilityAnswer, "status"> {
+  readonly status: string;
+}
+
 /** Body of every 4xx/5xx answer. */
 export interface ErrorAnswer {
   readonly status: "error";

@@ -37,17 +37,46 @@ function queryOf(values: Readonly<Record<string, unknown>>): string {
   return s === "" ? "" : `?${s}`;
 }
 
-/** Turns an invocation into the HTTP request: URL of the right plane, headers, JSON body. */
-export function buildRequest(inv: Invocation, config: CliConfig): HttpRequest {
-  const plane = planeFor(inv);
-  const base = plane === "data" ? config.dataUrl : config.controlUrl;
+function baseHeaders(config: CliConfig, accept: string): Record<string, string> {
   const headers: Record<string, string> = {
-    accept: inv.verb.output === "text" ? "text/plain, application/json" : "application/json",
+    accept,
     "user-agent": `slipway-cli/${CLIENT_VERSION}`,
     "x-platform-actor-type": "cli",
     "x-platform-actor-id": config.actorId,
   };
   if (config.token !== undefined) headers.authorization = `Bearer ${config.token}`;
+  return headers;
+}
+
+/**
+ * A `GET` of a read route on the plane the invocation went to (following long
+ * work: `/resources/<type>/<id>`, `/logs/<id>?follow=1`, `/events?...`).
+ */
+export function buildReadRequest(
+  inv: Invocation,
+  config: CliConfig,
+  path: string,
+  query: Readonly<Record<string, unknown>>,
+  accept: "json" | "text",
+): HttpRequest {
+  const base = planeFor(inv) === "data" ? config.dataUrl : config.controlUrl;
+  const url = join(base, path);
+  url.search = queryOf(query);
+  const headers = baseHeaders(
+    config,
+    accept === "text" ? "text/plain, application/json" : "application/json",
+  );
+  return { url, method: "GET", headers };
+}
+
+/** Turns an invocation into the HTTP request: URL of the right plane, headers, JSON body. */
+export function buildRequest(inv: Invocation, config: CliConfig): HttpRequest {
+  const plane = planeFor(inv);
+  const base = plane === "data" ? config.dataUrl : config.controlUrl;
+  const headers = baseHeaders(
+    config,
+    inv.verb.output === "text" ? "text/plain, application/json" : "application/json",
+  );
   if (inv.verb.method === "GET") {
     const url = join(base, inv.path);
     url.search = queryOf(inv.values);

@@ -1,22 +1,27 @@
 import type { IncomingMessage } from "node:http";
 import { isCapabilityAnswer, tryParseJson } from "./answer-shapes.js";
+import type { CliConfig } from "./config.js";
 import { ExitCode } from "./exit-codes.js";
 import { readBody } from "./http.js";
 import { type CliIo, writeLine } from "./io.js";
 import type { Invocation } from "./parse-verb-args.js";
 import { humanCapability, humanRead, summaryCapability, summaryRead } from "./render-answer.js";
 import { printJson, reportBadAnswer, reportHttpError } from "./report.js";
+import { waitForOutcome } from "./wait.js";
 
 /**
  * Handles the answer of a JSON route: prints it in the chosen output mode and
- * returns the exit code (capability status succeeded/running 0, failed 1;
- * 4xx 3; 5xx or an answer outside the contract 4; a read that answered 0).
+ * returns the exit code (capability status succeeded 0, failed 1; 4xx 3; 5xx
+ * or an answer outside the contract 4; a read that answered 0). A `running`
+ * answer (202, long work) is followed until the resource ends (cli/wait.ts)
+ * unless `--no-wait` was given; then it is printed as it is and exits 0.
  */
 export async function handleJsonAnswer(
   inv: Invocation,
   io: CliIo,
   res: IncomingMessage,
   url: URL,
+  config: CliConfig,
 ): Promise<number> {
   const { mode } = inv.globals;
   const bytes = await readBody(res, url);
@@ -33,6 +38,9 @@ export async function handleJsonAnswer(
   if (inv.verb.capability !== undefined) {
     if (!isCapabilityAnswer(body)) {
       return reportBadAnswer(io, mode, status, bytes, body, "the answer is not a capability answer");
+    }
+    if (body.status === "running" && inv.wait?.wait === true) {
+      return await waitForOutcome({ inv, io, config, answer: body, answerBytes: bytes });
     }
     if (body.status === "failed") exit = ExitCode.failed;
     human = humanCapability(body);

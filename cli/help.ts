@@ -3,6 +3,7 @@ import { alignRows } from "./format-values.js";
 import { GLOBAL_FLAGS, type GlobalFlagSpec } from "./globals.js";
 import { type FlagSpec, FlagKind, type VerbSpec } from "./verb-types.js";
 import { VERBS } from "./verbs.js";
+import { WAIT_FLAGS } from "./wait-flags.js";
 
 /** The help texts are generated from the verb table (cli/verbs.ts) and the input schemas (proto/inputs.ts). */
 const GENERATED = "generated from cli/verbs.ts and proto/inputs.ts";
@@ -48,6 +49,17 @@ function globalFlagRows(): string[] {
   );
 }
 
+function waitFlagRows(): string[] {
+  return columns(WAIT_FLAGS.map((f) => [`--${f.name}${f.metavar ? ` ${f.metavar}` : ""}`, f.description]));
+}
+
+/** How a capability verb waits for long work (shown in its help). */
+const WAIT_TEXT = [
+  "Long work: when the platform answers 202 (status running) the client follows the resource until it ends",
+  "(succeeded, failed, cancelled, rolled_back, stopped), then prints the final state and exits with it.",
+  "On a terminal stderr shows a progress line and the log; Ctrl-C stops waiting (exit 130), not the work.",
+];
+
 /** The top-level help: every verb of the table, the global flags, environment and exit codes. */
 export function topHelp(): string {
   return [
@@ -62,6 +74,9 @@ export function topHelp(): string {
     "Global flags:",
     ...globalFlagRows(),
     "",
+    "Waiting for long work (capability verbs; a 202 answer is followed until the resource ends):",
+    ...waitFlagRows(),
+    "",
     "Environment:",
     ...columns([
       [ENV_VARS.controlUrl, `control plane base URL (default ${DEFAULT_URLS.control})`],
@@ -72,11 +87,12 @@ export function topHelp(): string {
     "",
     "Exit codes:",
     ...columns([
-      ["0", "succeeded or running (a read: answered)"],
-      ["1", "the platform ran the call and it failed"],
+      ["0", "succeeded (long work: ended succeeded; with --no-wait: running) (a read: answered)"],
+      ["1", "the platform ran the call and it failed (long work: failed, cancelled, rolled_back)"],
       ["2", "usage error"],
       ["3", "rejected by the platform (HTTP 4xx): code and message on stderr"],
-      ["4", "platform unreachable, HTTP 5xx, or an answer outside the contract"],
+      ["4", "platform unreachable, HTTP 5xx, an answer outside the contract, or --timeout passed"],
+      ["130", "Ctrl-C while waiting for long work: the work goes on (slipway logs <id> --follow)"],
     ]),
     "",
   ].join("\n");
@@ -132,6 +148,7 @@ export function verbHelp(verb: VerbSpec): string {
   if (fixed.length > 0) lines.push("", `Always sends: ${fixed.join(", ")}`);
   if (defaults.length > 0)
     lines.push("", `Sends by default (when no flag sets the field): ${defaults.join(", ")}`);
+  if (verb.waits) lines.push("", ...WAIT_TEXT, "", "Wait flags (fill no field):", ...waitFlagRows());
   lines.push("", "Global flags:", ...globalFlagRows(), "");
   return lines.join("\n");
 }

@@ -23,6 +23,8 @@ export interface HttpRequest {
   readonly method: "GET" | "POST";
   readonly headers: Readonly<Record<string, string>>;
   readonly body?: string;
+  /** Aborts the request (and its body) when it fires. */
+  readonly signal?: AbortSignal;
 }
 
 function reasonOf(e: unknown): string {
@@ -40,7 +42,16 @@ export function openRequest(req: HttpRequest): Promise<IncomingMessage> {
   const client = req.url.protocol === "https:" ? https : http;
   const where = req.url.origin;
   return new Promise((resolve, reject) => {
-    const r = client.request(req.url, { method: req.method, headers: req.headers, agent: false }, resolve);
+    const r = client.request(
+      req.url,
+      {
+        method: req.method,
+        headers: req.headers,
+        agent: false,
+        ...(req.signal ? { signal: req.signal } : {}),
+      },
+      resolve,
+    );
     r.on("error", (e) => reject(new UnreachableError(where, reasonOf(e))));
     r.end(req.body);
   });

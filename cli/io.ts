@@ -2,6 +2,10 @@
 export interface CliWriter {
   write(chunk: string | Uint8Array): unknown;
   once?(event: "drain", listener: () => void): unknown;
+  /** True when the writer is a terminal (progress lines and live logs are shown on a TTY stderr). */
+  readonly isTTY?: boolean;
+  /** Width of the terminal, when known. */
+  readonly columns?: number;
 }
 
 /** What the client gets from its caller instead of reaching for `process`. */
@@ -10,6 +14,11 @@ export interface CliIo {
   readonly env: Readonly<Record<string, string | undefined>>;
   readonly stdout: CliWriter;
   readonly stderr: CliWriter;
+  /**
+   * Aborted when the user asks to stop waiting (Ctrl-C). When absent, the
+   * client listens for SIGINT itself, and only while it waits for long work.
+   */
+  readonly interrupt?: AbortSignal;
 }
 
 /** Writes a chunk and waits for `drain` when the writer asks for it (long log streams). */

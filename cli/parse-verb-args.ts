@@ -2,6 +2,7 @@ import { type ParseArgsConfig, parseArgs } from "node:util";
 import { GLOBAL_FLAGS, type Globals, OutputMode } from "./globals.js";
 import { UsageError } from "./usage-error.js";
 import { type FlagSpec, FlagKind, type VerbSpec } from "./verb-types.js";
+import { WAIT_FLAGS, type WaitOptions, waitOptionsFrom } from "./wait-flags.js";
 
 /** A verb with everything the command line said, ready to become a request. */
 export interface Invocation {
@@ -11,6 +12,8 @@ export interface Invocation {
   readonly values: Readonly<Record<string, unknown>>;
   /** The verb's path with its placeholders filled. */
   readonly path: string;
+  /** What to do after a `running` answer; undefined for verbs that do not wait (reads). */
+  readonly wait: WaitOptions | undefined;
 }
 
 type Options = NonNullable<ParseArgsConfig["options"]>;
@@ -20,6 +23,9 @@ function optionsFor(verb: VerbSpec): Options {
   const options: Options = {};
   for (const [name, spec] of Object.entries(GLOBAL_FLAGS)) {
     options[name] = "short" in spec ? { type: spec.type, short: spec.short } : { type: spec.type };
+  }
+  if (verb.waits) {
+    for (const f of WAIT_FLAGS) options[f.name] = { type: f.type };
   }
   for (const f of verb.flags) {
     if (Object.hasOwn(options, f.name))
@@ -144,6 +150,7 @@ export function parseVerbArgs(verb: VerbSpec, rest: readonly string[], env: Env)
   }
   const given = parsed.values as Record<string, unknown>;
   const globals = globalsFrom(given, verb);
+  const wait = verb.waits ? waitOptionsFrom(given, words) : undefined;
   const values: Record<string, unknown> = {};
   const setBy = new Map<string, string>();
   const set = (field: string, label: string, value: unknown) => {
@@ -189,5 +196,5 @@ export function parseVerbArgs(verb: VerbSpec, rest: readonly string[], env: Env)
   const path = verb.path.replace(/\{([a-z_]+)\}/g, (_, field: string) =>
     encodeURIComponent(pathParams[field] ?? ""),
   );
-  return { verb, globals, values, path };
+  return { verb, globals, values, path, wait };
 }

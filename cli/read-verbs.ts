@@ -25,6 +25,7 @@ export function readVerb(words: string, path: string, opts: ReadVerbOptions): Ve
     fixed: {},
     defaults: {},
     columns: opts.columns,
+    waits: false,
   };
 }
 

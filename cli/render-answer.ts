@@ -1,19 +1,19 @@
-import { type CapabilityAnswer, type ErrorAnswer, isListAnswer, isRecord } from "./answer-shapes.js";
+import { type AnswerView, type ErrorAnswer, isListAnswer, isRecord } from "./answer-shapes.js";
 import { fieldLines, keyValuePairs, printableEntries, scalarText, tableLines } from "./format-values.js";
 
 const NOT_SHOWN_AS_FIELDS = new Set(["type", "id"]);
 
-function resourceFields(answer: CapabilityAnswer): Record<string, unknown> {
+function resourceFields(answer: AnswerView): Record<string, unknown> {
   return Object.fromEntries(Object.entries(answer.resource).filter(([k]) => !NOT_SHOWN_AS_FIELDS.has(k)));
 }
 
-function tokenOf(answer: CapabilityAnswer): string | undefined {
+function tokenOf(answer: AnswerView): string | undefined {
   const token = answer.result?.token;
   return typeof token === "string" ? token : undefined;
 }
 
 /** Human view of a capability answer: status, resource type and id, the resource's own fields, events, result. */
-export function humanCapability(answer: CapabilityAnswer): string[] {
+export function humanCapability(answer: AnswerView): string[] {
   const { resource } = answer;
   const lines = [`${answer.status}  ${resource.type}  ${resource.id}`, ...fieldLines(resourceFields(answer))];
   const events = (answer.events ?? []).map((e) => scalarText(e.type));
@@ -28,14 +28,14 @@ export function humanCapability(answer: CapabilityAnswer): string[] {
   const rest = Object.fromEntries(printableEntries(answer.result ?? {}).filter(([k]) => k !== "token"));
   if (Object.keys(rest).length > 0) lines.push("result:", ...fieldLines(rest));
   if (answer.status === "running") lines.push(`follow: slipway logs ${resource.id} --follow`);
-  if (answer.status === "failed") {
+  if (["failed", "cancelled", "rolled_back"].includes(answer.status)) {
     lines.push(`log: slipway logs ${resource.id}`, `why: slipway explain --resource ${resource.id}`);
   }
   return lines;
 }
 
 /** Summary view of a capability answer: one line (`succeeded Secret sec_1 name=K`). */
-export function summaryCapability(answer: CapabilityAnswer): string {
+export function summaryCapability(answer: AnswerView): string {
   const { resource } = answer;
   const own = Object.fromEntries(
     Object.entries(resourceFields(answer)).filter(

@@ -28,13 +28,14 @@ async function callVerb(verb: VerbSpec, rest: readonly string[], io: CliIo): Pro
       verb.words,
     );
   }
-  const req = buildRequest(inv, readConfig(io.env));
+  const config = readConfig(io.env);
+  const req = buildRequest(inv, config);
   try {
     const res = await openRequest(req);
     const status = res.statusCode ?? 0;
     if (verb.output === "text" && status >= 200 && status < 300)
       return await handleTextAnswer(inv, io, res, req.url);
-    return await handleJsonAnswer(inv, io, res, req.url);
+    return await handleJsonAnswer(inv, io, res, req.url, config);
   } catch (e) {
     if (isUnreachableError(e)) return reportUnreachable(io, mode, e);
     throw e;
@@ -71,9 +72,12 @@ async function dispatch(argv: readonly string[], io: CliIo): Promise<number> {
 
 /**
  * Runs the `slipway` client on a command line (without the program name) and
- * returns its exit code: 0 succeeded/running or a read answered, 1 failed,
- * 2 usage error, 3 rejected (HTTP 4xx), 4 unreachable or HTTP 5xx.
- * Everything is written to `io.stdout` / `io.stderr`; `process` is not touched.
+ * returns its exit code: 0 succeeded (running with --no-wait) or a read
+ * answered, 1 failed, 2 usage error, 3 rejected (HTTP 4xx), 4 unreachable,
+ * HTTP 5xx or a wait that outlived --timeout, 130 Ctrl-C while waiting.
+ * Everything is written to `io.stdout` / `io.stderr`; `process` is not
+ * touched, except that while the client waits for long work and `io` brings
+ * no `interrupt` signal, SIGINT is caught (to print how to re-attach).
  */
 export async function runCli(argv: readonly string[], io: CliIo): Promise<number> {
   try {

@@ -131,5 +131,6 @@ export function capabilityVerb(words: string, name: CapabilityName, opts: Capabi
     fixed,
     defaults,
     columns: undefined,
+    waits: true,
   };
 }

@@ -79,4 +79,9 @@ export interface VerbSpec {
   readonly defaults: Readonly<Record<string, unknown>>;
   /** Item fields shown, one line per item, for list answers. */
   readonly columns: readonly string[] | undefined;
+  /**
+   * True for capability verbs: a `running` answer (202, long work) is followed
+   * until the resource ends, and the verb takes the wait flags (cli/wait-flags.ts).
+   */
+  readonly waits: boolean;
 }

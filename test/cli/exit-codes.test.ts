@@ -16,11 +16,11 @@ async function platform(t: ExecutionContext): Promise<FakePlatform> {
   return p;
 }
 
-test("cli: a succeeded answer exits 0 and a running one (202) exits 0", async (t) => {
+test("cli: a succeeded answer exits 0 and a running one (202) exits 0 with --no-wait", async (t) => {
   const p = await platform(t);
   t.is((await runAgainst(p, ["build", "--app", "shop"])).code, 0);
   p.respond((_, res) => sendJson(res, 202, capabilityAnswer("running", { type: "Build", id: "bld_1" })));
-  const r = await runAgainst(p, ["build", "--app", "shop"]);
+  const r = await runAgainst(p, ["build", "--app", "shop", "--no-wait"]);
   t.is(r.code, 0);
   t.regex(r.stdout, /^running {2}Build {2}bld_1/);
   t.regex(r.stdout, /slipway logs bld_1 --follow/);

@@ -154,6 +154,8 @@ export function collectingIo(env: Record<string, string | undefined>, onStdout?:
   const text = (c: string | Uint8Array) => (typeof c === "string" ? c : Buffer.from(c).toString("utf8"));
   const io: CliIo = {
     env,
+    // Never aborted: in-process runs do not listen for the test process's SIGINT.
+    interrupt: new AbortController().signal,
     stdout: {
       write(c) {
         out.push(text(c));
@@ -193,4 +195,168 @@ export async function runAgainst(
   const c = collectingIo(envFor(p, extraEnv));
   const code = await runCli(argv, c.io);
   return { code, stdout: c.stdout(), stderr: c.stderr() };
+}
+
+/** How the fake platform plays one piece of long work (a 202 answer, then a log, then an end status). */
+export interface LongWorkScript {
+  readonly type: string;
+  readonly id: string;
+  /** Log lines written while the work runs, one every `stepMs`. */
+  readonly lines?: readonly string[];
+  /** Delay before each line and before the end (default 60 ms). */
+  readonly stepMs?: number;
+  /** End status after the last line; `never` keeps the resource running. */
+  readonly end: "succeeded" | "failed" | "cancelled" | "never";
+  /** Fields merged into the resource at its end (e.g. `error`). */
+  readonly endFields?: Record<string, unknown>;
+  /** `GET /logs/<id>?follow=1` answers this HTTP error status instead of streaming. */
+  readonly followStatus?: number;
+  /** The first follow connection is cut after this many lines (then later ones stream normally). */
+  readonly dropFirstStreamAfter?: number;
+  /** The first this-many reads of the resource answer 503 bus_unavailable. */
+  readonly failReads?: number;
+  /** Awaited before writing line i (a test can hold the work until the client printed something). */
+  readonly beforeLine?: (i: number) => Promise<void>;
+}
+
+/** What a long-work script did, for assertions. */
+export interface LongWorkState {
+  status: string;
+  readonly log: string[];
+  /** Follow connections opened. */
+  streams: number;
+  /** Resource reads. */
+  reads: number;
+  /** Time of each resource read (ms since the epoch). */
+  readonly readTimes: number[];
+}
+
+/**
+ * Makes the fake platform answer capability calls with 202 running, then move
+ * the resource through the script: log lines (streamed live to followers of
+ * `GET /logs/<id>?follow=1`), then the end status and its closing event.
+ * `GET /resources/<type>/<id>` reads the current state; `GET /events` lists
+ * the resource's events, newest first. Other requests get the default answers.
+ */
+export function playLongWork(p: FakePlatform, script: LongWorkScript): LongWorkState {
+  const step = script.stepMs ?? 60;
+  const now = "2025-01-01T00:00:00.000Z";
+  const state: LongWorkState = { status: "running", log: [], streams: 0, reads: 0, readTimes: [] };
+  const listeners = new Set<() => void>();
+  const changed = () => {
+    for (const l of [...listeners]) l();
+  };
+  let fields: Record<string, unknown> = {};
+  const resource = () => ({
+    type: script.type,
+    id: script.id,
+    app_id: "shop",
+    status: state.status,
+    created_at: now,
+    updated_at: now,
+    ...fields,
+  });
+  const ended = () => state.status !== "running";
+  const closing = script.end === "succeeded" ? `${script.type}Succeeded` : `${script.type}Failed`;
+  const events = () => {
+    const started = {
+      id: "evt_1",
+      type: `${script.type}Started`,
+      resource_type: script.type,
+      resource_id: script.id,
+    };
+    const items = ended()
+      ? [{ id: "evt_2", type: closing, resource_type: script.type, resource_id: script.id }, started]
+      : [started];
+    return { items, next_cursor: null };
+  };
+  let started = false;
+  const run = async () => {
+    const lines = script.lines ?? [];
+    for (let i = 0; i < lines.length; i++) {
+      await new Promise((r) => setTimeout(r, step));
+      await script.beforeLine?.(i);
+      state.log.push(`2025-01-01T00:00:0${i % 10}.000Z stdout ${lines[i]}\n`);
+      changed();
+    }
+    if (script.end === "never") return;
+    await new Promise((r) => setTimeout(r, step));
+    fields = script.endFields ?? {};
+    state.status = script.end;
+    changed();
+  };
+  p.respond(async (req, res) => {
+    if (req.method === "POST" && req.path.startsWith("/capabilities/")) {
+      const answer = capabilityAnswer("running", { type: script.type, id: script.id });
+      sendJson(res, 202, { ...answer, events: [events().items.at(-1)] });
+      if (!started) {
+        started = true;
+        void run();
+      }
+      return;
+    }
+    if (req.method === "GET" && req.path === `/resources/${script.type}/${script.id}`) {
+      state.reads++;
+      state.readTimes.push(Date.now());
+      if (state.reads <= (script.failReads ?? 0)) {
+        sendJson(res, 503, { status: "error", error: { code: "bus_unavailable", message: "bus down" } });
+        return;
+      }
+      sendJson(res, 200, resource());
+      return;
+    }
+    if (req.method === "GET" && req.path === "/events") {
+      sendJson(res, 200, events());
+      return;
+    }
+    if (req.method === "GET" && req.path === `/logs/${script.id}`) {
+      if (req.query.get("follow") !== "1") {
+        res.writeHead(200, { "content-type": "text/plain; charset=utf-8" });
+        res.end(state.log.join(""));
+        return;
+      }
+      state.streams++;
+      if (script.followStatus !== undefined) {
+        sendJson(res, script.followStatus, {
+          status: "error",
+          error: { code: "not_implemented", message: "no log stream here" },
+        });
+        return;
+      }
+      const cutAfter = state.streams === 1 ? script.dropFirstStreamAfter : undefined;
+      res.writeHead(200, { "content-type": "text/plain; charset=utf-8" });
+      let sent = 0;
+      await new Promise<void>((resolve) => {
+        const pump = () => {
+          while (sent < state.log.length) {
+            if (cutAfter !== undefined && sent >= cutAfter) {
+              listeners.delete(pump);
+              // Let the lines sent so far reach the client, then cut the connection.
+              setTimeout(() => {
+                res.destroy();
+                resolve();
+              }, 30);
+              return;
+            }
+            res.write(state.log[sent]);
+            sent++;
+          }
+          if (ended()) {
+            listeners.delete(pump);
+            res.end();
+            resolve();
+          }
+        };
+        res.on("close", () => {
+          listeners.delete(pump);
+          resolve();
+        });
+        listeners.add(pump);
+        pump();
+      });
+      return;
+    }
+    await defaultResponder(req, res);
+  });
+  return state;
 }
