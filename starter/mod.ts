@@ -1,15 +1,20 @@
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
-import { mkdir, writeFile } from "node:fs/promises";
+import { chmod, mkdir, writeFile } from "node:fs/promises";
 import { dirname, join, resolve, sep } from "node:path";
 import { fileURLToPath } from "node:url";
 import { PlatformError } from "../proto/errors.js";
+import { CLIENT_PATH_IN_APP, clientBundle } from "./client-bundle.js";
+
+export { CLIENT_PATH_IN_APP, clientBundle } from "./client-bundle.js";
 
 /**
  * starter: the files `initialize-app` writes into a new app's workspace.
  *
  * The files live in `starter/template/` as data (the platform build excludes
  * them); placeholders `{{APP}}`, `{{PLATFORM}}` and `{{FRAMEWORK}}` are
- * substituted when rendering.
+ * substituted when rendering. Rendering adds the `slipway` client, bundled
+ * into one file, at {@link CLIENT_PATH_IN_APP} (`bin/slipway.mjs`); see
+ * `starter/client-bundle.ts`.
  */
 
 /** Inputs of {@link renderStarter}. */
@@ -26,7 +31,12 @@ export interface StarterOptions {
 export interface StarterFile {
   path: string;
   content: string;
+  /** File mode to give it, when not the default (the client is executable: 0o755). */
+  mode?: number;
 }
+
+/** Mode of the shipped client: it can be run as `./bin/slipway.mjs` too. */
+export const CLIENT_MODE = 0o755;
 
 const APP_NAME = /^[a-z][a-z0-9-]{0,39}$/;
 const TAG = /^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$/;
@@ -100,11 +110,22 @@ function check(opts: StarterOptions): void {
 }
 
 /**
- * The starter's files for one app, placeholders substituted, sorted by path.
- * Reads the template folder (see {@link starterTemplateDir}) on every call.
+ * The repository's formatter (biome) sees a markdown file's leading `---` as a
+ * thematic break and puts a blank line after it; the rendered file gets its
+ * YAML frontmatter back in the usual shape, keys from the second line on.
+ */
+function tightFrontmatter(md: string): string {
+  return md.startsWith("---\n\n") ? `---\n${md.slice(5)}` : md;
+}
+
+/**
+ * The starter's files for one app, placeholders substituted, sorted by path:
+ * the template folder (see {@link starterTemplateDir}, read on every call)
+ * plus the `slipway` client bundle at {@link CLIENT_PATH_IN_APP}, taken as it
+ * is (no substitution; see {@link clientBundle}).
  *
  * @throws PlatformError `invalid_input` when app, platform or framework is not acceptable
- * @throws Error when a template file uses an unknown placeholder
+ * @throws Error when a template file uses an unknown placeholder, or the client bundle is not available
  */
 export function renderStarter(opts: StarterOptions): StarterFile[] {
   check(opts);
@@ -114,20 +135,26 @@ export function renderStarter(opts: StarterOptions): StarterFile[] {
     FRAMEWORK: opts.framework,
   };
   const root = starterTemplateDir();
-  return listFiles(root).map((path) => {
+  const files: StarterFile[] = listFiles(root).map((path) => {
     const raw = readFileSync(join(root, ...path.split("/")), "utf8");
     const content = raw.replace(PLACEHOLDER, (whole, name: string) => {
       const v = values[name];
       if (v === undefined) throw new Error(`starter: ${path} uses unknown placeholder ${whole}`);
       return v;
     });
-    return { path, content };
+    return { path, content: path.endsWith(".md") ? tightFrontmatter(content) : content };
   });
+  if (files.some((f) => f.path === CLIENT_PATH_IN_APP)) {
+    throw new Error(`starter: the template must not hold ${CLIENT_PATH_IN_APP}; rendering adds it`);
+  }
+  files.push({ path: CLIENT_PATH_IN_APP, content: clientBundle(), mode: CLIENT_MODE });
+  return files.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
 }
 
 /**
- * Writes the starter into `dir` (created if missing). A file that already
- * exists is left as it is: this never overwrites the builder's work.
+ * Writes the starter into `dir` (created if missing), with each file's
+ * `mode` where it has one. A file that already exists is left as it is: this
+ * never overwrites the builder's work.
  *
  * @returns the relative paths (as in {@link renderStarter}) of the files written
  */
@@ -140,7 +167,9 @@ export async function writeStarter(dir: string, opts: StarterOptions): Promise<s
     if (!target.startsWith(root + sep)) throw new Error(`starter: ${f.path} leaves the workspace`);
     await mkdir(dirname(target), { recursive: true });
     try {
-      await writeFile(target, f.content, { flag: "wx" });
+      await writeFile(target, f.content, { flag: "wx", mode: f.mode });
+      // The umask may have cut the mode down: set it as asked.
+      if (f.mode !== undefined) await chmod(target, f.mode);
       written.push(f.path);
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;

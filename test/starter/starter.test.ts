@@ -107,10 +107,16 @@ test("starter: rendering substitutes every placeholder and keeps the scripts", (
     ".gitignore",
     "README.md",
     "package.json",
+    "package-lock.json",
+    "eslint.config.js",
     "tsconfig.json",
+    "bin/slipway.mjs",
     "src/server.ts",
     "src/service-token.ts",
     "test/server.test.ts",
+    ".claude/skills/provision-app/SKILL.md",
+    ".claude/skills/add-a-feature/SKILL.md",
+    ".claude/skills/frontend-design/SKILL.md",
   ]) {
     t.true(paths.includes(p), p);
   }
@@ -119,11 +125,16 @@ test("starter: rendering substitutes every placeholder and keeps the scripts", (
   t.is(pkg.name, "shop");
   t.is(pkg.type, "module");
   t.is(pkg.scripts.build, "tsc -p tsconfig.json");
-  t.is(pkg.scripts.test, "node --test dist/test/");
+  t.is(pkg.scripts.test, "node --test --test-reporter=tap dist/test/");
   t.is(pkg.scripts.start, "node dist/src/server.js");
-  t.truthy(pkg.scripts.lint);
+  t.is(pkg.scripts.lint, "eslint src test");
+  t.is(pkg.scripts.slipway, "node bin/slipway.mjs");
   t.truthy(pkg.scripts.dev);
   t.deepEqual(pkg.dependencies, undefined);
+  const lock = JSON.parse(files.find((f) => f.path === "package-lock.json")!.content);
+  t.is(lock.name, "shop");
+  t.is(lock.packages[""].name, "shop");
+  t.deepEqual(lock.packages[""].devDependencies, pkg.devDependencies);
   t.regex(files.find((f) => f.path === "README.md")!.content, /^# shop\n[\s\S]*`node`[\s\S]*`node-http`/);
 });
 
