@@ -323,7 +323,20 @@ export class AppActor {
           updated_at: ctx.now.toISOString(),
         };
         ctx.putResource(doc, prev);
-        ctx.emit(done.status === "succeeded" ? task.on_success : task.on_failure, doc, done.data);
+        const closing = done.status === "succeeded" ? task.on_success : task.on_failure;
+        if (closing) ctx.emit(closing, doc, done.data);
+        if (done.app_update && done.status === "succeeded") {
+          const appRec = await ctx.state.getApp();
+          if (appRec) {
+            const iso = ctx.now.toISOString();
+            ctx.outbox.apps.push({
+              key: keys.app(this.app),
+              record: { ...appRec, ...done.app_update, updated_at: iso },
+            });
+            const appDoc = await ctx.state.getResource("Application", appRec.resource_id);
+            if (appDoc) ctx.putResource({ ...appDoc, ...done.app_update, updated_at: iso }, appDoc);
+          }
+        }
         tasksAfter = tasksAfter.filter((t) => t !== task);
         effect = { status: done.status === "succeeded" ? "succeeded" : "failed", resource: doc };
       } else {

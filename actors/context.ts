@@ -66,12 +66,14 @@ export interface TaskResult {
   status: "succeeded" | "failed";
   fields?: Record<string, unknown>;
   data?: Record<string, unknown>;
+  /** Changes to the app record applied with the end (e.g. the dev server's base URL). */
+  app?: { base_url?: string | null };
 }
 
 export interface TaskSpec {
-  /** Event emitted when the work succeeds, and when it fails. */
+  /** Event emitted when the work succeeds, and when it fails (none when the catalogue has no failure event). */
   onSuccess: string;
-  onFailure: string;
+  onFailure?: string;
   run(t: TaskContext): Promise<TaskResult>;
 }
 

@@ -307,6 +307,7 @@ class TaskRunner {
       try {
         const r = await spec.run(ctx);
         result = { resource_id: resource.id, status: r.status, fields: r.fields ?? {}, data: r.data ?? {} };
+        if (r.app) result.app_update = r.app;
       } catch (e) {
         const message = ac.signal.aborted
           ? "stopped: the node shut down"

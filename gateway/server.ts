@@ -185,6 +185,12 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
           `inspect type ${String(input.type)} is not implemented yet`,
         );
       }
+      if (name === "explain-failure" && input.app === undefined) {
+        // the app of the failed run, from the read index (an app token may only name its own runs)
+        const subject = await index.getResource(input.resource as string);
+        if (!subject) throw new PlatformError("not_found", `no resource ${String(input.resource)}`);
+        input.app = subject.app_id;
+      }
       const target = info.app_less ? PLATFORM_APP : appOf(name as CapabilityName, input)!;
       if (principal.kind === "app") requireScope(principal, info.app_less ? undefined : target);
       if (!bus.connected())

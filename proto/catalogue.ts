@@ -95,8 +95,8 @@ export const CAPABILITIES: readonly CapabilityInfo[] = [
   ),
   row("inspect", "both", "Inspection", null, ["InspectionCreated"], false),
   row("verify", "both", "Verification", "C14", ["VerificationCompleted"], true),
-  row("explain-failure", "control", "Analysis", null, ["AnalysisCreated"], false),
-  row("generate-feature-plan", "control", "Plan", null, ["PlanCreated"], false),
+  row("explain-failure", "control", "Analysis", null, ["AnalysisCreated"], false, { long_running: true }),
+  row("generate-feature-plan", "control", "Plan", null, ["PlanCreated"], false, { long_running: true }),
   row("set-secret", "both", "Secret", "C5", ["SecretSet"], true),
   row("unset-secret", "both", "Secret", "C5", ["SecretUnset"], true),
   row("schedule-job", "both", "ScheduledJob", "C2", ["JobScheduled", "JobUnscheduled"], true),
@@ -169,6 +169,14 @@ export function acceptedOn(info: CapabilityInfo, plane: "control" | "data"): boo
 /** Capabilities built so far; the others answer 501 not_implemented naming themselves. */
 export const BUILT_CAPABILITIES: ReadonlySet<string> = new Set([
   "initialize-app",
+  "provision-environment",
+  "install-dependencies",
+  "run-dev-server",
+  "build",
+  "test",
+  "lint",
+  "explain-failure",
+  "generate-feature-plan",
   "set-secret",
   "unset-secret",
   "inspect",
@@ -182,6 +190,10 @@ export const BUILT_INSPECT_TYPES: ReadonlySet<string> = new Set([
   "events",
   "secrets",
   "health",
+  "routes",
+  "scripts",
+  "docker",
+  "notifications",
 ]);
 
 /** Routes of spec 4.2 that are part of the contract but not built yet (answer 501). */

@@ -147,7 +147,8 @@ export const RunningTaskSchema = Type.Object({
   started_at: Type.String(),
   /** Events emitted when it ends. */
   on_success: Type.String(),
-  on_failure: Type.String(),
+  /** Absent when the capability has no failure event in the closed catalogue (the resource still moves to failed). */
+  on_failure: Type.Optional(Type.String()),
 });
 export type RunningTask = Static<typeof RunningTaskSchema>;
 
@@ -159,6 +160,10 @@ export const TaskDoneSchema = Type.Object({
   fields: Type.Record(Type.String(), Type.Unknown()),
   /** Data of the closing event. */
   data: Type.Record(Type.String(), Type.Unknown()),
+  /** Fields of the app record to change with the end (a dev server sets the app's base URL). */
+  app_update: Type.Optional(
+    Type.Object({ base_url: Type.Optional(Type.Union([Type.String(), Type.Null()])) }),
+  ),
 });
 export type TaskDone = Static<typeof TaskDoneSchema>;
 

@@ -64,7 +64,12 @@ export const initializeApp: Handler = async (ctx, input) => {
   ctx.putResource(resource);
   const files = renderStarter({ app: name, platform, framework });
   for (const f of files)
-    ctx.outbox.files.push({ path: `${workspace}/${f.path}`, content: f.content, keep_existing: true });
+    ctx.outbox.files.push({
+      path: `${workspace}/${f.path}`,
+      content: f.content,
+      keep_existing: true,
+      ...(f.mode !== undefined ? { mode: f.mode } : {}),
+    });
   const env = [
     `SLIPWAY_APP=${name}`,
     `SLIPWAY_TOKEN=${token}`,

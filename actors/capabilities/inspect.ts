@@ -1,4 +1,8 @@
+import { existsSync, readdirSync, readFileSync, type Dirent } from "node:fs";
+import { join } from "node:path";
 import { readStream } from "../../store/read-stream.js";
+import { ContainerRuntime } from "../../effects/docker.js";
+import { packageScripts } from "./run-script.js";
 import type { Handler, HandlerContext } from "../context.js";
 import { PlatformError } from "../../proto/errors.js";
 import { newResourceId } from "../../proto/ids.js";
@@ -32,7 +36,148 @@ async function probe(
   }
 }
 
+/** Failure events (a run failed, a deploy rolled back, a tick failed): the notifications of an app. */
+const NOTIFYING = /(Failed|RolledBack)$/;
+
+const METHOD = "GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS";
+const ROUTE_PATTERNS: Array<{ re: RegExp; method?: number; path: number; prefix?: boolean }> = [
+  // a route table: "/path": { GET: ..., POST: ... }
+  { re: new RegExp(`["'\`](/[^"'\`\\s]*)["'\`]\\s*:\\s*\\{\\s*(${METHOD})\\s*:`, "g"), method: 2, path: 1 },
+  // framework style: app.get("/path", ...)
+  { re: /\.(get|post|put|patch|delete)\(\s*["'`](\/[^"'`\s]*)["'`]/g, method: 1, path: 2 },
+  // path === "/x" && method === "GET"
+  {
+    re: new RegExp(
+      `path(?:name)?\\s*===\\s*["'](/[^"'\\s]*)["']\\s*&&\\s*method\\s*===\\s*["'](${METHOD})["']`,
+      "g",
+    ),
+    method: 2,
+    path: 1,
+  },
+  // a prefix handled as a whole: under(path, "/api") / startsWith("/api/")
+  { re: /(?:under\(\s*path\s*,|startsWith\()\s*["'](\/[^"'\s]*)["']/g, path: 1, prefix: true },
+];
+
+function sourceFiles(dir: string, rel = "", out: string[] = []): string[] {
+  if (out.length >= 500) return out;
+  let entries: Dirent[];
+  try {
+    entries = readdirSync(join(dir, rel), { withFileTypes: true });
+  } catch {
+    return out;
+  }
+  for (const e of entries) {
+    const path = rel ? `${rel}/${e.name}` : e.name;
+    if (
+      e.isDirectory() &&
+      !["node_modules", "dist", ".git", "test", "tests"].includes(e.name) &&
+      !e.name.startsWith(".")
+    )
+      sourceFiles(dir, path, out);
+    else if (e.isFile() && /\.(ts|js|mjs|tsx|jsx)$/.test(e.name) && !/\.(test|spec)\./.test(e.name))
+      out.push(path);
+  }
+  return out;
+}
+
+/** Routes the app's source declares, by a static scan of `src/` (method, path, file:line). */
+export function scanRoutes(
+  workspace: string,
+): Array<{ method: string; path: string; prefix: boolean; source: string }> {
+  const found = new Map<string, { method: string; path: string; prefix: boolean; source: string }>();
+  const root = existsSync(join(workspace, "src")) ? join(workspace, "src") : workspace;
+  const base = root === workspace ? "" : "src/";
+  for (const file of sourceFiles(root)) {
+    let text: string;
+    try {
+      text = readFileSync(join(root, file), "utf8");
+    } catch {
+      continue;
+    }
+    if (text.length > 1_000_000) continue;
+    const lineAt = (i: number) => text.slice(0, i).split("\n").length;
+    for (const p of ROUTE_PATTERNS) {
+      for (const m of text.matchAll(p.re)) {
+        const path = m[p.path]!;
+        const methods: string[] = [];
+        if (p.method !== undefined) {
+          methods.push(m[p.method]!.toUpperCase());
+          if (p.path === 1 && p.method === 2 && m[0].includes("{")) {
+            // the other methods of the same table entry
+            const body = text.slice(m.index! + m[0].length, m.index! + m[0].length + 4000);
+            let depth = 1;
+            let end = 0;
+            for (; end < body.length && depth > 0; end++) {
+              if (body[end] === "{") depth++;
+              else if (body[end] === "}") depth--;
+            }
+            for (const k of body.slice(0, end).matchAll(new RegExp(`(?:^|[,{\\s])(${METHOD})\\s*:`, "g")))
+              if (!methods.includes(k[1]!)) methods.push(k[1]!);
+          }
+        } else methods.push("*");
+        for (const method of methods) {
+          const key = `${method} ${path}`;
+          if (!found.has(key))
+            found.set(key, {
+              method,
+              path,
+              prefix: p.prefix === true,
+              source: `${base}${file}:${lineAt(m.index!)}`,
+            });
+        }
+      }
+    }
+  }
+  return [...found.values()].sort((a, b) =>
+    a.path === b.path ? a.method.localeCompare(b.method) : a.path.localeCompare(b.path),
+  );
+}
+
 export const readers: Partial<Record<string, (ctx: HandlerContext) => Promise<unknown>>> = {
+  async routes(ctx) {
+    const app = (await ctx.state.getApp())!;
+    const routes = scanRoutes(join(ctx.workspaceRoot, app.workspace));
+    return { source: "static scan of the app's src/", total: routes.length, items: routes };
+  },
+  async scripts(ctx) {
+    const app = (await ctx.state.getApp())!;
+    const workspace = join(ctx.workspaceRoot, app.workspace);
+    const scripts = packageScripts(workspace);
+    const lockfile = existsSync(join(workspace, "package-lock.json"));
+    return {
+      items: Object.entries(scripts).map(([name, command]) => ({ name, command })),
+      package_manager: "npm",
+      lockfile,
+      dependencies_installed: existsSync(join(workspace, "node_modules")),
+      capabilities: { build: "build", test: "test", lint: "lint", dev: "run-dev-server" },
+    };
+  },
+  async docker(ctx) {
+    const rt = ContainerRuntime.fromEnv();
+    if (!(await rt.available()))
+      return { available: false, message: "no container engine is reachable; run-dev-server answers 503" };
+    return await rt.describe(ctx.app);
+  },
+  async notifications(ctx) {
+    const items = (await recentEvents(ctx, 500)).filter((e) => NOTIFYING.test(e.type)).slice(0, RECENT);
+    return {
+      items: items.map(({ id, type, resource_type, resource_id, timestamp, actor, data }) => ({
+        id,
+        type,
+        resource_type,
+        resource_id,
+        timestamp,
+        actor,
+        summary:
+          typeof data.summary === "string"
+            ? data.summary
+            : typeof data.error === "string"
+              ? data.error
+              : undefined,
+        exit_code: data.exit_code,
+      })),
+    };
+  },
   async app(ctx) {
     const app = (await ctx.state.getApp())!;
     const resources = await ctx.state.listResources();

@@ -5,6 +5,12 @@ import { initializeApp } from "./initialize-app.js";
 import { inspect } from "./inspect.js";
 import { setSecret, unsetSecret } from "./secrets.js";
 import { jobRan, scheduleJob } from "./schedule-job.js";
+import { build, lint, test } from "./build-test-lint.js";
+import { explainFailure } from "./explain-failure.js";
+import { generateFeaturePlan } from "./generate-feature-plan.js";
+import { installDependencies } from "./install-dependencies.js";
+import { provisionEnvironment } from "./provision-environment.js";
+import { runDevServer } from "./run-dev-server.js";
 
 /** Internal command a scheduler leader sends with a tick's outcome. */
 export const JOB_RAN = "_job_ran";
@@ -16,6 +22,14 @@ const HANDLERS: Partial<Record<CapabilityName, Handler>> = {
   "unset-secret": unsetSecret,
   inspect,
   "schedule-job": scheduleJob,
+  "provision-environment": provisionEnvironment,
+  "install-dependencies": installDependencies,
+  "run-dev-server": runDevServer,
+  build,
+  test,
+  lint,
+  "explain-failure": explainFailure,
+  "generate-feature-plan": generateFeaturePlan,
 };
 
 /** Handlers of internal commands (never accepted from a gateway). */

@@ -99,10 +99,10 @@ test("inspect answers app, resources, events, secrets and health, and 501 for ty
   t.true(ev.body.resource.result.items.some((e: { type: string }) => e.type === "ApplicationInitialized"));
   const app = await call(p.controlUrl, "inspect", { app: name, type: "app" });
   t.is(app.body.resource.result.name, name);
-  const later = await call(p.controlUrl, "inspect", { app: name, type: "docker" });
+  const later = await call(p.controlUrl, "inspect", { app: name, type: "agent-runs" });
   t.is(later.status, 501);
   t.is(later.body.error.code, "not_implemented");
-  t.regex(later.body.error.message, /docker/);
+  t.regex(later.body.error.message, /agent-runs/);
   const bad = await call(p.controlUrl, "inspect", { app: name, type: "nope" });
   t.is(bad.status, 400);
   t.is(bad.body.error.details[0].path, "/type");
@@ -110,10 +110,10 @@ test("inspect answers app, resources, events, secrets and health, and 501 for ty
 
 test("capabilities not built yet answer 501 naming them", async (t) => {
   const { p } = t.context;
-  const r = await call(p.controlUrl, "build", { app: appName() });
+  const r = await call(p.controlUrl, "deploy", { app: appName() });
   t.is(r.status, 501);
   t.is(r.body.error.code, "not_implemented");
-  t.regex(r.body.error.message, /build/);
+  t.regex(r.body.error.message, /deploy/);
 });
 
 test("the catalogue, version, health, readiness and OpenAPI routes answer", async (t) => {

@@ -203,9 +203,9 @@ test("501 not_implemented names the capability, the inspect type or the route of
   const r = await call(p.controlUrl, "deploy", { app });
   isError(t, r, "not_implemented");
   t.regex(r.body.error.message, /deploy/);
-  const jobs = await call(p.controlUrl, "inspect", { app, type: "docker" });
+  const jobs = await call(p.controlUrl, "inspect", { app, type: "email" });
   isError(t, jobs, "not_implemented");
-  t.regex(jobs.body.error.message, /docker/);
+  t.regex(jobs.body.error.message, /email/);
   for (const path of ["/app-events", "/mcp/tools", "/policies", "/status/incidents", "/auth/config"]) {
     const g = await get(p.controlUrl, path);
     isError(t, g, "not_implemented");
@@ -216,7 +216,21 @@ test("501 not_implemented names the capability, the inspect type or the route of
     caps.body.items
       .filter((c: { implemented: boolean }) => c.implemented)
       .map((c: { name: string }) => c.name),
-    ["initialize-app", "inspect", "set-secret", "unset-secret", "schedule-job"],
+    [
+      "initialize-app",
+      "provision-environment",
+      "install-dependencies",
+      "run-dev-server",
+      "build",
+      "test",
+      "lint",
+      "inspect",
+      "explain-failure",
+      "generate-feature-plan",
+      "set-secret",
+      "unset-secret",
+      "schedule-job",
+    ],
   );
 });
 

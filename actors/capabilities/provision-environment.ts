@@ -1,0 +1,250 @@
+import { createHash } from "node:crypto";
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import type { Handler } from "../context.js";
+import { PlatformError } from "../../proto/errors.js";
+import { newResourceId } from "../../proto/ids.js";
+import type { Resource } from "../../proto/resources.js";
+import { requireApp, workspaceOf } from "./run-script.js";
+
+/**
+ * provision-environment: converges three files of the app's workspace from
+ * the wanted environment: `compose.yaml` (the app service, Postgres when the
+ * app has a database, Redis when it has a cache, host ports on 127.0.0.1),
+ * `platform.app.json` (the infra description, which is also the memory of
+ * earlier runs) and `.env.example` (every variable the app reads; secrets
+ * listed without values).
+ *
+ * Idempotent: the same input gives byte-identical files and an
+ * EnvironmentProvisioned with nothing changed. Hand edits: the Environment
+ * resource keeps the hash of every file the platform last wrote; a file whose
+ * content no longer matches that hash was edited by hand. A run whose wanted
+ * content of that file is what the platform wrote last keeps the edit; a run
+ * that must change it answers 409 conflict naming the files, unless `force`.
+ */
+
+/** The infra description written to `platform.app.json`. */
+export interface Infra {
+  app: string;
+  platform: string;
+  framework: string;
+  platform_store: string;
+  services: {
+    web: { port: number };
+    db: { engine: "postgres"; image: string; port: number; database: string } | null;
+    cache: { engine: "redis"; image: string; port: number } | null;
+  };
+  /** Names of the secrets the app needs (values live in the vault). */
+  secrets: string[];
+}
+
+const DEFAULTS = { web: 3000, db: 5432, cache: 6379 } as const;
+const POSTGRES_IMAGE = "postgres:16-alpine";
+const REDIS_IMAGE = "redis:7-alpine";
+/** Variables every app reads (the starter's contract). */
+const BASE_VARS = ["SLIPWAY_APP", "SLIPWAY_URL", "SLIPWAY_TOKEN", "SLIPWAY_SERVICE_KEY", "SESSION_SECRET"];
+/** The files this capability owns, in the order they are reported. */
+export const PROVISIONED_FILES = ["compose.yaml", "platform.app.json", ".env.example"] as const;
+
+const sha256 = (s: string) => createHash("sha256").update(s).digest("hex");
+
+function readJson(file: string): Record<string, unknown> | undefined {
+  try {
+    const v = JSON.parse(readFileSync(file, "utf8")) as unknown;
+    return v && typeof v === "object" && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The wanted infra: the input over what the last run wrote, over the defaults. */
+export function wantedInfra(
+  app: string,
+  input: Record<string, unknown>,
+  previous: Partial<Infra> | undefined,
+  vaultNames: readonly string[],
+  appDefaults: { platform: string; framework: string },
+): Infra {
+  const prev = previous?.services;
+  const hadDb = prev?.db != null;
+  const hadCache = prev?.cache != null;
+  const db = input.without_db === true ? false : input.with_db === true ? true : hadDb;
+  const cache = input.without_cache === true ? false : input.with_cache === true ? true : hadCache;
+  const num = (v: unknown, p: number | undefined, d: number) => (typeof v === "number" ? v : (p ?? d));
+  const secrets = new Set<string>([
+    ...(Array.isArray(previous?.secrets) ? previous.secrets : []),
+    ...((input.secrets as string[] | undefined) ?? []),
+    ...vaultNames,
+  ]);
+  return {
+    app,
+    platform: (input.platform as string | undefined) ?? previous?.platform ?? appDefaults.platform,
+    framework: (input.framework as string | undefined) ?? previous?.framework ?? appDefaults.framework,
+    platform_store: (input.platform_store as string | undefined) ?? previous?.platform_store ?? "nats",
+    services: {
+      web: { port: num(input.web_port, prev?.web?.port, DEFAULTS.web) },
+      db: db
+        ? {
+            engine: "postgres",
+            image: POSTGRES_IMAGE,
+            port: num(input.db_port, prev?.db?.port, DEFAULTS.db),
+            database: app.replace(/-/g, "_"),
+          }
+        : null,
+      cache: cache
+        ? {
+            engine: "redis",
+            image: REDIS_IMAGE,
+            port: num(input.cache_port, prev?.cache?.port, DEFAULTS.cache),
+          }
+        : null,
+    },
+    secrets: [...secrets].sort(),
+  };
+}
+
+/** The three files for an infra description (deterministic: same infra, same bytes). */
+export function renderEnvironment(infra: Infra): Record<(typeof PROVISIONED_FILES)[number], string> {
+  const { web, db, cache } = infra.services;
+  const env: string[] = [`PORT: "${web.port}"`, `HOST: "0.0.0.0"`];
+  if (db) env.push(`DATABASE_URL: "postgres://app:app@db:5432/${db.database}"`);
+  if (cache) env.push(`REDIS_URL: "redis://cache:6379"`);
+  const dependsOn = [db ? "db" : null, cache ? "cache" : null].filter(Boolean) as string[];
+  const compose: string[] = [
+    "# Generated by slipway provision-environment; edit platform.app.json or run",
+    "# `slipway provision --app <app> --force` to regenerate.",
+    `name: ${infra.app}`,
+    "services:",
+    "  app:",
+    "    build: .",
+    "    env_file: .env",
+    "    environment:",
+    ...env.map((e) => `      ${e}`),
+    "    ports:",
+    `      - "127.0.0.1:${web.port}:${web.port}"`,
+  ];
+  if (dependsOn.length) compose.push("    depends_on:", ...dependsOn.map((d) => `      - ${d}`));
+  if (db) {
+    compose.push(
+      "  db:",
+      `    image: ${db.image}`,
+      "    environment:",
+      "      POSTGRES_USER: app",
+      "      POSTGRES_PASSWORD: app",
+      `      POSTGRES_DB: ${db.database}`,
+      "    ports:",
+      `      - "127.0.0.1:${db.port}:5432"`,
+      "    volumes:",
+      "      - db-data:/var/lib/postgresql/data",
+    );
+  }
+  if (cache) {
+    compose.push(
+      "  cache:",
+      `    image: ${cache.image}`,
+      "    ports:",
+      `      - "127.0.0.1:${cache.port}:6379"`,
+    );
+  }
+  if (db) compose.push("volumes:", "  db-data: {}");
+  const example: string[] = [
+    "# Variables the app reads. Values of secrets live in the platform's vault:",
+    "# set them with `slipway secrets set --app <app> --name <NAME> --from-env <VAR>`.",
+    ...BASE_VARS.map((v) => `${v}=${v === "SLIPWAY_APP" ? infra.app : ""}`),
+    `PORT=${web.port}`,
+    "HOST=127.0.0.1",
+  ];
+  if (db) example.push(`DATABASE_URL=postgres://app:app@127.0.0.1:${db.port}/${db.database}`);
+  if (cache) example.push(`REDIS_URL=redis://127.0.0.1:${cache.port}`);
+  const secrets = infra.secrets.filter((s) => !BASE_VARS.includes(s));
+  if (secrets.length) example.push("# secrets (values in the vault)", ...secrets.map((s) => `${s}=`));
+  return {
+    "compose.yaml": `${compose.join("\n")}\n`,
+    "platform.app.json": `${JSON.stringify(infra, null, 2)}\n`,
+    ".env.example": `${example.join("\n")}\n`,
+  };
+}
+
+export const provisionEnvironment: Handler = async (ctx, input) => {
+  const app = await requireApp(ctx);
+  const workspace = workspaceOf(ctx.workspaceRoot, app);
+  const existing = (await ctx.state.listResources("Environment"))[0];
+  const written = (existing?.files ?? {}) as Record<string, string>;
+  const previous = readJson(join(workspace, "platform.app.json")) as Partial<Infra> | undefined;
+  const infra = wantedInfra(ctx.app, input, previous, await ctx.state.listVaultNames(), app);
+  const files = renderEnvironment(infra);
+  const changed: string[] = [];
+  const unchanged: string[] = [];
+  const handEdited: string[] = [];
+  const kept: string[] = [];
+  for (const path of PROVISIONED_FILES) {
+    const file = join(workspace, path);
+    const current = existsSync(file) ? readFileSync(file, "utf8") : undefined;
+    if (current === files[path]) {
+      unchanged.push(path);
+      continue;
+    }
+    const edited =
+      current !== undefined && (written[path] === undefined || sha256(current) !== written[path]);
+    if (edited && written[path] === sha256(files[path]) && input.force !== true) {
+      // the platform would write what it wrote last time: the hand edit is kept
+      kept.push(path);
+      continue;
+    }
+    if (edited) handEdited.push(path);
+    changed.push(path);
+  }
+  if (handEdited.length && input.force !== true)
+    throw new PlatformError(
+      "conflict",
+      `hand edits in ${handEdited.join(", ")} would be overwritten; keep them by leaving those files alone, or run again with force to regenerate`,
+      {
+        details: handEdited.map((p) => ({
+          path: `/${p}`,
+          message: "edited by hand since the platform wrote it",
+        })),
+      },
+    );
+  for (const path of changed as Array<(typeof PROVISIONED_FILES)[number]>)
+    ctx.outbox.files.push({ path: `${app.workspace}/${path}`, content: files[path] });
+  const iso = ctx.now.toISOString();
+  const hashes = Object.fromEntries(PROVISIONED_FILES.map((p) => [p, sha256(files[p])]));
+  // a kept hand edit stays recorded as the platform's version, so the next change of the file is refused too
+  const resource: Resource = {
+    type: "Environment",
+    id: existing?.id ?? newResourceId("Environment"),
+    app_id: ctx.app,
+    status: "succeeded",
+    created_at: existing?.created_at ?? iso,
+    updated_at: iso,
+    platform: infra.platform,
+    framework: infra.framework,
+    platform_store: infra.platform_store,
+    services: {
+      web: infra.services.web,
+      db: infra.services.db ? { engine: "postgres", port: infra.services.db.port } : null,
+      cache: infra.services.cache ? { engine: "redis", port: infra.services.cache.port } : null,
+    },
+    secrets: infra.secrets,
+    files: hashes,
+    changed,
+    kept,
+    overwritten: input.force === true ? handEdited : [],
+  };
+  ctx.putResource(resource, existing);
+  ctx.log(
+    resource.id,
+    changed.length
+      ? `converged ${changed.join(", ")}${handEdited.length ? ` (hand edits overwritten: ${handEdited.join(", ")})` : ""}`
+      : "nothing to change",
+  );
+  ctx.emit("EnvironmentProvisioned", resource, {
+    changed,
+    unchanged,
+    kept,
+    overwritten: resource.overwritten,
+    db: infra.services.db !== null,
+    cache: infra.services.cache !== null,
+  });
+  return { status: "succeeded", resource };
+};

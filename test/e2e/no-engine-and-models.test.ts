@@ -1,0 +1,159 @@
+import anyTest, { type TestFn } from "ava";
+import { randomUUID } from "node:crypto";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import {
+  call,
+  eventually,
+  get,
+  startTestNats,
+  startTestPlatform,
+  tempDir,
+  type TestNats,
+  type TestPlatform,
+} from "../helpers/infra.js";
+import { SAMPLE_PLAN, SAMPLE_READING, startMessagesApi, type MessagesApi } from "../helpers/messages-api.js";
+import { runSlipway } from "../helpers/cli-run.js";
+
+/**
+ * Without a container engine run-dev-server answers 503 and the rest of the
+ * loop still works; the model paths (generate-feature-plan, explain-failure's
+ * reading) run the real SDK against a local Messages API server.
+ */
+interface Ctx {
+  nats: TestNats;
+  p: TestPlatform;
+  api: MessagesApi;
+  workspaces: string;
+  app: string;
+}
+const test = anyTest as TestFn<Ctx>;
+
+test.before(async (t) => {
+  // an engine that is not there
+  process.env.DOCKER_HOST = `unix://${join(tempDir(), "no-docker.sock")}`;
+  const api = await startMessagesApi();
+  process.env.ANTHROPIC_BASE_URL = api.url;
+  process.env.SLIPWAY_MODEL_MAX_RETRIES = "0";
+  const nats = await startTestNats();
+  const workspaces = tempDir();
+  const p = await startTestPlatform(nats.url, { workspaceRoot: workspaces });
+  const app = `nodk${randomUUID().slice(0, 6)}`;
+  t.context = { nats, p, api, workspaces, app };
+  const init = await runSlipway(p.controlUrl, ["init", "app", "--name", app, "--json"]);
+  if (init.code !== 0) throw new Error(`init: ${init.stdout} ${init.stderr}`);
+});
+
+test.after.always(async (t) => {
+  await t.context.p?.close();
+  await t.context.nats?.stop();
+  await t.context.api?.close();
+});
+
+const slipway = (t: { context: Ctx }, ...argv: string[]) => runSlipway(t.context.p.controlUrl, argv);
+
+async function waitEnd(t: { context: Ctx }, type: string, id: string) {
+  return eventually(async () => {
+    const r = await get(t.context.p.controlUrl, `/resources/${type}/${id}`);
+    const doc = r.body as { status: string };
+    return doc.status === "running" ? undefined : (doc as Record<string, any>);
+  }, 30_000);
+}
+
+test.serial(
+  "without a container engine run-dev-server answers 503 container_runtime_unavailable, and install, build, test, lint still work",
+  async (t) => {
+    const { app } = t.context;
+    const dev = await call(t.context.p.controlUrl, "run-dev-server", { app, action: "start" });
+    t.is(dev.status, 503);
+    t.is(dev.body.error.code, "container_runtime_unavailable");
+    t.regex(dev.body.error.message, /container engine/i);
+    const cli = await slipway(t, "dev", "--app", app, "--json");
+    t.is(cli.code, 4);
+    const docker = await slipway(t, "inspect", "docker", "--app", app, "--json");
+    t.is(docker.code, 0);
+    t.is(docker.json.resource.result.available, false);
+    for (const verb of ["install", "build", "test", "lint"]) {
+      const r = await slipway(t, verb, "--app", app, "--json");
+      t.is(r.code, 0, `${verb}: ${r.stdout} ${r.stderr}`);
+      t.is(r.json.resource.status, "succeeded");
+    }
+    const scripts = await slipway(t, "inspect", "scripts", "--app", app, "--json");
+    t.true(scripts.json.resource.result.items.some((s: { name: string }) => s.name === "build"));
+    const routes = await slipway(t, "inspect", "routes", "--app", app, "--json");
+    const paths = routes.json.resource.result.items.map(
+      (r: { method: string; path: string }) => `${r.method} ${r.path}`,
+    );
+    t.true(paths.includes("GET /health") && paths.includes("GET /auth/config"), paths.join(", "));
+  },
+);
+
+test.serial(
+  "generate-feature-plan without a model key answers 503 model_unavailable before making anything",
+  async (t) => {
+    delete process.env.ANTHROPIC_API_KEY;
+    const r = await call(t.context.p.controlUrl, "generate-feature-plan", {
+      app: t.context.app,
+      goal: "add todos",
+    });
+    t.is(r.status, 503);
+    t.is(r.body.error.code, "model_unavailable");
+    const plans = await get(t.context.p.controlUrl, `/resources?app_id=${t.context.app}&type=Plan`);
+    t.is((plans.body as { items: unknown[] }).items.length, 0);
+  },
+);
+
+test.serial(
+  "generate-feature-plan: the real SDK against a local Messages API; a valid answer is a Plan, a malformed one a failed Plan",
+  async (t) => {
+    process.env.ANTHROPIC_API_KEY = "test-key-not-a-secret";
+    const { api, app } = t.context;
+    api.script({ kind: "tool", input: SAMPLE_PLAN });
+    const plan = await slipway(t, "plan", "--app", app, "--goal", "add a todo list", "--json");
+    t.is(plan.code, 0, plan.stderr);
+    t.is(plan.json.resource.status, "succeeded");
+    t.is(plan.json.resource.steps.length, SAMPLE_PLAN.steps.length);
+    const req = api.requests.at(-1)!;
+    t.is(req.body.tool_choice.type, "tool");
+    t.is(req.headers.authorization, "Bearer test-key-not-a-secret");
+    t.true(JSON.stringify(req.body.messages).includes("add a todo list"));
+
+    api.script({ kind: "tool", input: { summary: "no steps here" } });
+    const bad = await slipway(t, "plan", "--app", app, "--goal", "add search", "--json");
+    t.is(bad.code, 1, "a malformed answer is a failed plan");
+    t.is(bad.json.resource.status, "failed");
+    t.regex(String(bad.json.resource.error), /schema|malformed|steps/i);
+    t.is(bad.json.resource.steps, undefined);
+
+    const events = await get(t.context.p.controlUrl, `/events?app_id=${app}&type=PlanCreated`);
+    t.is((events.body as { items: unknown[] }).items.length, 1, "only the valid plan is PlanCreated");
+  },
+);
+
+test.serial("explain-failure adds the model's reading when a model is configured", async (t) => {
+  process.env.ANTHROPIC_API_KEY = "test-key-not-a-secret";
+  const { api, app, workspaces } = t.context;
+  writeFileSync(join(workspaces, app, "src", "oops.ts"), `export const x: string = 42;\n`);
+  const build = await call(t.context.p.controlUrl, "build", { app });
+  t.is(build.status, 202);
+  const failed = await waitEnd(t, "Build", build.body.resource.id);
+  t.is(failed.status, "failed");
+  api.script({ kind: "tool", input: SAMPLE_READING });
+  const ex = await call(t.context.p.controlUrl, "explain-failure", { resource: build.body.resource.id });
+  t.is(ex.status, 202, JSON.stringify(ex.body));
+  const analysis = await waitEnd(t, "Analysis", ex.body.resource.id);
+  t.is(analysis.status, "succeeded");
+  t.like(analysis.findings[0], { kind: "tsc", file: "src/oops.ts", line: 1 });
+  t.is(analysis.model_reading.next_step, SAMPLE_READING.next_step);
+  t.true(JSON.stringify(api.requests.at(-1)!.body).includes("src/oops.ts"));
+
+  api.script({ kind: "text", text: "I think it is fine." });
+  const ex2 = await call(t.context.p.controlUrl, "explain-failure", {
+    app,
+    resource: build.body.resource.id,
+  });
+  const a2 = await waitEnd(t, "Analysis", ex2.body.resource.id);
+  t.is(a2.status, "succeeded", "the parsed analysis stands");
+  t.is(a2.model_reading, undefined);
+  t.regex(String(a2.model_error), /tool/i);
+});
