@@ -1,9 +1,9 @@
+import { freePort } from "../effects/net.js";
 /**
  * Helpers shared by the benchmarks (bench/core.ts, bench/scheduler.ts): progress logging, /proc sampling,
  * percentiles, a free port, table printing, platform calls and the main()/cleanup/watchdog scaffolding.
  */
 import { readFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { cpus, totalmem } from "node:os";
 import { natsServerVersion } from "../store/embedded-nats.js";
 
@@ -19,18 +19,7 @@ export function makeProgress(label: string, t0: number): Progress {
 /** Resolves after `ms` milliseconds. */
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
-/** A free TCP port on 127.0.0.1. */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const a = s.address();
-      const port = typeof a === "object" && a ? a.port : 0;
-      s.close(() => resolve(port));
-    });
-  });
-}
+export { freePort };
 
 /** The p-th percentile (nearest rank) of ascending `sorted`; 0 when empty. */
 export function pct(sorted: ArrayLike<number>, p: number): number {

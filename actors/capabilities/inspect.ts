@@ -36,6 +36,11 @@ async function probe(
   }
 }
 
+/** The fields of an event an inspection lists (never its data, which may be large). */
+function eventRow({ id, type, resource_type, resource_id, timestamp, actor }: PlatformEvent) {
+  return { id, type, resource_type, resource_id, timestamp, actor };
+}
+
 /** Failure events (a run failed, a deploy rolled back, a tick failed): the notifications of an app. */
 const NOTIFYING = /(Failed|RolledBack)$/;
 
@@ -161,20 +166,15 @@ export const readers: Partial<Record<string, (ctx: HandlerContext) => Promise<un
   async notifications(ctx) {
     const items = (await recentEvents(ctx, 500)).filter((e) => NOTIFYING.test(e.type)).slice(0, RECENT);
     return {
-      items: items.map(({ id, type, resource_type, resource_id, timestamp, actor, data }) => ({
-        id,
-        type,
-        resource_type,
-        resource_id,
-        timestamp,
-        actor,
+      items: items.map((e) => ({
+        ...eventRow(e),
         summary:
-          typeof data.summary === "string"
-            ? data.summary
-            : typeof data.error === "string"
-              ? data.error
+          typeof e.data.summary === "string"
+            ? e.data.summary
+            : typeof e.data.error === "string"
+              ? e.data.error
               : undefined,
-        exit_code: data.exit_code,
+        exit_code: e.data.exit_code,
       })),
     };
   },
@@ -209,16 +209,7 @@ export const readers: Partial<Record<string, (ctx: HandlerContext) => Promise<un
   },
   async events(ctx) {
     const items = await recentEvents(ctx, RECENT);
-    return {
-      items: items.map(({ id, type, resource_type, resource_id, timestamp, actor }) => ({
-        id,
-        type,
-        resource_type,
-        resource_id,
-        timestamp,
-        actor,
-      })),
-    };
+    return { items: items.map(eventRow) };
   },
   async jobs(ctx) {
     const jobs = await ctx.state.listResources("ScheduledJob");

@@ -1,5 +1,5 @@
 import { existsSync } from "node:fs";
-import { createServer } from "node:net";
+import { freePort } from "../../effects/net.js";
 import { join } from "node:path";
 import type { Effect, Handler, HandlerContext } from "../context.js";
 import { PlatformError } from "../../proto/errors.js";
@@ -38,18 +38,6 @@ function runtime(): ContainerRuntime {
 
 function containerName(app: string): string {
   return `slipway-dev-${app}`;
-}
-
-function freeLoopbackPort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const a = s.address();
-      const port = typeof a === "object" && a ? a.port : 0;
-      s.close(() => resolve(port));
-    });
-  });
 }
 
 async function current(ctx: HandlerContext): Promise<Resource | undefined> {
@@ -107,7 +95,7 @@ async function start(ctx: HandlerContext): Promise<Effect> {
       `dependencies are not installed; run: slipway install --app ${ctx.app}`,
     );
   const sealed = await sealedSecrets(ctx);
-  const port = await freeLoopbackPort();
+  const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
   const name = containerName(ctx.app);
   const iso = ctx.now.toISOString();

@@ -4,11 +4,9 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import {
   get,
-  startTestNats,
-  startTestPlatform,
-  tempDir,
-  type TestNats,
-  type TestPlatform,
+  startWorkspacePlatform,
+  stopWorkspacePlatform,
+  type WorkspacePlatform,
 } from "../helpers/infra.js";
 import { startTestDockerd, type TestDockerd } from "../helpers/dockerd.js";
 import { runSlipway, type CliResult } from "../helpers/cli-run.js";
@@ -20,11 +18,8 @@ import { runSlipway, type CliResult } from "../helpers/cli-run.js";
  * and explain-failure, and vault secrets masked in logs but seen by the dev
  * server's process.
  */
-interface Ctx {
-  nats: TestNats;
+interface Ctx extends WorkspacePlatform {
   dockerd: TestDockerd;
-  p: TestPlatform;
-  workspaces: string;
 }
 const test = anyTest as TestFn<Ctx>;
 
@@ -32,15 +27,11 @@ test.before(async (t) => {
   const dockerd = await startTestDockerd();
   if (!dockerd) throw new Error("dockerd is not installed: run `npm run setup` (it installs docker.io)");
   process.env.DOCKER_HOST = dockerd.host;
-  const nats = await startTestNats();
-  const workspaces = tempDir();
-  const p = await startTestPlatform(nats.url, { workspaceRoot: workspaces });
-  t.context = { nats, dockerd, p, workspaces };
+  t.context = { ...(await startWorkspacePlatform()), dockerd };
 });
 
 test.after.always(async (t) => {
-  await t.context.p?.close();
-  await t.context.nats?.stop();
+  await stopWorkspacePlatform(t.context);
   await t.context.dockerd?.stop();
 });
 

@@ -1,16 +1,15 @@
 import anyTest, { type TestFn } from "ava";
 import { randomUUID } from "node:crypto";
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import {
   call,
   eventually,
   get,
-  startTestNats,
-  startTestPlatform,
+  startWorkspacePlatform,
+  stopWorkspacePlatform,
   tempDir,
-  type TestNats,
-  type TestPlatform,
+  type WorkspacePlatform,
 } from "../helpers/infra.js";
 import { SAMPLE_PLAN, SAMPLE_READING, startMessagesApi, type MessagesApi } from "../helpers/messages-api.js";
 import { runSlipway } from "../helpers/cli-run.js";
@@ -20,11 +19,8 @@ import { runSlipway } from "../helpers/cli-run.js";
  * loop still works; the model paths (generate-feature-plan, explain-failure's
  * reading) run the real SDK against a local Messages API server.
  */
-interface Ctx {
-  nats: TestNats;
-  p: TestPlatform;
+interface Ctx extends WorkspacePlatform {
   api: MessagesApi;
-  workspaces: string;
   app: string;
 }
 const test = anyTest as TestFn<Ctx>;
@@ -35,18 +31,15 @@ test.before(async (t) => {
   const api = await startMessagesApi();
   process.env.ANTHROPIC_BASE_URL = api.url;
   process.env.SLIPWAY_MODEL_MAX_RETRIES = "0";
-  const nats = await startTestNats();
-  const workspaces = tempDir();
-  const p = await startTestPlatform(nats.url, { workspaceRoot: workspaces });
+  const base = await startWorkspacePlatform();
   const app = `nodk${randomUUID().slice(0, 6)}`;
-  t.context = { nats, p, api, workspaces, app };
-  const init = await runSlipway(p.controlUrl, ["init", "app", "--name", app, "--json"]);
+  t.context = { ...base, api, app };
+  const init = await runSlipway(base.p.controlUrl, ["init", "app", "--name", app, "--json"]);
   if (init.code !== 0) throw new Error(`init: ${init.stdout} ${init.stderr}`);
 });
 
 test.after.always(async (t) => {
-  await t.context.p?.close();
-  await t.context.nats?.stop();
+  await stopWorkspacePlatform(t.context);
   await t.context.api?.close();
 });
 
@@ -157,3 +150,57 @@ test.serial("explain-failure adds the model's reading when a model is configured
   t.is(a2.model_reading, undefined);
   t.regex(String(a2.model_error), /tool/i);
 });
+
+test.serial(
+  "a failed install is a failed DependencyInstall that explain reads (npm error code); a build past its time bound fails as timed out",
+  async (t) => {
+    const app = `inst${randomUUID().slice(0, 6)}`;
+    const init = await slipway(t, "init", "app", "--name", app, "--json");
+    t.is(init.code, 0);
+    const pkgFile = join(t.context.workspaces, app, "package.json");
+    const pkg = JSON.parse(readFileSync(pkgFile, "utf8"));
+    pkg.dependencies = { "left-pad": "1.3.0" }; // not in the lockfile: npm ci refuses before any download
+    writeFileSync(pkgFile, JSON.stringify(pkg, null, 2));
+    const install = await slipway(t, "install", "--app", app, "--json");
+    t.is(install.code, 1, install.stdout);
+    t.is(install.json.resource.status, "failed");
+    t.is(install.json.resource.command, "npm ci");
+    t.not(install.json.resource.exit_code, 0);
+    const ex = await slipway(t, "explain", "--resource", install.json.resource.id, "--json");
+    t.is(ex.code, 0, ex.stderr);
+    t.true(
+      ex.json.resource.findings.some(
+        (f: { kind: string; code?: string }) => f.kind === "npm" && f.code === "EUSAGE",
+      ),
+      JSON.stringify(ex.json.resource.findings),
+    );
+    t.regex(ex.json.resource.next_step, /lockfile/);
+    const events = await get(t.context.p.controlUrl, `/events?resource_id=${install.json.resource.id}`);
+    t.deepEqual(
+      (events.body as { items: unknown[] }).items,
+      [],
+      "no DependenciesInstalled for a failed install (the catalogue has no failure event)",
+    );
+
+    // a build that hangs: the time bound ends the whole process group
+    const { app: ready } = t.context; // installed by the first test
+    const readyPkg = join(t.context.workspaces, ready, "package.json");
+    const original = readFileSync(readyPkg, "utf8");
+    const slow = JSON.parse(original);
+    slow.scripts.build = 'node -e "setInterval(() => {}, 1000)"';
+    writeFileSync(readyPkg, JSON.stringify(slow, null, 2));
+    process.env.SLIPWAY_BUILD_TIMEOUT_S = "2";
+    try {
+      const t0 = Date.now();
+      const build = await slipway(t, "build", "--app", ready, "--json");
+      t.is(build.code, 1);
+      t.is(build.json.resource.status, "failed");
+      t.true(build.json.resource.timed_out);
+      t.regex(build.json.resource.summary, /timed out/);
+      t.true(Date.now() - t0 < 20_000);
+    } finally {
+      delete process.env.SLIPWAY_BUILD_TIMEOUT_S;
+      writeFileSync(readyPkg, original);
+    }
+  },
+);

@@ -5,31 +5,19 @@ import { join } from "node:path";
 import {
   call,
   get,
-  startTestNats,
-  startTestPlatform,
-  tempDir,
-  type TestNats,
-  type TestPlatform,
+  startWorkspacePlatform,
+  stopWorkspacePlatform,
+  type WorkspacePlatform,
 } from "../helpers/infra.js";
 
 /** provision-environment: all 13 fields, convergence, idempotence, hand edits refused unless force. */
-interface Ctx {
-  nats: TestNats;
-  p: TestPlatform;
-  workspaces: string;
-}
+type Ctx = WorkspacePlatform;
 const test = anyTest as TestFn<Ctx>;
 
 test.before(async (t) => {
-  const nats = await startTestNats();
-  const workspaces = tempDir();
-  const p = await startTestPlatform(nats.url, { workspaceRoot: workspaces });
-  t.context = { nats, p, workspaces };
+  t.context = await startWorkspacePlatform();
 });
-test.after.always(async (t) => {
-  await t.context.p?.close();
-  await t.context.nats?.stop();
-});
+test.after.always((t) => stopWorkspacePlatform(t.context));
 
 async function newApp(t: { context: Ctx }): Promise<string> {
   const app = `prv${randomUUID().slice(0, 6)}`;

@@ -1,23 +1,12 @@
+import { freePort } from "../../effects/net.js";
 import type { TestFn } from "ava";
 import { mkdtempSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startEmbeddedNats, type EmbeddedNats } from "../../store/embedded-nats.js";
 import { startPlatform, type PlatformHandle, type PlatformOptions } from "../../bin/platform.js";
 
-/** A free TCP port on 127.0.0.1. */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const a = s.address();
-      const port = typeof a === "object" && a ? a.port : 0;
-      s.close(() => resolve(port));
-    });
-  });
-}
+export { freePort };
 
 export function tempDir(prefix = "slipway-test-"): string {
   return mkdtempSync(join(tmpdir(), prefix));
@@ -173,4 +162,24 @@ export function platformPerFile<X extends object = Record<never, never>>(
     await t.context.p?.close();
     await t.context.nats?.stop();
   });
+}
+
+/** A nats-server and a platform whose app workspaces are in a temp dir the test reads and edits. */
+export interface WorkspacePlatform {
+  nats: TestNats;
+  p: TestPlatform;
+  workspaces: string;
+}
+
+/** Starts a {@link WorkspacePlatform}; stop it with {@link stopWorkspacePlatform}. */
+export async function startWorkspacePlatform(): Promise<WorkspacePlatform> {
+  const nats = await startTestNats();
+  const workspaces = tempDir();
+  const p = await startTestPlatform(nats.url, { workspaceRoot: workspaces });
+  return { nats, p, workspaces };
+}
+
+export async function stopWorkspacePlatform(w: Partial<WorkspacePlatform> | undefined): Promise<void> {
+  await w?.p?.close();
+  await w?.nats?.stop();
 }
