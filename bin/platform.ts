@@ -76,6 +76,7 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
   mkdirSync(dataDir, { recursive: true });
   mkdirSync(workspaceRoot, { recursive: true });
   const closers: (() => Promise<void>)[] = [];
+  let closing: Promise<void> | undefined;
   const closeAll = async () => {
     for (const c of closers.reverse()) await c().catch((e) => log(`shutdown: ${String(e)}`));
   };
@@ -170,11 +171,13 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
       node,
       index,
       controlToken,
-      close: async () => {
-        for (const g of order) await g.close().catch(() => {});
-        if (node) await node.close().catch(() => {});
-        await closeAll();
-      },
+      // idempotent: a second call waits for the first
+      close: () =>
+        (closing ??= (async () => {
+          for (const g of order) await g.close().catch(() => {});
+          if (node) await node.close().catch(() => {});
+          await closeAll();
+        })()),
     };
   } catch (e) {
     await closeAll();

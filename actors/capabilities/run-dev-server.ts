@@ -29,8 +29,8 @@ import { openSecrets, packageScripts, requireApp, sealedSecrets, workspaceOf } f
 const HEALTH_TIMEOUT_MS = Number(process.env.SLIPWAY_DEV_HEALTH_TIMEOUT_S ?? 90) * 1000;
 const ACTIVE = new Set(["running", "succeeded"]);
 
-/** Log followers of dev servers started by this process, by app. */
-const followers = new Map<string, AbortController>();
+/** Log followers of dev servers in this process, by app, with the bus they write to. */
+const followers = new Map<string, { ac: AbortController; bus: Bus }>();
 
 function runtime(): ContainerRuntime {
   return ContainerRuntime.fromEnv();
@@ -51,10 +51,22 @@ export function devCommand(script: string): string[] {
   return ["sh", "-c", script];
 }
 
-function follow(bus: Bus, app: string, resourceId: string, containerId: string, masker: Masker): void {
-  followers.get(app)?.abort();
+function follow(
+  bus: Bus,
+  app: string,
+  resourceId: string,
+  containerId: string,
+  masker: Masker,
+  since?: number,
+): void {
+  followers.get(app)?.ac.abort();
   const ac = new AbortController();
-  followers.set(app, ac);
+  const entry = { ac, bus };
+  followers.set(app, entry);
+  // the follower ends with its node's connection (the container goes on)
+  void bus.nc.closed().then(() => ac.abort());
+  // message ids unique per follower, so a re-attached follower's lines are never taken for replays
+  const tag = `${resourceId}/container/${containerId.slice(0, 12)}/${Date.now()}`;
   let n = 0;
   void runtime()
     .followLogs(
@@ -64,15 +76,31 @@ function follow(bus: Bus, app: string, resourceId: string, containerId: string, 
           bus,
           resourceId,
           { ts: new Date().toISOString(), stream, line: masker.mask(line) },
-          `${resourceId}/container/${containerId.slice(0, 12)}/${n++}`,
+          `${tag}/${n++}`,
         ).catch(() => {});
       },
       ac.signal,
+      since !== undefined ? { since } : {},
     )
     .catch(() => {})
     .finally(() => {
-      if (followers.get(app) === ac) followers.delete(app);
+      if (followers.get(app) === entry) followers.delete(app);
     });
+}
+
+/**
+ * Re-attaches the log follower of a running dev server this process does not
+ * follow (started by a node that has stopped since): lines from now on.
+ */
+async function reattach(ctx: HandlerContext, resource: Resource, containerId: string): Promise<void> {
+  const f = followers.get(ctx.app);
+  if (f && f.bus === ctx.bus && !f.ac.signal.aborted) return;
+  const { masker } = openSecrets(ctx, await sealedSecrets(ctx));
+  follow(ctx.bus, ctx.app, resource.id, containerId, masker, Math.floor(Date.now() / 1000));
+  ctx.log(
+    resource.id,
+    "following the container's log again (lines printed while nobody followed are not collected)",
+  );
 }
 
 async function start(ctx: HandlerContext): Promise<Effect> {
@@ -184,7 +212,7 @@ async function stop(ctx: HandlerContext): Promise<Effect> {
       `the dev server ${existing.id} is still starting; stop it once it has started`,
     );
   const removed = await rt.stop(containerName(ctx.app));
-  followers.get(ctx.app)?.abort();
+  followers.get(ctx.app)?.ac.abort();
   const iso = ctx.now.toISOString();
   const doc: Resource = { ...existing, status: "stopped", updated_at: iso, stopped_at: iso };
   ctx.putResource(doc, existing);
@@ -208,7 +236,10 @@ async function status(ctx: HandlerContext): Promise<Effect> {
     );
   if (existing.status === "running") return { status: "running", resource: existing };
   const st = await rt.status(containerName(ctx.app));
-  if (st?.running) return { status: "succeeded", resource: { ...existing, container_running: true } };
+  if (st?.running) {
+    await reattach(ctx, existing, st.containerId);
+    return { status: "succeeded", resource: { ...existing, container_running: true } };
+  }
   const iso = ctx.now.toISOString();
   const doc: Resource = {
     ...existing,

@@ -4,8 +4,10 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import {
   get,
+  startTestPlatform,
   startWorkspacePlatform,
   stopWorkspacePlatform,
+  type TestPlatform,
   type WorkspacePlatform,
 } from "../helpers/infra.js";
 import { startTestDockerd, type TestDockerd } from "../helpers/dockerd.js";
@@ -20,6 +22,8 @@ import { runSlipway, type CliResult } from "../helpers/cli-run.js";
  */
 interface Ctx extends WorkspacePlatform {
   dockerd: TestDockerd;
+  /** Platforms a test starts itself (a restart); the array is shared with the hooks, so they stop them. */
+  more: TestPlatform[];
 }
 const test = anyTest as TestFn<Ctx>;
 
@@ -27,10 +31,11 @@ test.before(async (t) => {
   const dockerd = await startTestDockerd();
   if (!dockerd) throw new Error("dockerd is not installed: run `npm run setup` (it installs docker.io)");
   process.env.DOCKER_HOST = dockerd.host;
-  t.context = { ...(await startWorkspacePlatform()), dockerd };
+  t.context = { ...(await startWorkspacePlatform()), dockerd, more: [] };
 });
 
 test.after.always(async (t) => {
+  for (const p of t.context.more ?? []) await p.close();
   await stopWorkspacePlatform(t.context);
   await t.context.dockerd?.stop();
 });
@@ -223,7 +228,7 @@ test.serial(
     ok(t, set, "secrets set");
     editPackage(workspace, (pkg) => {
       pkg.scripts.build = `echo "value=$DEMO_SECRET" && tsc -p tsconfig.json`;
-      pkg.scripts.dev = `node -e "console.log('sha=' + require('crypto').createHash('sha256').update(process.env.DEMO_SECRET || '').digest('hex')); console.log('raw=' + process.env.DEMO_SECRET)" && node --import tsx src/server.ts`;
+      pkg.scripts.dev = `node -e "console.log('sha=' + require('crypto').createHash('sha256').update(process.env.DEMO_SECRET || '').digest('hex')); console.log('raw=' + process.env.DEMO_SECRET)" && (node -e "setInterval(() => console.log('tick ' + Date.now()), 300)" &) && node --import tsx src/server.ts`;
     });
     const build = await slipway(t, "build", "--app", app, "--json");
     ok(t, build, "build");
@@ -243,6 +248,27 @@ test.serial(
     t.true(devLog.includes(`sha=${expected}`), `the process saw the real value\n${devLog}`);
     t.regex(devLog, /raw=\*\*\*/);
     t.false(devLog.includes(secret));
-    ok(t, await slipway(t, "dev", "--app", app, "--stop", "--json"), "dev --stop");
+
+    // the platform restarts while the dev server runs: the container goes on, and
+    // `dev --status` on the new node follows its log again
+    await t.context.p.close();
+    const p2 = await startTestPlatform(t.context.nats.url, { workspaceRoot: t.context.workspaces });
+    t.context.more.push(p2);
+    const since = Date.now();
+    const status = await runSlipway(p2.controlUrl, ["dev", "--app", app, "--status", "--json"]);
+    ok(t, status, "dev --status after a restart");
+    t.is(status.json.resource.status, "succeeded");
+    t.true(status.json.resource.container_running);
+    let later = "";
+    const until = Date.now() + 20_000;
+    const fresh = () =>
+      [...later.matchAll(/tick (\d+)/g)].some((m) => Number(m[1]) > since + 500) &&
+      later.includes("following the container's log again");
+    while (!fresh() && Date.now() < until) {
+      await new Promise((r) => setTimeout(r, 250));
+      later = (await get(p2.controlUrl, `/logs/${dev.json.resource.id}`)).text;
+    }
+    t.true(fresh(), `lines printed after the restart reach /logs\n${later.slice(-2000)}`);
+    ok(t, await runSlipway(p2.controlUrl, ["dev", "--app", app, "--stop", "--json"]), "dev --stop");
   },
 );
