@@ -204,3 +204,33 @@ test.serial(
     }
   },
 );
+
+test.serial(
+  "one workspace task at a time: a test while a build runs is 409 busy naming the build; other calls are not held up",
+  async (t) => {
+    const { app, workspaces } = t.context;
+    const pkgFile = join(workspaces, app, "package.json");
+    const original = readFileSync(pkgFile, "utf8");
+    const slow = JSON.parse(original);
+    slow.scripts.build = 'node -e "setTimeout(() => {}, 3000)"';
+    writeFileSync(pkgFile, JSON.stringify(slow, null, 2));
+    try {
+      const build = await slipway(t, "build", "--app", app, "--no-wait", "--json");
+      t.is(build.code, 0);
+      t.is(build.json.status, "running");
+      const busy = await call(t.context.p.controlUrl, "test", { app });
+      t.is(busy.status, 409);
+      t.is(busy.body.error.code, "busy");
+      t.true(busy.body.error.message.includes(build.json.resource.id));
+      const inspect = await call(t.context.p.controlUrl, "inspect", { app, type: "scripts" });
+      t.is(inspect.status, 200, "the app's actor is free while the build runs");
+      const done = await waitEnd(t, "Build", build.json.resource.id);
+      t.is(done.status, "succeeded");
+      const after = await call(t.context.p.controlUrl, "lint", { app });
+      t.is(after.status, 202, "free again once the build ended");
+      await waitEnd(t, "CheckRun", after.body.resource.id);
+    } finally {
+      writeFileSync(pkgFile, original);
+    }
+  },
+);
