@@ -204,7 +204,22 @@ test.serial(
     t.is(refused.code, 3);
     t.is(refused.json.error.code, "precondition_failed");
 
-    const notes = await slipway(t, "inspect", "notifications", "--app", app, "--json");
+    // a dev server whose process dies before it answers /health: a failed DevServer, no container left
+  editPackage(workspace, (pkg) => {
+    pkg.scripts.dev = `node -e "console.error('boom: cannot start'); process.exit(3)"`;
+  });
+  const dev = await slipway(t, "dev", "--app", app, "--json");
+  t.is(dev.code, 1, dev.stdout);
+  t.is(dev.json.resource.status, "failed");
+  t.regex(String(dev.json.resource.error), /exit|3/);
+  t.regex(await logOf(t, dev.json.resource.id), /boom: cannot start/);
+  const gone = await slipway(t, "dev", "--app", app, "--status", "--json");
+  t.is(gone.code, 3, "no dev server runs");
+  const ex4 = await slipway(t, "explain", "--resource", dev.json.resource.id, "--json");
+  ok(t, ex4, "explain dev");
+  t.is(ex4.json.resource.subject_type, "DevServer");
+
+  const notes = await slipway(t, "inspect", "notifications", "--app", app, "--json");
     const noteTypes = notes.json.resource.result.items.map((i: { type: string }) => i.type);
     t.true(
       noteTypes.includes("BuildFailed") &&
