@@ -24,7 +24,7 @@ import {
 } from "../proto/records.js";
 import { ResourceSchema, type Resource } from "../proto/resources.js";
 import { BUCKETS, keys, subjects } from "../proto/subjects.js";
-import { makeContext, type AppState, type Effect, type TaskSpec } from "./context.js";
+import { makeContext, type AppState, type Effect, type PlatformUrls, type TaskSpec } from "./context.js";
 import { handlerOf } from "./capabilities/mod.js";
 
 /** How many recent outcomes a commit record keeps. */
@@ -37,6 +37,7 @@ export interface ActorHost {
   readonly vault: Vault;
   readonly nodeId: string;
   readonly workspaceRoot: string;
+  readonly platformUrls: PlatformUrls;
   /** False once the partition lease is within its safety margin of expiry: apply nothing. */
   leaseValid(): boolean;
   log(msg: string): void;
@@ -300,6 +301,7 @@ export class AppActor {
       vault: this.host.vault,
       bus: this.host.bus,
       workspaceRoot: this.host.workspaceRoot,
+      platformUrls: this.host.platformUrls,
       state: this.state(),
     });
     let reply: Reply;

@@ -17,6 +17,12 @@ export interface AppState {
   listVaultNames(): Promise<string[]>;
 }
 
+/** Where apps reach the platform's planes (injected into dev servers); unknown parts are absent. */
+export interface PlatformUrls {
+  control?: string;
+  data?: string;
+}
+
 /** What a capability handler may use. Effects are never applied directly: they go into the outbox. */
 export interface HandlerContext {
   readonly app: string;
@@ -27,6 +33,7 @@ export interface HandlerContext {
   readonly vault: Vault;
   readonly bus: Bus;
   readonly workspaceRoot: string;
+  readonly platformUrls: PlatformUrls;
   readonly state: AppState;
   readonly outbox: Outbox;
   /** Builds a platform event with the command's actor and queues it. */

@@ -7,7 +7,7 @@ import { check } from "../proto/codec.js";
 import { keys, LEASE_TTL_MS, PARTITIONS, partitionOf, STREAMS, subjects } from "../proto/subjects.js";
 import { AppActor, TASK_DONE, type ActorHost } from "./app-actor.js";
 import { startScheduler, type SchedulerOptions } from "./scheduler.js";
-import type { TaskContext, TaskSpec } from "./context.js";
+import type { PlatformUrls, TaskContext, TaskSpec } from "./context.js";
 import type { Command } from "../proto/command.js";
 import { encode } from "../proto/codec.js";
 import type { TaskDone } from "../proto/records.js";
@@ -18,6 +18,8 @@ export interface NodeOptions {
   bus: Bus;
   vault: Vault;
   workspaceRoot: string;
+  /** Where apps reach the planes (dev servers get them as SLIPWAY_CONTROL_URL / SLIPWAY_DATA_URL). */
+  platformUrls?: PlatformUrls;
   /** Stable id of this node (default: random). */
   nodeId?: string;
   /** Must match the bucket TTL of `slipway_leases`. */
@@ -184,6 +186,7 @@ class PartitionWorker {
         vault: this.node.vault,
         nodeId: this.node.nodeId,
         workspaceRoot: this.node.workspaceRoot,
+        platformUrls: this.node.platformUrls,
         leaseValid: () => this.leaseValid(),
         leaseLost: () => this.node.dropWorker(this),
         log: (m) => this.node.log(m),
@@ -369,6 +372,7 @@ class RuntimeNode {
   readonly vault: Vault;
   readonly nodeId: string;
   readonly workspaceRoot: string;
+  readonly platformUrls: PlatformUrls;
   readonly onApply: ActorHost["onApply"];
   readonly onFenced: ActorHost["onFenced"];
   readonly log: (msg: string) => void;
@@ -391,6 +395,7 @@ class RuntimeNode {
     this.vault = opts.vault;
     this.nodeId = opts.nodeId ?? `n${randomBytes(4).toString("hex")}`;
     this.workspaceRoot = opts.workspaceRoot;
+    this.platformUrls = opts.platformUrls ?? {};
     this.onApply = opts.onApply;
     this.onFenced = opts.onFenced;
     this.log = opts.log ?? (() => {});

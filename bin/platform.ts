@@ -28,6 +28,12 @@ export interface PlatformOptions {
   /** Require the control token on the control plane even on loopback. */
   requireControlToken?: boolean;
   nodeId?: string;
+  /**
+   * Where apps reach the planes (dev servers get them as environment). `up`
+   * knows its own gateways; a separate `node` takes SLIPWAY_PUBLIC_CONTROL_URL
+   * and SLIPWAY_PUBLIC_DATA_URL.
+   */
+  platformUrls?: { control?: string; data?: string };
   node?: Partial<NodeOptions>;
   replyTimeoutMs?: number;
   env?: NodeJS.ProcessEnv;
@@ -62,6 +68,10 @@ export function optionsFromEnv(env: NodeJS.ProcessEnv = process.env): PlatformOp
     dataPort: int(env.SLIPWAY_DATA_PORT),
     requireControlToken: env.SLIPWAY_REQUIRE_CONTROL_TOKEN === "1",
     nodeId: env.SLIPWAY_NODE_ID,
+    platformUrls: {
+      ...(env.SLIPWAY_PUBLIC_CONTROL_URL ? { control: env.SLIPWAY_PUBLIC_CONTROL_URL } : {}),
+      ...(env.SLIPWAY_PUBLIC_DATA_URL ? { data: env.SLIPWAY_PUBLIC_DATA_URL } : {}),
+    },
     env,
   };
 }
@@ -147,10 +157,22 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
     }
     let node: NodeHandle | undefined;
     if (role === "up" || role === "node") {
+      const local = (host: string | undefined, port: number | undefined) =>
+        port
+          ? `http://${!host || host === "0.0.0.0" || host === "::" ? "127.0.0.1" : host}:${port}`
+          : undefined;
+      const ownControl = local(opts.controlHost, control?.port);
+      const ownData = local(opts.dataHost, data?.port);
+      const platformUrls = {
+        ...(ownControl ? { control: ownControl } : {}),
+        ...(ownData ? { data: ownData } : {}),
+        ...(opts.platformUrls ?? {}),
+      };
       node = await startNode({
         bus,
         vault,
         workspaceRoot,
+        platformUrls,
         log,
         ...(opts.nodeId ? { nodeId: opts.nodeId } : {}),
         ...opts.node,

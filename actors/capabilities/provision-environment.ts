@@ -42,7 +42,14 @@ const DEFAULTS = { web: 3000, db: 5432, cache: 6379 } as const;
 const POSTGRES_IMAGE = "postgres:16-alpine";
 const REDIS_IMAGE = "redis:7-alpine";
 /** Variables every app reads (the starter's contract). */
-const BASE_VARS = ["SLIPWAY_APP", "SLIPWAY_URL", "SLIPWAY_TOKEN", "SLIPWAY_SERVICE_KEY", "SESSION_SECRET"];
+const BASE_VARS = [
+  "SLIPWAY_APP",
+  "SLIPWAY_CONTROL_URL",
+  "SLIPWAY_DATA_URL",
+  "SLIPWAY_TOKEN",
+  "SLIPWAY_SERVICE_KEY",
+  "SESSION_SECRET",
+];
 /** The files this capability owns, in the order they are reported. */
 export const PROVISIONED_FILES = ["compose.yaml", "platform.app.json", ".env.example"] as const;
 

@@ -156,6 +156,7 @@ async function start(ctx: HandlerContext): Promise<Effect> {
   const serviceKey = ctx.vault.open(app.service_key, serviceKeyAad(ctx.app)).toString("utf8");
   const bus = ctx.bus;
   const appName = ctx.app;
+  const urls = ctx.platformUrls;
   return {
     status: "running",
     resource,
@@ -174,6 +175,8 @@ async function start(ctx: HandlerContext): Promise<Effect> {
             ...env,
             SLIPWAY_APP: appName,
             SLIPWAY_SERVICE_KEY: serviceKey,
+            ...(urls.control ? { SLIPWAY_CONTROL_URL: urls.control } : {}),
+            ...(urls.data ? { SLIPWAY_DATA_URL: urls.data } : {}),
             NODE_ENV: "development",
             PATH: "/app/node_modules/.bin:/usr/local/bin:/usr/bin:/bin",
           },

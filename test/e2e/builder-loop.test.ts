@@ -205,21 +205,21 @@ test.serial(
     t.is(refused.json.error.code, "precondition_failed");
 
     // a dev server whose process dies before it answers /health: a failed DevServer, no container left
-  editPackage(workspace, (pkg) => {
-    pkg.scripts.dev = `node -e "console.error('boom: cannot start'); process.exit(3)"`;
-  });
-  const dev = await slipway(t, "dev", "--app", app, "--json");
-  t.is(dev.code, 1, dev.stdout);
-  t.is(dev.json.resource.status, "failed");
-  t.regex(String(dev.json.resource.error), /exit|3/);
-  t.regex(await logOf(t, dev.json.resource.id), /boom: cannot start/);
-  const gone = await slipway(t, "dev", "--app", app, "--status", "--json");
-  t.is(gone.code, 3, "no dev server runs");
-  const ex4 = await slipway(t, "explain", "--resource", dev.json.resource.id, "--json");
-  ok(t, ex4, "explain dev");
-  t.is(ex4.json.resource.subject_type, "DevServer");
+    editPackage(workspace, (pkg) => {
+      pkg.scripts.dev = `node -e "console.error('boom: cannot start'); process.exit(3)"`;
+    });
+    const dev = await slipway(t, "dev", "--app", app, "--json");
+    t.is(dev.code, 1, dev.stdout);
+    t.is(dev.json.resource.status, "failed");
+    t.regex(String(dev.json.resource.error), /exit|3/);
+    t.regex(await logOf(t, dev.json.resource.id), /boom: cannot start/);
+    const gone = await slipway(t, "dev", "--app", app, "--status", "--json");
+    t.is(gone.code, 3, "no dev server runs");
+    const ex4 = await slipway(t, "explain", "--resource", dev.json.resource.id, "--json");
+    ok(t, ex4, "explain dev");
+    t.is(ex4.json.resource.subject_type, "DevServer");
 
-  const notes = await slipway(t, "inspect", "notifications", "--app", app, "--json");
+    const notes = await slipway(t, "inspect", "notifications", "--app", app, "--json");
     const noteTypes = notes.json.resource.result.items.map((i: { type: string }) => i.type);
     t.true(
       noteTypes.includes("BuildFailed") &&
@@ -243,7 +243,7 @@ test.serial(
     ok(t, set, "secrets set");
     editPackage(workspace, (pkg) => {
       pkg.scripts.build = `echo "value=$DEMO_SECRET" && tsc -p tsconfig.json`;
-      pkg.scripts.dev = `node -e "console.log('sha=' + require('crypto').createHash('sha256').update(process.env.DEMO_SECRET || '').digest('hex')); console.log('raw=' + process.env.DEMO_SECRET)" && (node -e "setInterval(() => console.log('tick ' + Date.now()), 300)" &) && node --import tsx src/server.ts`;
+      pkg.scripts.dev = `node -e "console.log('sha=' + require('crypto').createHash('sha256').update(process.env.DEMO_SECRET || '').digest('hex')); console.log('raw=' + process.env.DEMO_SECRET); console.log('data=' + process.env.SLIPWAY_DATA_URL)" && (node -e "setInterval(() => console.log('tick ' + Date.now()), 300)" &) && node --import tsx src/server.ts`;
     });
     const build = await slipway(t, "build", "--app", app, "--json");
     ok(t, build, "build");
@@ -262,6 +262,7 @@ test.serial(
     }
     t.true(devLog.includes(`sha=${expected}`), `the process saw the real value\n${devLog}`);
     t.regex(devLog, /raw=\*\*\*/);
+    t.true(devLog.includes(`data=${t.context.p.dataUrl}`), "the dev server knows where the data plane is");
     t.false(devLog.includes(secret));
 
     // the platform restarts while the dev server runs: the container goes on, and

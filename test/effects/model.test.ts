@@ -315,6 +315,7 @@ function fakeCtx(app: AppRecord | undefined, workspaceRoot: string) {
     received_at: new Date().toISOString(),
   } satisfies Command;
   return makeContext({
+    platformUrls: {},
     app: app?.name ?? "ghost",
     cmd,
     seq: 1,
