@@ -6,4 +6,7 @@ export default {
   timeout: "120s",
   concurrency: 2,
   serial: false,
+  // apps the tests make install their packages from npm's cache (setup fetched them): no test
+  // sends anything beyond loopback
+  environmentVariables: { npm_config_offline: "true" },
 };

@@ -218,6 +218,8 @@ export function nextStep(resourceType: string, findings: readonly Finding[], app
     return `resolve the conflicting dependency versions in package.json, then run: slipway install --app ${app}`;
   if (npm?.code === "E404")
     return `a dependency does not exist in the registry: check its name and version in package.json`;
+  if (npm?.code === "ENOTCACHED")
+    return `npm runs offline and a package is not in its cache: let the platform reach the npm registry (or fill the cache), then run: slipway install --app ${app}`;
   if (npm?.code === "EUSAGE")
     return `package-lock.json is out of date with package.json: refresh the lockfile, then run: slipway install --app ${app}`;
   if (npm)

@@ -5,7 +5,9 @@
 // them run-dev-server answers 503), and with --build compiles the TypeScript
 // into dist/. Says plainly what to do when it cannot.
 import { execFileSync, spawnSync } from "node:child_process";
-import { existsSync, statSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -42,6 +44,42 @@ if (!existsSync(installed) || statSync(installed).mtimeMs < statSync(lock).mtime
   // for other systems, which npm ci counts as a lock file out of sync. The lock file still pins every version.
   say("installing npm dependencies (npm install from package-lock.json)");
   if (!run("npm", ["install", "--no-audit", "--no-fund"])) die("npm install failed; see the output above");
+}
+
+// 2b. the starter's packages in npm's cache: apps made from the starter install them with
+// `npm ci`, and the tests do so offline (they send nothing beyond loopback), so setup fetches
+// them once here, next to the platform's own dependencies.
+{
+  const tpl = join(root, "starter", "template");
+  const tplLock = join(tpl, "package-lock.json");
+  const marker = join(root, "node_modules", ".cache", "slipway-starter-packages");
+  if (existsSync(tplLock)) {
+    const want = createHash("sha256").update(readFileSync(tplLock)).digest("hex");
+    const have = existsSync(marker) ? readFileSync(marker, "utf8") : "";
+    if (have !== want) {
+      say("fetching the starter's packages into npm's cache (npm ci in a temp dir)");
+      const tmp = mkdtempSync(join(tmpdir(), "slipway-starter-"));
+      try {
+        for (const f of ["package.json", "package-lock.json"])
+          writeFileSync(
+            join(tmp, f),
+            readFileSync(join(tpl, f), "utf8").replaceAll("{{APP}}", "starter-cache"),
+          );
+        const ok = run("npm", ["ci", "--prefer-offline", "--ignore-scripts", "--no-audit", "--no-fund"], {
+          cwd: tmp,
+        });
+        if (ok) {
+          mkdirSync(dirname(marker), { recursive: true });
+          writeFileSync(marker, want);
+        } else
+          say(
+            "warning: could not fetch the starter's packages; install-dependencies needs the npm registry, and the tests that install an app will fail offline",
+          );
+      } finally {
+        rmSync(tmp, { recursive: true, force: true });
+      }
+    }
+  }
 }
 
 // 3. nats-server
