@@ -172,7 +172,7 @@ test.serial(
     const tests = await slipway(t, "test", "--app", app, "--json");
     t.is(tests.code, 1, tests.stderr);
     t.is(tests.json.resource.status, "failed");
-    t.is(tests.json.resource.failed, 1);
+    t.is(tests.json.resource.failed, 1, await logOf(t, tests.json.resource.id));
     t.true(tests.json.resource.passed > 0);
     const ex2 = await slipway(t, "explain", "--resource", tests.json.resource.id, "--json");
     ok(t, ex2, "explain test");

@@ -1,6 +1,6 @@
 import anyTest, { type TestFn } from "ava";
 import { randomUUID } from "node:crypto";
-import { readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import {
   call,
@@ -159,7 +159,12 @@ test.serial(
     t.is(init.code, 0);
     const pkgFile = join(t.context.workspaces, app, "package.json");
     const pkg = JSON.parse(readFileSync(pkgFile, "utf8"));
-    pkg.dependencies = { "left-pad": "1.3.0" }; // not in the lockfile: npm ci refuses before any download
+    // a local package missing from the lockfile: npm ci refuses (EUSAGE) without asking any
+    // registry (a registry package would make npm fetch its manifest first: ENOTCACHED offline)
+    const local = join(t.context.workspaces, app, "vendor", "tiny");
+    mkdirSync(local, { recursive: true });
+    writeFileSync(join(local, "package.json"), JSON.stringify({ name: "tiny", version: "1.0.0" }));
+    pkg.dependencies = { tiny: "file:vendor/tiny" };
     writeFileSync(pkgFile, JSON.stringify(pkg, null, 2));
     const install = await slipway(t, "install", "--app", app, "--json");
     t.is(install.code, 1, install.stdout);
