@@ -12,6 +12,7 @@ import { isPlatformError, PlatformError, toWireError } from "../proto/errors.js"
 import {
   AppRecordSchema,
   CommitRecordSchema,
+  IdempotencyRecordSchema,
   type AppRecord,
   type CommitRecord,
   type Outbox,
@@ -262,8 +263,19 @@ export class AppActor {
     const known = rec.outcomes.find((o) => o.id === cmd.id);
     if (known || seq <= rec.seq) {
       // Applied before (a replay after takeover, or a re-publish past the dedup window): answer from the record.
-      if (known) this.reply(cmd, this.openOutcome(known));
-      else {
+      if (known) {
+        // the node that applied it may have died before it kept the Idempotency-Key answer: keep it
+        // now, or a retry (deduplicated by the stream, so never applied again) would wait for nothing
+        if (cmd.body_hash) await this.keepIdempotent(cmd, known);
+        this.reply(cmd, this.openOutcome(known));
+      } else {
+        // older than the outcomes the record keeps: an Idempotency-Key answer is kept for 24 h
+        const kept = cmd.body_hash ? await this.host.bus.kv.idempotency.get(keys.idempotency(cmd.id)) : null;
+        if (kept && kept.operation === "PUT") {
+          const r = check(IdempotencyRecordSchema, kept.json(), "idempotency record");
+          this.reply(cmd, this.openOutcome(r.outcome));
+          return;
+        }
         this.reply(cmd, {
           command_id: cmd.id,
           http: 409,
@@ -326,7 +338,9 @@ export class AppActor {
         };
         ctx.putResource(doc, prev);
         const closing = done.status === "succeeded" ? task.on_success : task.on_failure;
-        if (closing) ctx.emit(closing, doc, done.data);
+        // one event for both outcomes (DependenciesInstalled): its data says which (docs/events.md)
+        const data = task.on_failure === task.on_success ? { status: done.status, ...done.data } : done.data;
+        if (closing) ctx.emit(closing, doc, data);
         if (done.app_update && done.status === "succeeded") {
           const appRec = await ctx.state.getApp();
           if (appRec) {
@@ -372,6 +386,9 @@ export class AppActor {
       sensitive = effect.sensitive === true;
       const r = effect.resource;
       const http = effect.status === "running" ? 202 : 200;
+      const deleted = ctx.outbox.resources.some(
+        (x) => x.doc === null && x.key === keys.resource(r.app_id, r.type, r.id),
+      );
       reply = {
         command_id: cmd.id,
         http,
@@ -382,7 +399,8 @@ export class AppActor {
           resource: r,
           events: ctx.outbox.events,
           links: {
-            resource: `/resources/${r.type}/${r.id}`,
+            // never a link to what this call deleted
+            ...(deleted ? {} : { resource: `/resources/${r.type}/${r.id}` }),
             logs: `/logs/${r.id}`,
             events: `/events?resource_id=${r.id}`,
           },
@@ -431,12 +449,7 @@ export class AppActor {
         if (outbox.resources.some((x) => x.key === key && x.doc === null)) reply.resource_deleted = true;
       }
     }
-    if (cmd.body_hash) {
-      await this.host.bus.kv.idempotency.put(
-        keys.idempotency(cmd.id),
-        encode({ body_hash: cmd.body_hash, outcome, created_at: new Date().toISOString() }),
-      );
-    }
+    if (cmd.body_hash) await this.keepIdempotent(cmd, outcome);
     this.host.onApply?.({
       app: this.app,
       command_id: cmd.id,
@@ -446,6 +459,14 @@ export class AppActor {
       node: this.host.nodeId,
     });
     this.reply(cmd, reply);
+  }
+
+  /** Records the answer of an Idempotency-Key command (24 h); the gateway answers retries from it. */
+  private async keepIdempotent(cmd: Command, outcome: Outcome): Promise<void> {
+    await this.host.bus.kv.idempotency.put(
+      keys.idempotency(cmd.id),
+      encode({ body_hash: cmd.body_hash, outcome, created_at: new Date().toISOString() }),
+    );
   }
 
   private sealOutcome(id: string, seq: number, reply: Reply, sensitive: boolean): Outcome {

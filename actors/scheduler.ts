@@ -12,6 +12,7 @@ import {
   type JobRan,
   type JobState,
 } from "../proto/records.js";
+import { appUrl } from "../proto/formats.js";
 import { latestDue, nextTick, scheduleOf, ticksBetween, type Schedule } from "../proto/schedule.js";
 import { signServiceToken } from "../proto/service-token.js";
 import { keys, LEASE_TTL_MS, subjects } from "../proto/subjects.js";
@@ -117,7 +118,15 @@ class Scheduler {
     try {
       this.leaseRev = await kv.create(keys.schedulerLease, this.o.nodeId);
     } catch {
-      return; // someone else leads
+      // held: by another node (it leads), or by this node's previous life under the same id (a
+      // restarted `slipwayd up`), which is taken back on its revision instead of waiting for the TTL
+      const cur = await kv.get(keys.schedulerLease).catch(() => null);
+      if (cur?.operation !== "PUT" || cur.string() !== this.o.nodeId) return;
+      try {
+        this.leaseRev = await kv.update(keys.schedulerLease, this.o.nodeId, cur.revision);
+      } catch {
+        return;
+      }
     }
     this.leaseValidUntil = sent + this.o.leaseTtlMs - this.margin();
     this.leading = true;
@@ -177,7 +186,9 @@ class Scheduler {
       } else {
         const j: Job = { key, def, schedule, stateRev: 0, busy: false };
         this.jobs.set(key, j);
-        void this.loadState(j).then(() => this.arm(j));
+        this.loadState(j)
+          .catch((err) => this.o.log(`scheduler: state of ${key} not read: ${String(err)}`))
+          .then(() => this.arm(j));
       }
       return;
     }
@@ -228,7 +239,7 @@ class Scheduler {
 
   private track(p: Promise<void>): void {
     this.inflight.add(p);
-    void p.finally(() => this.inflight.delete(p));
+    p.catch((e) => this.o.log(`scheduler: tick failed: ${String(e)}`)).finally(() => this.inflight.delete(p));
   }
 
   private async writeState(job: Job, next: JobState): Promise<boolean> {
@@ -365,9 +376,13 @@ class Scheduler {
       if (e?.operation !== "PUT") return { ok: false, error: "app not found", duration_ms: 0 };
       const rec = check(AppRecordSchema, e.json(), `app ${app}`);
       if (!rec.base_url) return { ok: false, error: "the app has no base_url yet", duration_ms: 0 };
-      const url = new URL(job.def.target_path, rec.base_url);
-      if (url.protocol !== "http:" && url.protocol !== "https:")
-        return { ok: false, error: "base_url is not http(s)", duration_ms: 0 };
+      let url: URL;
+      try {
+        url = appUrl(rec.base_url, job.def.target_path);
+      } catch (e) {
+        // refused before any connection: the tick never leaves the app's origin
+        return { ok: false, error: e instanceof Error ? e.message : String(e), duration_ms: 0 };
+      }
       const key = this.o.vault.openString(rec.service_key, serviceKeyAad(app));
       const token = signServiceToken(key, { app, job: name, tick: new Date(tick).toISOString() });
       const r = await fetch(url, {

@@ -1,4 +1,4 @@
-import type { HttpRequest, HttpResponse } from "uWebSockets.js";
+import type { HttpResponse } from "uWebSockets.js";
 import { PLATFORM_MODEL } from "../proto/catalogue.js";
 import { PlatformError, toWireError } from "../proto/errors.js";
 
@@ -29,34 +29,13 @@ export function statusLine(code: number): string {
   return `${code} ${STATUS_TEXT[code] ?? "Status"}`;
 }
 
-/** What a handler needs of a request, copied out of uWS's stack-allocated request. */
-export interface Req {
-  method: string;
-  url: string;
-  query: URLSearchParams;
-  headers: Record<string, string>;
-  requestId: string;
-}
-
-export function readReq(req: HttpRequest, requestId: string): Req {
-  const headers: Record<string, string> = {};
-  req.forEach((k, v) => {
-    headers[k] = v;
-  });
-  return {
-    method: req.getCaseSensitiveMethod().toUpperCase(),
-    url: req.getUrl(),
-    query: new URLSearchParams(req.getQuery() ?? ""),
-    headers,
-    requestId,
-  };
-}
-
 /** A response that knows whether the client went away. */
 export class Res {
   readonly raw: HttpResponse;
   aborted = false;
   done = false;
+  /** A streamed answer has sent its head: an error can only end it. */
+  streaming = false;
   readonly requestId: string;
   private readonly onAbort: (() => void)[] = [];
 
@@ -101,6 +80,11 @@ export class Res {
   }
 
   error(e: unknown, log?: (e: unknown) => void): void {
+    if (this.streaming) {
+      if (!(e instanceof PlatformError)) log?.(e);
+      this.end();
+      return;
+    }
     const w = toWireError(e, this.requestId, log);
     const headers = e instanceof PlatformError && e.headers ? e.headers : {};
     this.json(w.status, w.body, headers);
@@ -109,6 +93,7 @@ export class Res {
   /** Starts a streamed answer (logs, SSE). */
   begin(status: number, contentType: string, headers: Record<string, string> = {}): void {
     if (this.aborted || this.done) return;
+    this.streaming = true;
     this.raw.cork(() => this.head(status, contentType, headers));
   }
 
@@ -149,11 +134,19 @@ export function readBody(res: Res): Promise<Buffer> {
   });
 }
 
-/** Parses a JSON object body, with the errors of the HTTP contract. */
+const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
+
+/** Parses a JSON object body, with the errors of the HTTP contract (invalid UTF-8 is refused, never replaced). */
 export function parseJsonObject(body: Buffer): Record<string, unknown> {
+  let text: string;
+  try {
+    text = utf8.decode(body);
+  } catch {
+    throw new PlatformError("invalid_json", "request body is not valid UTF-8");
+  }
   let v: unknown;
   try {
-    v = JSON.parse(body.toString("utf8"));
+    v = JSON.parse(text);
   } catch {
     throw new PlatformError("invalid_json", "request body is not valid JSON");
   }

@@ -1,7 +1,7 @@
 import { acceptedOn, CAPABILITIES, PLATFORM_MODEL } from "../proto/catalogue.js";
 import { CapabilityResponseSchema } from "../proto/command.js";
 import { ErrorBodySchema } from "../proto/errors.js";
-import { PlatformEventSchema } from "../proto/events.js";
+import { EventFrameSchema, PlatformEventSchema } from "../proto/events.js";
 import { INPUT_SCHEMAS, type CapabilityName } from "../proto/inputs.js";
 import { ResourceSchema } from "../proto/resources.js";
 
@@ -13,7 +13,7 @@ function plain(schema: unknown): unknown {
 const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
 const errorResponses = {
   "400": {
-    description: "invalid_json, invalid_input, missing_actor",
+    description: "invalid_json, invalid_input, missing_actor, invalid_actor",
     content: { "application/json": { schema: ref("ErrorBody") } },
   },
   "401": { description: "unauthenticated", content: { "application/json": { schema: ref("ErrorBody") } } },
@@ -26,7 +26,7 @@ const errorResponses = {
     content: { "application/json": { schema: ref("ErrorBody") } },
   },
   "409": {
-    description: "conflict, busy, already_exists, idempotency_mismatch",
+    description: "conflict, busy, already_exists, idempotency_mismatch, quota_exceeded",
     content: { "application/json": { schema: ref("ErrorBody") } },
   },
   "503": {
@@ -41,6 +41,7 @@ export function openApiDocument(plane: "control" | "data"): Record<string, unkno
   const schemas: Record<string, unknown> = {
     Resource: plain(ResourceSchema),
     PlatformEvent: plain(PlatformEventSchema),
+    EventFrame: plain(EventFrameSchema),
     CapabilityResponse: plain(CapabilityResponseSchema),
     ErrorBody: plain(ErrorBodySchema),
   };
@@ -151,8 +152,34 @@ export function openApiDocument(plane: "control" | "data"): Record<string, unkno
   paths["/events/stream"] = {
     get: {
       summary: "tail platform events oldest to newest (WebSocket, or SSE with Accept: text/event-stream)",
-      parameters: [q("app_id"), q("type"), q("from_seq", { type: "integer", minimum: 1 })],
-      responses: { "200": { description: "event stream" } },
+      description:
+        "Each frame is an EventFrame: the platform event envelope plus `seq`, its sequence in the event log. " +
+        "SSE: one `id: <seq>`, `event: <type>`, `data: <EventFrame JSON>` block per event; resume with " +
+        "Last-Event-ID or from_seq. WebSocket: one EventFrame JSON text message per event. The stream's " +
+        "first bytes (SSE: a `:` comment line) are sent once the tail is live: nothing published after is missed.",
+      parameters: [
+        q("app_id"),
+        q("type"),
+        q("from_seq", { type: "integer", minimum: 1 }),
+        {
+          name: "Last-Event-ID",
+          in: "header",
+          required: false,
+          schema: { type: "string", pattern: "^[0-9]+$" },
+        },
+      ],
+      responses: {
+        "200": {
+          description: "event stream (SSE); frames are EventFrame",
+          content: { "text/event-stream": { schema: ref("EventFrame") } },
+        },
+        "101": { description: "WebSocket upgrade; each message is one EventFrame" },
+        "400": errorResponses["400"],
+        "429": {
+          description: "rate_limited: the token holds as many open tails as it may (Retry-After)",
+          content: { "application/json": { schema: ref("ErrorBody") } },
+        },
+      },
     },
   };
   paths["/logs/{id}"] = {

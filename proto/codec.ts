@@ -2,6 +2,7 @@ import type { Static, TSchema } from "typebox";
 import { Compile } from "typebox/compile";
 import { PlatformError, type ErrorDetail } from "./errors.js";
 import { INPUT_SCHEMAS, type CapabilityName } from "./inputs.js";
+import "./formats.js";
 
 /**
  * The one codec: every value that enters a process (HTTP bodies, NATS
@@ -30,10 +31,20 @@ export class CodecError extends Error {
   }
 }
 
+const list = (values: readonly unknown[]) => values.map((v) => JSON.stringify(v)).join(", ");
+
 function details(v: Validator, value: unknown, max = 20): ErrorDetail[] {
   const out: ErrorDetail[] = [];
+  // `anyOf` of constants (a union of literals): one message listing the allowed values
+  const consts = new Map<string, unknown[]>();
   for (const e of v.Errors(value)) {
     if (e.keyword === "boolean") continue; // duplicate of additionalProperties
+    if (e.keyword === "const") {
+      const at = consts.get(e.instancePath) ?? [];
+      at.push((e.params as { allowedValue?: unknown }).allowedValue);
+      consts.set(e.instancePath, at);
+      continue;
+    }
     if (e.keyword === "additionalProperties") {
       const extra = (e.params as { additionalProperties?: string[] }).additionalProperties ?? [];
       for (const name of extra) out.push({ path: `${e.instancePath}/${name}`, message: "unknown field" });
@@ -42,13 +53,33 @@ function details(v: Validator, value: unknown, max = 20): ErrorDetail[] {
       if (req.length)
         for (const name of req) out.push({ path: `${e.instancePath}/${name}`, message: "is required" });
       else out.push({ path: e.instancePath, message: e.message });
+    } else if (e.keyword === "enum") {
+      const allowed = (e.params as { allowedValues?: unknown[] }).allowedValues ?? [];
+      out.push({ path: e.instancePath, message: `must be one of ${list(allowed)}` });
+    } else if (e.keyword === "anyOf" && consts.has(e.instancePath)) {
+      out.push({ path: e.instancePath, message: `must be one of ${list(consts.get(e.instancePath)!)}` });
+      consts.delete(e.instancePath);
+    } else if (e.keyword === "format") {
+      const format = (e.params as { format?: string }).format;
+      out.push({ path: e.instancePath, message: FORMAT_MESSAGES[format ?? ""] ?? e.message });
     } else {
       out.push({ path: e.instancePath, message: e.message });
     }
     if (out.length >= max) break;
   }
+  for (const [path, allowed] of consts)
+    if (out.length < max) out.push({ path, message: `must be equal to ${list(allowed)}` });
   return out;
 }
+
+/** What a failed string format means, in the words of the HTTP contract. */
+const FORMAT_MESSAGES: Record<string, string> = {
+  "http-url": "must be an http or https URL without credentials, white space or backslashes",
+  "app-path":
+    "must be a path in the application: one leading /, no white space, control characters or backslashes",
+  email: "must be an email address",
+  "date-time": "must be an ISO 8601 date-time",
+};
 
 /** Checks a value against a schema; throws CodecError naming what failed. */
 export function check<S extends TSchema>(schema: S, value: unknown, what: string): Static<S> {

@@ -44,7 +44,8 @@ export const CapabilityResponseSchema = Type.Object({
   status: Type.Union([Type.Literal("succeeded"), Type.Literal("running"), Type.Literal("failed")]),
   resource: ResourceSchema,
   events: Type.Array(PlatformEventSchema),
-  links: Type.Object({ resource: Type.String(), logs: Type.String(), events: Type.String() }),
+  /** Where to read more; `resource` is absent when the call deleted its resource. */
+  links: Type.Object({ resource: Type.Optional(Type.String()), logs: Type.String(), events: Type.String() }),
   /** Extra, capability-specific fields (e.g. the app token, returned once by initialize-app). */
   result: Type.Optional(Type.Record(Type.String(), Type.Unknown())),
 });

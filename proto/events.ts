@@ -88,6 +88,8 @@ export const ActorSchema = Type.Object(
     type: Type.String(),
     /** Identifier of the actor. */
     id: Type.String(),
+    /** On the data plane: the app whose token made the call (the headers are the caller's claim). */
+    app: Type.Optional(Type.String()),
   },
   { additionalProperties: false },
 );
@@ -116,3 +118,18 @@ export const PlatformEventSchema = Type.Object(
   { additionalProperties: false },
 );
 export type PlatformEvent = Static<typeof PlatformEventSchema>;
+
+/**
+ * One frame of an event tail (`GET /events/stream`: an SSE `data:` line or a
+ * WebSocket message): the envelope of spec 6.1 plus `seq`, the event's sequence
+ * in the event log (resume after it with `from_seq` or SSE `Last-Event-ID`).
+ */
+export const EventFrameSchema = Type.Object(
+  {
+    /** Sequence of the event in the event log; the SSE `id:` of the frame. */
+    seq: Type.Integer({ minimum: 1 }),
+    ...PlatformEventSchema.properties,
+  },
+  { additionalProperties: false },
+);
+export type EventFrame = Static<typeof EventFrameSchema>;

@@ -1,4 +1,5 @@
 import Type, { type Static, type TSchema } from "typebox";
+import { FORMATS } from "./formats.js";
 
 /**
  * Input schemas of the 24 capabilities: exactly the fields of spec 4.1 (an
@@ -9,10 +10,22 @@ import Type, { type Static, type TSchema } from "typebox";
  * the command goes on the bus and never appears in a log, event or resource.
  */
 
-export const APP_NAME_PATTERN = "^[a-z][a-z0-9-]{0,39}$";
+/** A DNS label of at most 40 characters: a letter first, no `-` last. */
+export const APP_NAME_PATTERN = "^[a-z](?:[a-z0-9-]{0,38}[a-z0-9])?$";
 export const SECRET_NAME_PATTERN = "^[A-Za-z_][A-Za-z0-9_]{0,127}$";
 export const JOB_NAME_PATTERN = "^[a-z0-9][a-z0-9_-]{0,62}$";
 export const SECRET_VALUE_MAX = 64 * 1024;
+/** A DNS host name (no port). */
+export const HOST_NAME_PATTERN =
+  "^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$";
+/** A file path field: no control characters and no backslash (the capability keeps it inside the workspace). */
+const FILE_PATH_PATTERN = "^[^\\u0000-\\u001f\\u007f\\\\]+$";
+
+const appNameRe = new RegExp(APP_NAME_PATTERN);
+/** True for a valid application name. */
+export function isAppName(s: string): boolean {
+  return appNameRe.test(s);
+}
 
 const App = Type.String({ pattern: APP_NAME_PATTERN, description: "application name (a DNS label)" });
 const Str = (description: string, maxLength = 1024) => Type.String({ minLength: 1, maxLength, description });
@@ -24,9 +37,19 @@ const OptPort = (description: string) => OptInt(description, 1, 65535);
 const OptStrList = (description: string, maxItems = 100) =>
   Type.Optional(Type.Array(Str("item"), { maxItems, description }));
 const Url = (description: string) =>
-  Type.String({ minLength: 1, maxLength: 2048, pattern: "^https?://[^\\s/$.?#][^\\s]*$", description });
+  Type.String({
+    minLength: 1,
+    maxLength: 2048,
+    format: FORMATS.httpUrl,
+    description: `${description} (http or https, no credentials)`,
+  });
 const Path = (description: string) =>
-  Type.String({ minLength: 1, maxLength: 1024, pattern: "^/(?!/)[^\\s]*$", description });
+  Type.String({ minLength: 1, maxLength: 1024, format: FORMATS.appPath, description });
+const FilePath = (description: string) =>
+  Type.String({ minLength: 1, maxLength: 1024, pattern: FILE_PATH_PATTERN, description });
+const OptFilePath = (description: string) => Type.Optional(FilePath(description));
+const OptHost = (description: string) =>
+  Type.Optional(Type.String({ pattern: HOST_NAME_PATTERN, maxLength: 253, description }));
 const OptPath = (description: string) => Type.Optional(Path(description));
 const Sensitive = (description: string, maxLength = 8192) =>
   Type.String({ minLength: 1, maxLength, description, sensitive: true });
@@ -77,7 +100,9 @@ export const INPUT_SCHEMAS = {
     app: App,
     platform,
     framework,
-    action: Type.Optional(Type.Union([Type.Literal("start"), Type.Literal("stop"), Type.Literal("status")])),
+    action: Type.Optional(
+      Type.Enum(["start", "stop", "status"] as const, { description: "what to do (default start)" }),
+    ),
   }),
   build: Obj({ app: App }),
   test: Obj({ app: App }),
@@ -160,9 +185,9 @@ export const INPUT_SCHEMAS = {
     platform,
     framework,
     service: OptStr("compose service to roll"),
-    context: OptStr("build context"),
-    compose_file: OptStr("compose file (default compose.prod.yaml)"),
-    env_file: OptStr("env file"),
+    context: OptFilePath("build context"),
+    compose_file: OptFilePath("compose file (default compose.prod.yaml)"),
+    env_file: OptFilePath("env file"),
     proxy_net: OptStr("proxy network"),
     pull: OptBool("pull images first"),
     drain_seconds: OptInt("seconds to drain the old instance", 0, 3600),
@@ -172,14 +197,14 @@ export const INPUT_SCHEMAS = {
     app: App,
     platform,
     framework,
-    host: OptStr("production host name (remembered after the first run)", 253),
+    host: OptHost("production host name (remembered after the first run)"),
     readiness_path: OptPath("readiness endpoint"),
     web_image: OptStr("web image reference (pinned by digest)"),
     data_plane_image: OptStr("data plane image reference (pinned by digest)"),
     cert_resolver: OptStr("certificate resolver name"),
     blobs_backend: OptStr("blob storage backend"),
     observability: OptBool("wire OTLP export"),
-    mcp_mtls_host: OptStr("host of the mTLS MCP endpoint", 253),
+    mcp_mtls_host: OptHost("host of the mTLS MCP endpoint"),
     mcp_mtls_tls_options: OptStr("TLS options name of the mTLS MCP endpoint"),
   }),
   release: Obj({
@@ -187,7 +212,11 @@ export const INPUT_SCHEMAS = {
     platform,
     framework,
     host: Type.Optional(Url("base URL of the production host")),
-    publish_mode: Type.Optional(Type.Union([Type.Literal("registry"), Type.Literal("local")])),
+    publish_mode: Type.Optional(
+      Type.Enum(["push", "local"] as const, {
+        description: "push to the registry and pin the digest read back, or keep the image local",
+      }),
+    ),
     dry_run: OptBool("plan only"),
     timeout_seconds: OptInt("seconds before the release is abandoned", 1, 86_400),
     poll_interval_seconds: OptInt("seconds between readiness polls", 1, 3600),
@@ -196,10 +225,10 @@ export const INPUT_SCHEMAS = {
     owner: OptStr("owner", 256),
     registry: OptStr("registry host[:port]"),
     image_suffix: OptStr("image name suffix"),
-    context: OptStr("build context"),
+    context: OptFilePath("build context"),
     service: OptStr("compose service"),
-    compose_file: OptStr("compose file"),
-    env_file: OptStr("env file"),
+    compose_file: OptFilePath("compose file"),
+    env_file: OptFilePath("env file"),
     allow_dirty: OptBool("release an unclean work tree"),
     ...verifyShared,
     verify_timeout_ms: OptInt("verify per-request timeout", 1, 600_000),
@@ -230,16 +259,14 @@ export const INPUT_SCHEMAS = {
   "send-message": Obj({
     app: App,
     owner: Str("end user the mail is sent as", 256),
-    provider: Type.Union([Type.Literal("google"), Type.Literal("microsoft")], {
-      description: "mail provider",
-    }),
+    provider: Type.Enum(["google", "microsoft"] as const, { description: "mail provider" }),
     channel: OptStr("channel, e.g. email", 64),
     to: Type.Array(Type.String({ format: "email", maxLength: 320 }), { minItems: 1, maxItems: 100 }),
     cc: Type.Optional(Type.Array(Type.String({ format: "email", maxLength: 320 }), { maxItems: 100 })),
     bcc: Type.Optional(Type.Array(Type.String({ format: "email", maxLength: 320 }), { maxItems: 100 })),
     subject: OptStr("subject", 998),
     body: OptStr("body", 1_000_000),
-    content_type: Type.Optional(Type.Union([Type.Literal("text/plain"), Type.Literal("text/html")])),
+    content_type: Type.Optional(Type.Enum(["text/plain", "text/html"] as const)),
     in_reply_to: OptStr("Message-ID replied to", 998),
     references: OptStrList("Message-IDs of the thread"),
     thread_ref: OptStr("provider thread reference", 512),
@@ -251,38 +278,42 @@ export const INPUT_SCHEMAS = {
     skip_probe: OptBool("do not probe the endpoint first"),
   }),
   "provision-monitoring": Obj({
-    dir: Str("directory the stack is generated into"),
+    dir: FilePath("directory the stack is generated into"),
     project_name: OptStr("compose project name", 128),
-    public_host: Str("public host of the dashboards", 253),
+    public_host: Type.String({
+      pattern: HOST_NAME_PATTERN,
+      maxLength: 253,
+      description: "public host of the dashboards",
+    }),
     ui_port: OptPort("port of the dashboard UI"),
     network: OptStr("network"),
     proxy_network: OptStr("proxy network"),
     alert_email: Type.Optional(Type.String({ format: "email", maxLength: 320 })),
     log_scope_regex: OptStr("regular expression of the logs in scope"),
     tracing_otlp_b64: Type.Optional(Sensitive("base64 OTLP credentials for tracing")),
-    smtp_host: OptStr("SMTP host", 253),
+    smtp_host: OptHost("SMTP host"),
     smtp_user: OptStr("SMTP user", 256),
     smtp_password: Type.Optional(Sensitive("SMTP password", 1024)),
     smtp_from: Type.Optional(Type.String({ format: "email", maxLength: 320 })),
     tracing_public_url: Type.Optional(Url("public URL of the tracing UI")),
     tracing_project_id: OptStr("tracing project id", 256),
     app_db_network: OptStr("network of the app database"),
-    app_db_host: OptStr("host of the app database", 253),
+    app_db_host: OptHost("host of the app database"),
     app_db_port: OptPort("port of the app database"),
     app_db_database: OptStr("name of the app database", 128),
     app_db_user: OptStr("user of the app database", 128),
     app_db_app_id: OptStr("app id in the app database", 128),
     app_db_password: Type.Optional(Sensitive("password of the app database", 1024)),
-    env_file: OptStr("env file"),
+    env_file: OptFilePath("env file"),
     health_url: Type.Optional(Url("health URL to watch")),
-    context: OptStr("build context"),
+    context: OptFilePath("build context"),
     skip_deploy: OptBool("generate only"),
     regenerate_secrets: OptBool("regenerate the stack's secrets"),
     health_timeout_ms: OptInt("health wait", 0, 3_600_000),
   }),
   eval: Obj({
     app: App,
-    suite: Str("path of the suite file"),
+    suite: FilePath("path of the suite file"),
     mcp_url: Url("URL of the MCP server under test"),
     models: OptStrList("models that play the client", 20),
     judge_model: OptStr("model that grades", 128),
@@ -290,20 +321,22 @@ export const INPUT_SCHEMAS = {
     tracing: OptBool("export traces"),
   }),
   "delivery-check": Obj({
-    checks: Type.Array(
-      Type.Union([Type.Literal("producer"), Type.Literal("release"), Type.Literal("consumer")]),
-      {
-        minItems: 1,
-        maxItems: 3,
-        uniqueItems: true,
-      },
-    ),
+    checks: Type.Array(Type.Enum(["producer", "release", "consumer"] as const), {
+      minItems: 1,
+      maxItems: 3,
+      uniqueItems: true,
+    }),
     repo_name: Str("repository name", 256),
-    source_paths: OptStrList("source paths that must be in the commit"),
+    source_paths: Type.Optional(
+      Type.Array(FilePath("source path"), {
+        maxItems: 100,
+        description: "source paths that must be in the commit",
+      }),
+    ),
     image: OptStr("image reference"),
     image_label: OptStr("image label carrying the commit", 256),
     consumers: Type.Optional(Type.Array(Url("consumer URL"), { maxItems: 50 })),
-    repo_root: OptStr("repository root"),
+    repo_root: OptFilePath("repository root"),
   }),
 } as const;
 

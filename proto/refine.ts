@@ -7,13 +7,19 @@ import { scheduleOf } from "./schedule.js";
  * the gateway after the schema check, so bad input is a 400 before the bus.
  */
 export function refineInput(name: CapabilityName, input: Record<string, unknown>): void {
-  if (name === "schedule-job" && input.remove !== true) {
+  if (name === "schedule-job" && input.remove !== true && !isJobToggle(input)) {
     if (input.target_path === undefined) {
-      throw new PlatformError("invalid_input", "target_path: is required", {
-        details: [{ path: "/target_path", message: "is required" }],
-      });
+      throw new PlatformError(
+        "invalid_input",
+        "target_path: is required (to pause or resume a job, send only app, name and disabled)",
+        { details: [{ path: "/target_path", message: "is required" }] },
+      );
     }
-    scheduleOf(input as { every?: string; cron?: string; at?: string });
+    const s = scheduleOf(input as { every?: string; cron?: string; at?: string });
+    if (s.kind === "at" && Date.parse(s.at) <= Date.now())
+      throw new PlatformError("invalid_input", `at: ${s.at} is in the past`, {
+        details: [{ path: "/at", message: "must be in the future" }],
+      });
   }
   if (name === "provision-environment") {
     for (const [on, off] of [
@@ -33,4 +39,12 @@ export function refineInput(name: CapabilityName, input: Record<string, unknown>
             details: [{ path: `/${ports[j]}`, message: `must differ from ${ports[i]}` }],
           });
   }
+}
+
+/** A schedule-job input that only pauses or resumes a job by name: `{app, name, disabled}`. */
+export function isJobToggle(input: Record<string, unknown>): boolean {
+  return (
+    typeof input.disabled === "boolean" &&
+    Object.keys(input).every((k) => k === "app" || k === "name" || k === "disabled")
+  );
 }

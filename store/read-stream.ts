@@ -1,4 +1,4 @@
-import { DeliverPolicy, type JsMsg } from "@nats-io/jetstream";
+import { type Consumer, DeliverPolicy, type JsMsg } from "@nats-io/jetstream";
 import type { Bus } from "./bus.js";
 
 /**
@@ -18,6 +18,18 @@ export async function* readStream(
       ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: opts.startSeq }
       : { deliver_policy: DeliverPolicy.All }),
   });
+  try {
+    yield* drain(consumer, opts);
+  } finally {
+    // an ordered consumer left behind lingers on the server for 5 minutes: delete it now
+    consumer.delete().catch(() => {});
+  }
+}
+
+async function* drain(
+  consumer: Consumer,
+  opts: { follow?: boolean; done?: () => Promise<boolean>; signal?: AbortSignal },
+): AsyncGenerator<JsMsg> {
   let pending = (await consumer.info()).num_pending;
   while (!opts.signal?.aborted) {
     if (pending === 0) {

@@ -5,6 +5,7 @@ import { ContainerRuntime } from "../../effects/docker.js";
 import { packageScripts } from "./run-script.js";
 import type { Handler, HandlerContext } from "../context.js";
 import { PlatformError } from "../../proto/errors.js";
+import { appUrl } from "../../proto/formats.js";
 import { newResourceId } from "../../proto/ids.js";
 import type { PlatformEvent } from "../../proto/events.js";
 import type { Resource } from "../../proto/resources.js";
@@ -23,10 +24,17 @@ async function recentEvents(ctx: HandlerContext, limit: number): Promise<Platfor
 }
 
 async function probe(
-  url: string,
+  baseUrl: string,
+  path: string,
   timeoutMs: number,
 ): Promise<{ ok: boolean; status?: number; error?: string; ms: number }> {
   const t0 = Date.now();
+  let url: URL;
+  try {
+    url = appUrl(baseUrl, path);
+  } catch (e) {
+    return { ok: false, error: e instanceof Error ? e.message : "bad base_url", ms: 0 };
+  }
   try {
     const r = await fetch(url, { signal: AbortSignal.timeout(timeoutMs), redirect: "manual" });
     await r.body?.cancel();
@@ -251,7 +259,7 @@ export const readers: Partial<Record<string, (ctx: HandlerContext) => Promise<un
   },
   async health(ctx) {
     const app = (await ctx.state.getApp())!;
-    const appHealth = app.base_url ? await probe(new URL("/health", app.base_url).toString(), 1000) : null;
+    const appHealth = app.base_url ? await probe(app.base_url, "/health", 1000) : null;
     return {
       platform: { bus: "connected", node: ctx.nodeId, vault_key_id: ctx.vault.activeKeyId },
       app: app.base_url

@@ -4,6 +4,7 @@ import { PlatformError } from "../../proto/errors.js";
 import { newResourceId } from "../../proto/ids.js";
 import { JobDefinitionSchema, JobRanSchema, type JobDefinition } from "../../proto/records.js";
 import type { Resource } from "../../proto/resources.js";
+import { isJobToggle } from "../../proto/refine.js";
 import { nextTick, scheduleOf, type Schedule } from "../../proto/schedule.js";
 import { keys } from "../../proto/subjects.js";
 
@@ -12,6 +13,27 @@ async function definition(ctx: HandlerContext, name: string): Promise<JobDefinit
   return e && e.operation === "PUT"
     ? check(JobDefinitionSchema, e.json(), `job ${ctx.app}.${name}`)
     : undefined;
+}
+
+/** Jobs one app may define (docs/scheduler.md); `SLIPWAY_JOB_QUOTA` on the node changes it. */
+export const JOB_QUOTA_DEFAULT = 100;
+
+function jobQuota(): number {
+  const n = Number(process.env.SLIPWAY_JOB_QUOTA);
+  return Number.isInteger(n) && n > 0 ? n : JOB_QUOTA_DEFAULT;
+}
+
+/** 409 quota_exceeded when the app already has as many jobs as it may. */
+async function checkQuota(ctx: HandlerContext): Promise<void> {
+  const quota = jobQuota();
+  let n = 0;
+  // `<app>.*` matches definitions (`<app>.<job>`), not run states (`<app>.<job>.state`)
+  for await (const _ of await ctx.bus.kv.jobs.keys(`${ctx.app}.*`)) n++;
+  if (n >= quota)
+    throw new PlatformError(
+      "quota_exceeded",
+      `app ${ctx.app} has ${n} scheduled jobs, the most it may have (${quota}); remove one first`,
+    );
 }
 
 /** The schedule of a stored definition. */
@@ -50,27 +72,44 @@ export const scheduleJob: Handler = async (ctx, input) => {
     ctx.emit("JobUnscheduled", resource, { name });
     return { status: "succeeded", resource };
   }
-  if (input.target_path === undefined) {
-    throw new PlatformError("invalid_input", "target_path: is required", {
-      details: [{ path: "/target_path", message: "is required" }],
-    });
-  }
-  const schedule = scheduleOf(input as { every?: string; cron?: string; at?: string });
-  const disabled = input.disabled === true;
+  let def: JobDefinition;
+  let schedule: Schedule;
   const id = existing?.resource_id ?? newResourceId("ScheduledJob");
-  const def: JobDefinition = {
-    app: ctx.app,
-    name,
-    resource_id: id,
-    target_path: input.target_path as string,
-    method: (input.method as string | undefined) ?? "POST",
-    ...scheduleView(schedule),
-    disabled,
-    anchor: iso,
-    generation: (existing?.generation ?? 0) + 1,
-    updated_at: iso,
-  };
-  delete (def as Record<string, unknown>).time_zone;
+  if (isJobToggle(input)) {
+    // pause or resume by name: the stored definition, re-anchored now so a resumed job does not catch up
+    if (!existing)
+      throw new PlatformError("not_found", `job ${name} of app ${ctx.app} does not exist; register it first`);
+    schedule = scheduleOfDefinition(existing);
+    def = {
+      ...existing,
+      disabled: input.disabled === true,
+      anchor: iso,
+      generation: existing.generation + 1,
+      updated_at: iso,
+    };
+  } else {
+    if (input.target_path === undefined) {
+      throw new PlatformError("invalid_input", "target_path: is required", {
+        details: [{ path: "/target_path", message: "is required" }],
+      });
+    }
+    if (!existing) await checkQuota(ctx);
+    schedule = scheduleOf(input as { every?: string; cron?: string; at?: string });
+    def = {
+      app: ctx.app,
+      name,
+      resource_id: id,
+      target_path: input.target_path as string,
+      method: (input.method as string | undefined) ?? "POST",
+      ...scheduleView(schedule),
+      disabled: input.disabled === true,
+      anchor: iso,
+      generation: (existing?.generation ?? 0) + 1,
+      updated_at: iso,
+    };
+    delete (def as Record<string, unknown>).time_zone;
+  }
+  const disabled = def.disabled;
   const next = disabled ? null : nextTick(schedule, ctx.now.getTime(), ctx.now.getTime());
   const resource: Resource = {
     type: "ScheduledJob",

@@ -75,7 +75,7 @@ test("400 invalid_input for a non-object body, an unknown field, a wrong type an
   );
 });
 
-test("400 missing_actor without the actor headers or with bad values", async (t) => {
+test("400 missing_actor without the actor headers, 400 invalid_actor with bad values", async (t) => {
   const { p, app } = t.context;
   const body = JSON.stringify({ app, name: "K", value: "v" });
   const send = (h: Record<string, string>) =>
@@ -90,11 +90,11 @@ test("400 missing_actor without the actor headers or with bad values", async (t)
     }));
   isError(t, await send({}), "missing_actor");
   isError(t, await send({ "x-platform-actor-type": "builder" }), "missing_actor");
-  isError(t, await send({ "x-platform-actor-type": "robot", "x-platform-actor-id": "x" }), "missing_actor");
+  isError(t, await send({ "x-platform-actor-type": "robot", "x-platform-actor-id": "x" }), "invalid_actor");
   isError(
     t,
     await send({ "x-platform-actor-type": "cli", "x-platform-actor-id": "has space" }),
-    "missing_actor",
+    "invalid_actor",
   );
 });
 

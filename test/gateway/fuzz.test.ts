@@ -4,6 +4,7 @@ import { CAPABILITIES, acceptedOn } from "../../proto/catalogue.js";
 import { INPUT_SCHEMAS, type CapabilityName } from "../../proto/inputs.js";
 import { validateInput } from "../../proto/codec.js";
 import { ACTOR, call, get, platformPerFile, type PlatformContext } from "../helpers/infra.js";
+import { prng } from "../helpers/prng.js";
 
 const test = anyTest as TestFn<PlatformContext & { app: string; token: string }>;
 
@@ -12,18 +13,6 @@ platformPerFile(test, async (p) => {
   const r = await call(p.controlUrl, "initialize-app", { name: app });
   return { app, token: r.body.result.token as string };
 });
-
-/** mulberry32: a small seeded PRNG so a failing run can be replayed. */
-function prng(seed: number) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function generator(rand: () => number, app: string) {
   const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)]!;

@@ -2,6 +2,7 @@ import anyTest, { type TestFn } from "ava";
 import { randomUUID } from "node:crypto";
 import { request } from "node:http";
 import WebSocket from "ws";
+import { Compile } from "typebox/compile";
 import { call, platformPerFile, type PlatformContext } from "../helpers/infra.js";
 import { appendLog } from "../../store/logs.js";
 import { encode } from "../../proto/codec.js";
@@ -165,4 +166,46 @@ test("GET /logs?follow=1 streams lines as they come and ends when the resource e
   t.regex(all, /step 1[\s\S]*step 2[\s\S]*done/);
   t.true(chunks.length >= 2, "streamed in more than one piece");
   t.true(chunks[0]!.at < 700, "the first line came before the later ones were written");
+});
+
+test("SSE and WebSocket frames validate against the EventFrame schema published in /openapi.json", async (t) => {
+  const { p } = t.context;
+  const app = `f${randomUUID().slice(0, 8)}`;
+  await call(p.controlUrl, "initialize-app", { name: app });
+  await call(p.controlUrl, "set-secret", { app, name: "F", value: "1" });
+  const doc = (await (await fetch(`${p.controlUrl}/openapi.json`)).json()) as any;
+  const schema = doc.components.schemas.EventFrame;
+  t.truthy(schema, "EventFrame is published");
+  t.deepEqual(doc.paths["/events/stream"].get.responses["200"].content["text/event-stream"].schema, {
+    $ref: "#/components/schemas/EventFrame",
+  });
+  const frame = Compile(schema);
+  const viaSse = await sse(
+    `${p.controlUrl}/events/stream?app_id=${app}&from_seq=1`,
+    {},
+    (e) => e.length >= 2,
+  );
+  for (const e of viaSse) {
+    t.true(frame.Check(e.data), JSON.stringify([...frame.Errors(e.data)]));
+    t.is(String(e.data.seq), e.id, "the SSE id is the frame's seq");
+  }
+  const ws = new WebSocket(`ws://127.0.0.1:${p.control!.port}/events/stream?app_id=${app}&from_seq=1`);
+  const viaWs = await new Promise<any[]>((resolve, reject) => {
+    const got: any[] = [];
+    ws.on("message", (d) => {
+      got.push(JSON.parse(d.toString()));
+      if (got.length >= 2) resolve(got);
+    });
+    ws.on("error", reject);
+    setTimeout(() => reject(new Error(`only ${got.length} frames`)), 10_000);
+  });
+  ws.close();
+  for (const m of viaWs) t.true(frame.Check(m), JSON.stringify([...frame.Errors(m)]));
+  t.deepEqual(
+    viaWs.map((m) => m.seq),
+    viaSse.map((e) => e.data.seq),
+  );
+  // a frame without seq, or with a field the envelope lacks, does not validate
+  t.false(frame.Check({ ...viaWs[0], seq: undefined }));
+  t.false(frame.Check({ ...viaWs[0], extra: 1 }));
 });

@@ -56,12 +56,13 @@ export async function startTestPlatform(
   const h = await startPlatform({
     role: "up",
     natsUrl,
+    log: process.env.SLIPWAY_TEST_LOG ? (m: string) => process.stderr.write(`[platform] ${m}\n`) : () => {},
+    ...opts,
     dataDir,
     controlPort: opts.controlPort ?? 0,
     dataPort: opts.dataPort ?? 0,
+    // the test vault key unless the test sets its own
     env: { SLIPWAY_VAULT_KEY: TEST_VAULT_KEY, ...(opts.env ?? {}) },
-    log: process.env.SLIPWAY_TEST_LOG ? (m: string) => process.stderr.write(`[platform] ${m}\n`) : () => {},
-    ...opts,
   });
   return Object.assign(Object.create(null), h, {
     controlUrl: h.control ? `http://127.0.0.1:${h.control.port}` : "",

@@ -1,0 +1,168 @@
+import type { Bus } from "../store/bus.js";
+import type { Vault } from "../store/vault.js";
+import type { ReadIndex } from "../store/read-index.js";
+import { commandFieldAad } from "../store/vault.js";
+import {
+  acceptedOn,
+  BUILT_CAPABILITIES,
+  BUILT_INSPECT_TYPES,
+  capability,
+  PLATFORM_APP,
+} from "../proto/catalogue.js";
+import { canonicalJson, validateInput } from "../proto/codec.js";
+import type { Command, Reply } from "../proto/command.js";
+import { PlatformError } from "../proto/errors.js";
+import type { Actor } from "../proto/events.js";
+import { newId } from "../proto/ids.js";
+import { appOf, SECRET_VALUE_MAX, sensitiveFields, type CapabilityName } from "../proto/inputs.js";
+import { refineInput } from "../proto/refine.js";
+import { requireScope, type Principal } from "./auth.js";
+import type { CommandClient } from "./command-client.js";
+import { isJsonContentType, parseJsonObject, type Res } from "./http.js";
+import type { Req } from "./request.js";
+
+export interface CapabilityDeps {
+  plane: "control" | "data";
+  bus: Bus;
+  vault: Vault;
+  index: ReadIndex;
+  client: CommandClient;
+  auth: (headers: Record<string, string>) => Principal;
+  learn: (reply: Reply) => Promise<void>;
+  otherPort: () => number;
+}
+
+export const ACTOR_TYPES = ["builder", "cli", "app", "service", "operator"] as const;
+const ACTOR_TYPE_SET = new Set<string>(ACTOR_TYPES);
+const ACTOR_ID = /^[A-Za-z0-9._:@-]{1,128}$/;
+
+/**
+ * The actor of a call, from its two headers: absent is 400 `missing_actor`,
+ * malformed is 400 `invalid_actor`. On the data plane the recorded actor also
+ * names the app whose token made the call, whatever the headers claim.
+ */
+export function actorOf(h: Record<string, string>, principal: Principal): Actor {
+  const type = h["x-platform-actor-type"];
+  const id = h["x-platform-actor-id"];
+  if (!type || !id) {
+    throw new PlatformError(
+      "missing_actor",
+      "x-platform-actor-type and x-platform-actor-id headers are required",
+    );
+  }
+  if (!ACTOR_TYPE_SET.has(type))
+    throw new PlatformError(
+      "invalid_actor",
+      `x-platform-actor-type must be one of ${ACTOR_TYPES.join(", ")}`,
+    );
+  if (!ACTOR_ID.test(id))
+    throw new PlatformError("invalid_actor", "x-platform-actor-id must be 1-128 of [A-Za-z0-9._:@-]");
+  return principal.kind === "app" ? { type, id, app: principal.app } : { type, id };
+}
+
+function answer(res: Res, reply: Reply): void {
+  if (reply.ok && reply.body) res.json(reply.http, reply.body);
+  else
+    res.json(reply.http, {
+      status: "error",
+      error: {
+        ...(reply.error ?? { code: "internal", message: "internal error" }),
+        request_id: res.requestId,
+      },
+    });
+}
+
+/** `POST /capabilities/<name>`: checks the call, puts the command on the bus, answers the actor's reply. */
+export async function capabilityRoute(
+  d: CapabilityDeps,
+  req: Req,
+  res: Res,
+  name: string,
+  bodyP: Promise<Buffer> | undefined,
+  methodNotAllowed: (allow: string[]) => PlatformError,
+): Promise<void> {
+  const info = capability(name);
+  if (!info)
+    throw new PlatformError(
+      "unknown_capability",
+      `unknown capability ${name.slice(0, 64)}; GET /capabilities lists them`,
+    );
+  if (req.method !== "POST" || !bodyP) throw methodNotAllowed(["POST"]);
+  req.query.only([], `POST /capabilities/${name}`);
+  if (!acceptedOn(info, d.plane)) {
+    const right = d.plane === "control" ? "data" : "control";
+    throw new PlatformError(
+      "wrong_plane",
+      `${name} is served on the ${right} plane (port ${d.otherPort()}), not the ${d.plane} plane`,
+    );
+  }
+  if (!isJsonContentType(req.headers["content-type"]))
+    throw new PlatformError("unsupported_media_type", "send the body as Content-Type: application/json");
+  const principal = d.auth(req.headers);
+  const actor = actorOf(req.headers, principal);
+  const input = validateInput(name as CapabilityName, parseJsonObject(await bodyP));
+  refineInput(name as CapabilityName, input);
+  if (name === "set-secret" && Buffer.byteLength(input.value as string, "utf8") > SECRET_VALUE_MAX) {
+    throw new PlatformError("invalid_input", `value: must be at most ${SECRET_VALUE_MAX} bytes`, {
+      details: [{ path: "/value", message: `must be at most ${SECRET_VALUE_MAX} bytes` }],
+    });
+  }
+  if (!BUILT_CAPABILITIES.has(name))
+    throw new PlatformError("not_implemented", `capability ${name} is not implemented yet`);
+  if (name === "inspect" && !BUILT_INSPECT_TYPES.has(input.type as string))
+    throw new PlatformError("not_implemented", `inspect type ${String(input.type)} is not implemented yet`);
+  if (name === "explain-failure" && input.app === undefined) {
+    // the app of the failed run, from the read index (an app token may only name its own runs)
+    const subject = await d.index.getResource(input.resource as string);
+    if (!subject) throw new PlatformError("not_found", `no resource ${String(input.resource)}`);
+    input.app = subject.app_id;
+  }
+  const target = info.app_less ? PLATFORM_APP : appOf(name as CapabilityName, input)!;
+  if (principal.kind === "app") requireScope(principal, info.app_less ? undefined : target);
+  if (!d.bus.connected())
+    throw new PlatformError("bus_unavailable", "the command bus is unavailable; retry shortly");
+
+  // command id: random, or derived from Idempotency-Key (scoped to the app)
+  const idemKey = req.headers["idempotency-key"];
+  let id: string;
+  let bodyHash: string | undefined;
+  if (idemKey !== undefined) {
+    if (!/^[\x21-\x7e]{1,255}$/.test(idemKey))
+      throw new PlatformError("invalid_input", "Idempotency-Key must be 1-255 visible ASCII characters");
+    id = `idk_${d.vault.mac(`${target}\n${idemKey}`).slice(0, 32)}`;
+    bodyHash = d.vault.mac(`${name}\n${canonicalJson(input)}`);
+    const prior = await d.client.recorded(id);
+    if (prior) {
+      if (prior.body_hash !== bodyHash)
+        throw new PlatformError("idempotency_mismatch", "this Idempotency-Key was used with another body");
+      return answer(res, d.client.replyOf(prior));
+    }
+  } else {
+    id = newId("cmd");
+  }
+  // seal sensitive fields before the command leaves the gateway
+  const clean: Record<string, unknown> = { ...input };
+  const sealed: NonNullable<Command["sealed"]> = {};
+  for (const f of sensitiveFields(name as CapabilityName)) {
+    if (typeof clean[f] === "string") {
+      sealed[f] = d.vault.seal(clean[f] as string, commandFieldAad(id, f));
+      delete clean[f];
+    }
+  }
+  const cmd: Command = {
+    id,
+    capability: name,
+    app: target,
+    input: clean,
+    ...(Object.keys(sealed).length ? { sealed } : {}),
+    actor,
+    plane: d.plane,
+    gateway_id: d.client.gatewayId,
+    request_id: req.requestId,
+    received_at: new Date().toISOString(),
+    ...(bodyHash ? { body_hash: bodyHash } : {}),
+  };
+  const reply = await d.client.send(cmd);
+  await d.learn(reply);
+  answer(res, reply);
+}

@@ -1,0 +1,74 @@
+import type { HttpRequest, HttpResponse } from "uWebSockets.js";
+import { PlatformError } from "../proto/errors.js";
+import { newId } from "../proto/ids.js";
+import { isTransientBusError } from "../store/bus-errors.js";
+import { Res } from "./http.js";
+import { checkHostAndOrigin, type OriginPolicy } from "./origin.js";
+import { readRequest, type Req } from "./request.js";
+
+/** A route handler: it answers through `res`, synchronously or later. */
+export type Handler = (req: Req, res: Res) => void | Promise<void>;
+
+export interface GuardOptions {
+  policy: OriginPolicy;
+  /** Where a cause that is not a PlatformError is logged (it is never sent). */
+  log: (msg: string) => void;
+  /** Prefix of log lines (`gateway control`). */
+  name: string;
+}
+
+/**
+ * The answer to anything a handler throws. Known errors keep their code; a
+ * `URIError` (a malformed escape decoded somewhere) is a 400; a bus hiccup is
+ * 503 bus_unavailable; anything else is 500 `internal`, its cause logged here.
+ */
+export function answerError(res: Res, req: Pick<Req, "requestId"> | undefined, e: unknown, o: GuardOptions) {
+  const err =
+    e instanceof URIError
+      ? new PlatformError("invalid_input", "malformed percent-escape in the request")
+      : isTransientBusError(e)
+        ? new PlatformError("bus_unavailable", "the platform bus is unavailable; retry shortly")
+        : e;
+  try {
+    res.error(err, (x) =>
+      o.log(`${o.name}: ${req?.requestId ?? res.requestId}: ${x instanceof Error ? x.stack : String(x)}`),
+    );
+  } catch (again) {
+    // the connection is gone in a way uWS reports by throwing: nothing left to answer
+    o.log(`${o.name}: ${res.requestId}: could not answer: ${String(again)}`);
+  }
+}
+
+/**
+ * Wraps a uWS route handler so that no exception (synchronous or from its
+ * promise) can end the process: every request is answered, or its stream
+ * ended. The request is read strictly and checked against the Host/Origin
+ * policy before the handler runs.
+ */
+export function guard(o: GuardOptions, handler: Handler): (raw: HttpResponse, rq: HttpRequest) => void {
+  return (raw, rq) => {
+    let res: Res | undefined;
+    let req: Req | undefined;
+    try {
+      res = new Res(raw, newId("req"));
+      req = readRequest(rq, res.requestId);
+      checkHostAndOrigin(req.headers, o.policy);
+      const p = handler(req, res);
+      if (p) {
+        const r = res;
+        const q = req;
+        p.catch((e) => answerError(r, q, e, o));
+      }
+    } catch (e) {
+      if (res) answerError(res, req, e, o);
+      else {
+        o.log(`${o.name}: a request could not be read: ${e instanceof Error ? e.stack : String(e)}`);
+        try {
+          raw.writeStatus("500 Internal Server Error").end();
+        } catch {
+          /* aborted */
+        }
+      }
+    }
+  };
+}
