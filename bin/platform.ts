@@ -1,13 +1,15 @@
-import { mkdirSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { startNode, type NodeHandle, type NodeOptions } from "../actors/runtime.js";
 import { AppDirectory, isLoopback, loadControlToken } from "../gateway/auth.js";
+import { originPolicyFromEnv } from "../gateway/origin.js";
 import { startGateway, uwsIsNative, type GatewayHandle } from "../gateway/server.js";
 import { DEFAULT_PORTS } from "../proto/catalogue.js";
 import { openBus, type Bus } from "../store/bus.js";
 import { startEmbeddedNats, type EmbeddedNats } from "../store/embedded-nats.js";
 import { ReadIndex } from "../store/read-index.js";
-import { Vault } from "../store/vault.js";
+import { agreeOnVaultKey, Vault } from "../store/vault.js";
 
 export type Role = "up" | "gateway" | "node";
 
@@ -21,6 +23,11 @@ export interface PlatformOptions {
   natsUrl?: string;
   /** Port of the embedded nats-server. */
   natsPort?: number;
+  /**
+   * An embedded server the caller already started on this data dir (`slipwayd up` starts it while
+   * the rest of the code loads); stopped last by `close()`, or when start-up fails.
+   */
+  embeddedNats?: EmbeddedNats;
   controlHost?: string;
   dataHost?: string;
   controlPort?: number;
@@ -54,26 +61,27 @@ export interface PlatformHandle {
   close(): Promise<void>;
 }
 
-/** Options from the environment (DESIGN §1). */
-export function optionsFromEnv(env: NodeJS.ProcessEnv = process.env): PlatformOptions {
-  const int = (v: string | undefined) => (v ? Number.parseInt(v, 10) : undefined);
-  return {
-    dataDir: env.SLIPWAY_DATA_DIR,
-    workspaceRoot: env.SLIPWAY_WORKSPACE,
-    natsUrl: env.NATS_URL,
-    natsPort: int(env.SLIPWAY_NATS_PORT),
-    controlHost: env.SLIPWAY_CONTROL_HOST,
-    dataHost: env.SLIPWAY_DATA_HOST,
-    controlPort: int(env.SLIPWAY_CONTROL_PORT),
-    dataPort: int(env.SLIPWAY_DATA_PORT),
-    requireControlToken: env.SLIPWAY_REQUIRE_CONTROL_TOKEN === "1",
-    nodeId: env.SLIPWAY_NODE_ID,
-    platformUrls: {
-      ...(env.SLIPWAY_PUBLIC_CONTROL_URL ? { control: env.SLIPWAY_PUBLIC_CONTROL_URL } : {}),
-      ...(env.SLIPWAY_PUBLIC_DATA_URL ? { data: env.SLIPWAY_PUBLIC_DATA_URL } : {}),
-    },
-    env,
-  };
+export { optionsFromEnv } from "./options.js";
+
+/**
+ * The node id of `slipwayd up` on a data dir: `<data>/node.id`, made at first boot. A stable id lets
+ * a restarted `up` take back at once the partition leases its previous life held (a kill -9 leaves
+ * them for up to the lease TTL). Only `up` uses it: two `up` never share a data dir (the read
+ * index's lock), while several `node` processes may.
+ */
+export function loadNodeId(dataDir: string): string {
+  const file = join(dataDir, "node.id");
+  try {
+    writeFileSync(file, `n${randomBytes(4).toString("hex")}\n`, { flag: "wx" });
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
+  }
+  const id = readFileSync(file, "utf8").trim();
+  if (!/^[A-Za-z0-9_-]{1,64}$/.test(id))
+    throw new Error(
+      `${file} does not hold a valid node id (letters, digits, _ and -): delete it to have a new one made, or set SLIPWAY_NODE_ID`,
+    );
+  return id;
 }
 
 /** Starts the processes of a role in this process; `close()` shuts down in reverse order. */
@@ -91,27 +99,44 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
     for (const c of closers.reverse()) await c().catch((e) => log(`shutdown: ${String(e)}`));
   };
   try {
-    let nats: EmbeddedNats | undefined;
-    let natsUrl = opts.natsUrl;
+    let nats: EmbeddedNats | undefined = opts.embeddedNats;
+    if (nats) {
+      const n = nats;
+      closers.push(() => n.stop());
+    }
+    // local checks first: a bad key or token stops the process before anything (else) starts
+    const vault = Vault.open(dataDir, env);
+    const controlToken = loadControlToken(dataDir, env);
+    const nodeId = opts.nodeId || (role === "up" ? loadNodeId(dataDir) : undefined);
+    let natsUrl = opts.natsUrl || nats?.url;
     if (!natsUrl) {
-      nats = await startEmbeddedNats({ dir: dataDir, port: opts.natsPort ?? DEFAULT_PORTS.nats });
+      nats = await startEmbeddedNats({ dir: dataDir, port: opts.natsPort ?? DEFAULT_PORTS.nats, note: log });
       natsUrl = nats.url;
       const n = nats;
       closers.push(() => n.stop());
     }
     const bus = await openBus({ servers: natsUrl, name: `slipway-${role}` });
     closers.push(() => bus.close());
-    const vault = Vault.open(dataDir, env);
-    const controlToken = loadControlToken(dataDir, env);
+    // every process of a deployment must seal and open with the same keys (DESIGN §5)
+    await agreeOnVaultKey(bus.kv.meta, vault);
 
     let index: ReadIndex | undefined;
     let control: GatewayHandle | undefined;
     let data: GatewayHandle | undefined;
     if (role === "up" || role === "gateway") {
       if (!uwsIsNative()) log("warning: uWebSockets.js is not the native build; expect far lower throughput");
-      index = await ReadIndex.open(
-        join(dataDir, role === "up" ? "index" : `index-${opts.plane ?? "control"}`),
-      );
+      const indexDir = join(dataDir, role === "up" ? "index" : `index-${opts.plane ?? "control"}`);
+      try {
+        index = await ReadIndex.open(indexDir);
+      } catch (e) {
+        // LevelDB's lock: another process has this read index open (the node id of `up` relies on it)
+        const cause = (e as { cause?: { code?: string } }).cause;
+        if (cause?.code === "LEVEL_LOCKED")
+          throw new Error(
+            `the read index ${indexDir} is in use by another slipwayd: stop that one first, or use another SLIPWAY_DATA_DIR`,
+          );
+        throw e;
+      }
       const idx = index;
       closers.push(() => idx.close());
       await index.follow(bus, log);
@@ -121,6 +146,7 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
       const controlHost = opts.controlHost ?? "127.0.0.1";
       const controlPort = opts.controlPort ?? DEFAULT_PORTS.control;
       const dataPort = opts.dataPort ?? DEFAULT_PORTS.data;
+      const tailsPerToken = Number.parseInt(env.SLIPWAY_TAILS_PER_TOKEN ?? "", 10) || undefined;
       const common = {
         bus,
         vault,
@@ -128,6 +154,8 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
         apps,
         controlToken,
         log,
+        originPolicy: originPolicyFromEnv(env),
+        ...(tailsPerToken ? { tailsPerToken } : {}),
         ...(opts.replyTimeoutMs ? { replyTimeoutMs: opts.replyTimeoutMs } : {}),
       };
       if (role === "up" || opts.plane !== "data") {
@@ -174,7 +202,7 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
         workspaceRoot,
         platformUrls,
         log,
-        ...(opts.nodeId ? { nodeId: opts.nodeId } : {}),
+        ...(nodeId ? { nodeId } : {}),
         ...opts.node,
       });
       const n = node;

@@ -1,14 +1,13 @@
 #!/usr/bin/env node
+// Only light modules are imported up front: `slipwayd up` starts the embedded nats-server first and
+// loads the platform's code (about a second) while the server starts; the rest comes by import().
 import { parseArgs } from "node:util";
 import { resolve } from "node:path";
-import { optionsFromEnv, startPlatform, type PlatformHandle } from "./platform.js";
+import { optionsFromEnv } from "./options.js";
+import type { PlatformHandle } from "./platform.js";
 import { DEFAULT_PORTS, PLATFORM_MODEL } from "../proto/catalogue.js";
-import { openBus } from "../store/bus.js";
-import { NatsServerMissingError, NatsServerStartError, startEmbeddedNats } from "../store/embedded-nats.js";
-import { addKeyToFile, Vault } from "../store/vault.js";
-import { resealAll } from "../store/vault-rotate.js";
-import { PortInUseError } from "../gateway/server.js";
-import { BusFeatureError, type Bus } from "../store/bus.js";
+import { startEmbeddedNats, type EmbeddedNats } from "../store/embedded-nats.js";
+import type { Bus } from "../store/bus.js";
 
 const USAGE = `slipwayd: the Slipway platform (model ${PLATFORM_MODEL})
 
@@ -21,12 +20,26 @@ usage:
 environment:
   SLIPWAY_DATA_DIR (./.slipway)  SLIPWAY_WORKSPACE (<data>/apps)  NATS_URL (no embedded server)
   SLIPWAY_CONTROL_HOST/PORT  SLIPWAY_DATA_HOST/PORT  SLIPWAY_NATS_PORT  SLIPWAY_VAULT_KEY  SLIPWAY_CONTROL_TOKEN
+  SLIPWAY_NODE_ID (up: <data>/node.id)  SLIPWAY_ALLOWED_HOSTS  SLIPWAY_ALLOWED_ORIGINS
+  SLIPWAY_TAILS_PER_TOKEN (32)  SLIPWAY_JOB_QUOTA (100)  SLIPWAY_JOB_TIMEOUT_MS (30000)
 `;
+
+/** Errors whose message says what to do: printed as one line, without a stack trace. */
+const PLAIN_ERRORS = new Set([
+  "NatsServerMissingError",
+  "NatsServerStartError",
+  "PortInUseError",
+  "BusFeatureError",
+  "VaultKeyMismatchError",
+  "ControlTokenError",
+]);
 
 function fail(msg: string, code = 1): never {
   process.stderr.write(`slipwayd: ${msg}\n`);
   process.exit(code);
 }
+
+const note = (m: string) => process.stderr.write(`slipwayd: ${m}\n`);
 
 async function run(argv: string[]): Promise<void> {
   const { values, positionals } = parseArgs({
@@ -43,42 +56,76 @@ async function run(argv: string[]): Promise<void> {
   if (cmd === "vault") {
     if (sub !== "rotate") fail(`unknown vault command ${sub ?? ""}; try: slipwayd vault rotate`, 2);
     const dataDir = resolve(base.dataDir ?? ".slipway");
+    const [{ openBus }, { addKeyToFile, agreeOnVaultKey, Vault }, { resealAll }] = await Promise.all([
+      import("../store/bus.js"),
+      import("../store/vault.js"),
+      import("../store/vault-rotate.js"),
+    ]);
     // With SLIPWAY_VAULT_KEY the keys live in the environment: put the new key first in that list
     // (old ones after it), restart the processes, then run this to re-seal under it.
     const fromEnv = Boolean(process.env.SLIPWAY_VAULT_KEY);
-    if (fromEnv)
-      process.stderr.write("slipwayd: keys come from SLIPWAY_VAULT_KEY; re-sealing under its first key\n");
-    const kid = fromEnv ? Vault.open(dataDir).activeKeyId : addKeyToFile(dataDir);
-    const vault = Vault.open(dataDir);
+    if (fromEnv) note("keys come from SLIPWAY_VAULT_KEY; re-sealing under its first key");
     let url = base.natsUrl ?? `nats://127.0.0.1:${base.natsPort ?? DEFAULT_PORTS.nats}`;
-    let embedded: Awaited<ReturnType<typeof startEmbeddedNats>> | undefined;
+    let embedded: EmbeddedNats | undefined;
     let bus: Bus;
     try {
       bus = await openBus({ servers: url, name: "slipwayd-vault" });
     } catch {
-      embedded = await startEmbeddedNats({ dir: dataDir, port: base.natsPort ?? DEFAULT_PORTS.nats });
+      embedded = await startEmbeddedNats({ dir: dataDir, port: base.natsPort ?? DEFAULT_PORTS.nats, note });
       url = embedded.url;
       bus = await openBus({ servers: url, name: "slipwayd-vault" });
     }
-    const report = await resealAll(bus, vault);
-    await bus.close();
-    await embedded?.stop();
-    process.stdout.write(`${JSON.stringify({ active_key_id: kid, ...report })}\n`);
-    if (report.tampered.length) process.exitCode = 1;
+    try {
+      // this process's keys must be the deployment's before a new key joins them
+      await agreeOnVaultKey(bus.kv.meta, Vault.open(dataDir));
+      const kid = fromEnv ? Vault.open(dataDir).activeKeyId : addKeyToFile(dataDir);
+      const report = await resealAll(bus, Vault.open(dataDir));
+      process.stdout.write(`${JSON.stringify({ active_key_id: kid, ...report })}\n`);
+      if (report.tampered.length) process.exitCode = 1;
+    } finally {
+      await bus.close();
+      await embedded?.stop();
+    }
     return;
   }
+  if (cmd !== "up" && cmd !== "gateway" && cmd !== "node") fail(`unknown command ${cmd}\n${USAGE}`, 2);
+  if (cmd === "gateway" && values.plane !== "control" && values.plane !== "data")
+    fail("gateway needs --plane control or --plane data", 2);
+  if (cmd !== "up" && !base.natsUrl)
+    fail(`${cmd} needs NATS_URL (the embedded server runs only with slipwayd up)`, 2);
+  // up: the embedded server starts while the platform's code loads. "ready in" counts from the
+  // moment the code is loaded, as it did when it was imported up front.
+  let t0 = Date.now();
+  const loading = import("./platform.js").then((m) => {
+    t0 = Date.now();
+    return m;
+  });
+  let embedded: EmbeddedNats | undefined;
+  if (cmd === "up" && !base.natsUrl) {
+    const [nats] = await Promise.allSettled([
+      startEmbeddedNats({
+        dir: resolve(base.dataDir ?? ".slipway"),
+        port: base.natsPort ?? DEFAULT_PORTS.nats,
+        note,
+      }),
+      loading,
+    ]);
+    if (nats.status === "rejected") throw nats.reason;
+    embedded = nats.value;
+  }
   let handle: PlatformHandle;
-  const t0 = Date.now();
-  if (cmd === "up") handle = await startPlatform({ ...base, role: "up" });
-  else if (cmd === "gateway") {
-    if (values.plane !== "control" && values.plane !== "data")
-      fail("gateway needs --plane control or --plane data", 2);
-    if (!base.natsUrl) fail("gateway needs NATS_URL (the embedded server runs only with slipwayd up)", 2);
-    handle = await startPlatform({ ...base, role: "gateway", plane: values.plane as "control" | "data" });
-  } else if (cmd === "node") {
-    if (!base.natsUrl) fail("node needs NATS_URL (the embedded server runs only with slipwayd up)", 2);
-    handle = await startPlatform({ ...base, role: "node" });
-  } else fail(`unknown command ${cmd}\n${USAGE}`, 2);
+  try {
+    const { startPlatform } = await loading;
+    handle = await startPlatform({
+      ...base,
+      role: cmd,
+      ...(cmd === "gateway" ? { plane: values.plane as "control" | "data" } : {}),
+      ...(embedded ? { embeddedNats: embedded } : {}),
+    });
+  } catch (e) {
+    await embedded?.stop(); // startPlatform stops it too; stop() is idempotent
+    throw e;
+  }
   const parts = [
     handle.nats ? `nats ${handle.natsUrl}` : `nats ${handle.natsUrl} (external)`,
     handle.control ? `control http://127.0.0.1:${handle.control.port}` : "",
@@ -98,18 +145,18 @@ async function run(argv: string[]): Promise<void> {
     clearTimeout(t);
     process.exit(0);
   };
+  // a promise nobody awaited that failed is a bug to log, never a reason to stop serving every app
+  process.on("unhandledRejection", (reason) =>
+    note(
+      `unhandled rejection (logged, still serving): ${reason instanceof Error ? reason.stack : String(reason)}`,
+    ),
+  );
   process.on("SIGINT", () => void stop("SIGINT"));
   process.on("SIGTERM", () => void stop("SIGTERM"));
 }
 
 run(process.argv.slice(2)).catch((e) => {
-  if (
-    e instanceof NatsServerMissingError ||
-    e instanceof NatsServerStartError ||
-    e instanceof PortInUseError ||
-    e instanceof BusFeatureError
-  )
-    fail(e.message);
+  if (e instanceof Error && PLAIN_ERRORS.has(e.name)) fail(e.message);
   if (e && typeof e === "object" && "code" in e && (e as { code: unknown }).code === "ECONNREFUSED")
     fail(`cannot reach NATS: ${String((e as Error).message)}`);
   fail(e instanceof Error ? e.message : String(e));

@@ -11,9 +11,27 @@ export function isLoopback(host: string): boolean {
   return host === "localhost" || host === "::1" || host === "[::1]" || /^127\.\d+\.\d+\.\d+$/.test(host);
 }
 
-/** The control token: `SLIPWAY_CONTROL_TOKEN`, or `<data>/control.token` (0600) made at first boot. */
+/** Shortest control token accepted at startup (generated ones are 48 characters). */
+export const MIN_CONTROL_TOKEN_LENGTH = 32;
+
+/** The control token is too short (checked at startup). */
+export class ControlTokenError extends Error {
+  override readonly name = "ControlTokenError";
+}
+
+/**
+ * The control token: `SLIPWAY_CONTROL_TOKEN`, or `<data>/control.token` (0600) made at first boot.
+ * Throws {@link ControlTokenError} when it is shorter than {@link MIN_CONTROL_TOKEN_LENGTH}.
+ */
 export function loadControlToken(dataDir: string, env: NodeJS.ProcessEnv = process.env): string {
-  if (env.SLIPWAY_CONTROL_TOKEN) return env.SLIPWAY_CONTROL_TOKEN;
+  if (env.SLIPWAY_CONTROL_TOKEN) {
+    const token = env.SLIPWAY_CONTROL_TOKEN;
+    if (token.length < MIN_CONTROL_TOKEN_LENGTH)
+      throw new ControlTokenError(
+        `SLIPWAY_CONTROL_TOKEN is ${token.length} characters long; a control token needs at least ${MIN_CONTROL_TOKEN_LENGTH}: set a longer random one (e.g. openssl rand -base64 32), or unset it to use the generated <data>/control.token`,
+      );
+    return token;
+  }
   const file = join(dataDir, "control.token");
   if (!existsSync(file)) {
     mkdirSync(dirname(file), { recursive: true });
@@ -24,7 +42,12 @@ export function loadControlToken(dataDir: string, env: NodeJS.ProcessEnv = proce
     }
   }
   chmodSync(file, 0o600);
-  return readFileSync(file, "utf8").trim();
+  const token = readFileSync(file, "utf8").trim();
+  if (token.length < MIN_CONTROL_TOKEN_LENGTH)
+    throw new ControlTokenError(
+      `${file} holds a control token of ${token.length} characters; it needs at least ${MIN_CONTROL_TOKEN_LENGTH}: delete the file to have a new one generated at the next start, or put a longer random one in it (or in SLIPWAY_CONTROL_TOKEN)`,
+    );
+  return token;
 }
 
 export function bearer(headers: Record<string, string>): string | undefined {

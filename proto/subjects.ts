@@ -22,6 +22,8 @@ export const BUCKETS = {
   actors: "slipway_actors",
   offsets: "slipway_offsets",
   idempotency: "slipway_idempotency",
+  /** Deployment-wide facts recorded once: `vault_fingerprint` (every process's vault keys must match it). */
+  meta: "slipway_meta",
 } as const;
 
 /** Lease TTL (bucket-wide max age of `slipway_leases`). */

@@ -3,12 +3,24 @@
 // nats-server is installed (apt-get on Debian-like systems), installs the
 // container engine and busybox for run-dev-server when it can (optional: without
 // them run-dev-server answers 503), and with --build compiles the TypeScript
-// into dist/. Says plainly what to do when it cannot.
+// into dist/ and bundles the client, unless nothing the build reads changed since
+// the last successful build (scripts/build-stamp.mjs; --force-build or
+// SLIPWAY_FORCE_BUILD=1 builds anyway). Says plainly what to do when it cannot.
 import { execFileSync, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import {
+  accessSync,
+  constants,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
+import { delimiter, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
@@ -29,6 +41,27 @@ function run(cmd, argv, opts = {}) {
 function has(cmd) {
   const r = spawnSync(cmd, ["--version"], { stdio: "ignore" });
   return !r.error && r.status === 0;
+}
+
+// an executable of that name on PATH (or at that path), without running it (`dockerd --version`
+// alone takes 150 ms): the checks of a start with nothing to install stay cheap
+function onPath(cmd) {
+  if (cmd.includes("/")) {
+    try {
+      accessSync(cmd, constants.X_OK);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+  for (const dir of (process.env.PATH ?? "").split(delimiter)) {
+    if (!dir) continue;
+    try {
+      accessSync(join(dir, cmd), constants.X_OK);
+      return true;
+    } catch {}
+  }
+  return false;
 }
 
 // 1. Node 20
@@ -84,7 +117,7 @@ if (!existsSync(installed) || statSync(installed).mtimeMs < statSync(lock).mtime
 
 // 3. nats-server
 const natsBin = process.env.NATS_SERVER_BIN ?? "nats-server";
-if (!process.env.NATS_URL && !has(natsBin)) {
+if (!process.env.NATS_URL && !onPath(natsBin)) {
   const isRoot = typeof process.getuid === "function" && process.getuid() === 0;
   if (has("apt-get")) {
     say("nats-server is missing: installing it with apt-get (Debian package nats-server)");
@@ -117,7 +150,7 @@ if (!process.env.NATS_URL && !has(natsBin)) {
 // built from this host's node binary and busybox. Without them it answers 503; setup never fails for it.
 {
   const wanted = [];
-  if (!process.env.DOCKER_HOST && !has("dockerd")) wanted.push("docker.io");
+  if (!process.env.DOCKER_HOST && !onPath("dockerd")) wanted.push("docker.io");
   if (!["/bin/busybox", "/usr/bin/busybox"].some((p) => existsSync(p))) wanted.push("busybox-static");
   const isRoot = typeof process.getuid === "function" && process.getuid() === 0;
   if (wanted.length && isRoot && has("apt-get")) {
@@ -142,22 +175,38 @@ if (!process.env.NATS_URL && !has(natsBin)) {
   }
 }
 
-// 5. build
+// 5. build: skipped when nothing it reads changed since the last successful build (scripts/build-stamp.mjs)
 if (args.has("--build")) {
-  say("building (tsc)");
-  const tsc = join(root, "node_modules", "typescript", "bin", "tsc");
-  try {
-    execFileSync(process.execPath, [tsc, "-p", "tsconfig.json"], { stdio: "inherit", cwd: root });
-  } catch {
-    die("the TypeScript build failed; see the errors above");
-  }
-  say("bundling the client shipped in the starter");
-  try {
-    execFileSync(process.execPath, [join(root, "scripts", "bundle-client.mjs")], {
-      stdio: "inherit",
-      cwd: root,
-    });
-  } catch {
-    die("bundling the client failed; see the errors above");
+  const { buildDecision, writeStamp } = await import("./build-stamp.mjs");
+  const decision = buildDecision(root);
+  if (!decision.build && !args.has("--force-build") && !process.env.SLIPWAY_FORCE_BUILD) {
+    say(`build is up to date (${decision.reason}); skipping tsc and the bundles`);
+  } else {
+    say(`building (tsc): ${decision.reason}`);
+    const tsc = join(root, "node_modules", "typescript", "bin", "tsc");
+    try {
+      execFileSync(process.execPath, [tsc, "-p", "tsconfig.json"], { stdio: "inherit", cwd: root });
+    } catch {
+      die("the TypeScript build failed; see the errors above");
+    }
+    say("bundling the client shipped in the starter");
+    try {
+      execFileSync(process.execPath, [join(root, "scripts", "bundle-client.mjs")], {
+        stdio: "inherit",
+        cwd: root,
+      });
+    } catch {
+      die("bundling the client failed; see the errors above");
+    }
+    say("bundling the platform into dist/bin/slipwayd.mjs (what npm start runs)");
+    try {
+      execFileSync(process.execPath, [join(root, "scripts", "bundle-slipwayd.mjs")], {
+        stdio: "inherit",
+        cwd: root,
+      });
+    } catch {
+      die("bundling the platform failed; see the errors above");
+    }
+    if (decision.hash) writeStamp(root, decision.hash);
   }
 }

@@ -1,6 +1,7 @@
 import { createCipheriv, createDecipheriv, createHash, createHmac, randomBytes } from "node:crypto";
 import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
+import type { KV } from "@nats-io/kv";
 import type { Sealed } from "../proto/command.js";
 
 /**
@@ -16,6 +17,10 @@ export class VaultTamperedError extends Error {
 /** The key that sealed a value is not in the key ring. */
 export class VaultKeyMissingError extends Error {
   override readonly name = "VaultKeyMissingError";
+}
+/** This process's vault keys are not the ones the deployment recorded at first boot. */
+export class VaultKeyMismatchError extends Error {
+  override readonly name = "VaultKeyMismatchError";
 }
 
 export interface KeyRing {
@@ -92,11 +97,14 @@ export class Vault {
   private readonly changed: (() => boolean) | undefined;
   private lastCheck = 0;
   private macKey: Buffer;
+  /** Where the keys come from: `SLIPWAY_VAULT_KEY`, or the key file's path. */
+  readonly source: string;
 
-  constructor(ring: KeyRing, reload?: () => KeyRing, changed?: () => boolean) {
+  constructor(ring: KeyRing, reload?: () => KeyRing, changed?: () => boolean, source = "SLIPWAY_VAULT_KEY") {
     this.ring = ring;
     this.reload = reload;
     this.changed = changed;
+    this.source = source;
     this.macKey = this.deriveMacKey();
   }
 
@@ -116,7 +124,7 @@ export class Vault {
         return false;
       }
     };
-    return new Vault(ring, () => loadKeyRing(dataDir, env), changed);
+    return new Vault(ring, () => loadKeyRing(dataDir, env), changed, file);
   }
 
   private deriveMacKey(): Buffer {
@@ -200,6 +208,66 @@ export class Vault {
   mac(data: string): string {
     return createHmac("sha256", this.macKey).update(data).digest("base64url");
   }
+
+  /**
+   * A fingerprint of the key ring that reveals nothing about the keys: HMAC-SHA256 of a fixed label
+   * under a key derived from the MAC key (itself derived from the oldest key), so it stays the same
+   * across rotations and changes when the keys do.
+   */
+  fingerprint(): string {
+    this.maybeReload();
+    const k = createHmac("sha256", this.macKey).update("slipway/vault-fingerprint-key").digest();
+    return createHmac("sha256", k).update("slipway/vault-fingerprint/v1").digest("base64url");
+  }
+}
+
+/** Key of the vault fingerprint in the `slipway_meta` bucket. */
+export const VAULT_FINGERPRINT_KEY = "vault_fingerprint";
+
+interface FingerprintRecord {
+  scheme: string;
+  fingerprint: string;
+  created_at: string;
+}
+
+/**
+ * Makes sure every process of one deployment uses the same vault keys: the first process to boot
+ * records the fingerprint of its keys in `meta` (with `create`, so exactly one wins); every later
+ * one compares its own and throws {@link VaultKeyMismatchError} when it differs. Run right after
+ * opening the bus, before anything seals or opens.
+ */
+export async function agreeOnVaultKey(meta: KV, vault: Vault): Promise<"recorded" | "matched"> {
+  const mine = vault.fingerprint();
+  const record: FingerprintRecord = {
+    scheme: "hmac-sha256/v1",
+    fingerprint: mine,
+    created_at: new Date().toISOString(),
+  };
+  let created = false;
+  let createError: unknown;
+  try {
+    await meta.create(VAULT_FINGERPRINT_KEY, JSON.stringify(record));
+    created = true;
+  } catch (e) {
+    createError = e;
+  }
+  if (created) return "recorded";
+  const entry = await meta.get(VAULT_FINGERPRINT_KEY);
+  if (entry?.operation !== "PUT") throw createError;
+  let theirs: string | undefined;
+  try {
+    theirs = (entry.json() as Partial<FingerprintRecord>).fingerprint;
+  } catch {
+    theirs = undefined;
+  }
+  if (theirs === mine) return "matched";
+  const from =
+    vault.source === "SLIPWAY_VAULT_KEY"
+      ? "the keys in SLIPWAY_VAULT_KEY are not"
+      : `the key file ${vault.source} (SLIPWAY_VAULT_KEY is not set) does not hold`;
+  throw new VaultKeyMismatchError(
+    `vault key mismatch: ${from} the vault keys this deployment recorded at first boot (slipway_meta ${VAULT_FINGERPRINT_KEY}); every gateway and node must use the same keys: set the same SLIPWAY_VAULT_KEY everywhere, or give each the same vault.key file (after a rotation, keep the oldest key last)`,
+  );
 }
 
 /** AAD of a secret in the vault. */

@@ -1,0 +1,26 @@
+import type { PlatformOptions } from "./platform.js";
+
+/**
+ * Options from the environment (DESIGN §1). A module of its own, without the platform's imports:
+ * `slipwayd up` reads them and starts the embedded nats-server while the rest of the code loads.
+ */
+export function optionsFromEnv(env: NodeJS.ProcessEnv = process.env): PlatformOptions {
+  const int = (v: string | undefined) => (v ? Number.parseInt(v, 10) : undefined);
+  return {
+    dataDir: env.SLIPWAY_DATA_DIR,
+    workspaceRoot: env.SLIPWAY_WORKSPACE,
+    natsUrl: env.NATS_URL || undefined,
+    natsPort: int(env.SLIPWAY_NATS_PORT),
+    controlHost: env.SLIPWAY_CONTROL_HOST,
+    dataHost: env.SLIPWAY_DATA_HOST,
+    controlPort: int(env.SLIPWAY_CONTROL_PORT),
+    dataPort: int(env.SLIPWAY_DATA_PORT),
+    requireControlToken: env.SLIPWAY_REQUIRE_CONTROL_TOKEN === "1",
+    nodeId: env.SLIPWAY_NODE_ID,
+    platformUrls: {
+      ...(env.SLIPWAY_PUBLIC_CONTROL_URL ? { control: env.SLIPWAY_PUBLIC_CONTROL_URL } : {}),
+      ...(env.SLIPWAY_PUBLIC_DATA_URL ? { data: env.SLIPWAY_PUBLIC_DATA_URL } : {}),
+    },
+    env,
+  };
+}

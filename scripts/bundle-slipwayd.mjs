@@ -1,0 +1,51 @@
+#!/usr/bin/env node
+// Bundles the compiled platform (dist/bin/slipwayd.js and everything it imports) into one file,
+// dist/bin/slipwayd.mjs, which `npm start` and the image run. Loading ~300 small ES modules (most
+// of them TypeBox's) takes about 0.6 s at every start; one file loads in about 0.15 s.
+//
+// Kept external: native addons (uWebSockets.js, level's classic-level), packages loaded only when
+// first used (dockerode, @anthropic-ai/sdk) and esbuild itself (the client is bundled with it).
+// The bundle sits beside the module it replaces, so the paths it derives from its own location
+// (the starter template, dist/client/slipway.mjs) stay the same.
+//
+//   node scripts/bundle-slipwayd.mjs       after tsc (npm run build)
+import { chmodSync, existsSync, statSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const say = (m) => process.stderr.write(`bundle-slipwayd: ${m}\n`);
+
+/** The bundle's esbuild options (also used by tests that time a compiled slipwayd). */
+export const SLIPWAYD_BUNDLE_OPTIONS = {
+  bundle: true,
+  platform: "node",
+  format: "esm",
+  target: "node20",
+  external: ["uWebSockets.js", "level", "classic-level", "dockerode", "@anthropic-ai/sdk", "esbuild"],
+  // CommonJS packages inside an ES module bundle still call require()
+  banner: {
+    js: "import { createRequire as __slipwayRequire } from 'node:module';\nconst require = __slipwayRequire(import.meta.url);",
+  },
+  logLevel: "warning",
+};
+
+export const SLIPWAYD_BUNDLE = "dist/bin/slipwayd.mjs";
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const entry = join(root, "dist", "bin", "slipwayd.js");
+  if (!existsSync(entry)) {
+    say("dist/bin/slipwayd.js is missing; run tsc -p tsconfig.json first");
+    process.exit(1);
+  }
+  const esbuild = (await import("esbuild")).default;
+  const out = join(root, SLIPWAYD_BUNDLE);
+  try {
+    await esbuild.build({ ...SLIPWAYD_BUNDLE_OPTIONS, entryPoints: [entry], outfile: out });
+  } catch (e) {
+    say(e instanceof Error ? e.message : String(e));
+    process.exit(1);
+  }
+  chmodSync(out, 0o755);
+  say(`wrote ${SLIPWAYD_BUNDLE} (${Math.round(statSync(out).size / 1024)} KiB)`);
+}

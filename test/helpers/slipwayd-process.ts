@@ -1,0 +1,128 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { createRequire } from "node:module";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { hasSetpriv } from "../../store/embedded-nats.js";
+
+const require = createRequire(import.meta.url);
+const tsx = require.resolve("tsx");
+const repo = fileURLToPath(new URL("../../", import.meta.url));
+const slipwayd = join(repo, "bin", "slipwayd.ts");
+
+/**
+ * `bin/slipwayd.ts` compiled into one JavaScript file (esbuild; npm packages stay external), in a
+ * temp folder under the repository's `.tmp/` so packages and the starter template resolve as from
+ * `dist/`. For timings that must not count tsx compiling on the fly (production runs compiled code).
+ */
+export async function bundleSlipwayd(): Promise<{ file: string; dispose(): void }> {
+  const esbuild = (await import("esbuild")).default;
+  mkdirSync(join(repo, ".tmp"), { recursive: true });
+  const dir = mkdtempSync(join(repo, ".tmp", "slipwayd-bundle-"));
+  const file = join(dir, "slipwayd.mjs");
+  await esbuild.build({
+    entryPoints: [slipwayd],
+    outfile: file,
+    bundle: true,
+    platform: "node",
+    format: "esm",
+    target: "node20",
+    packages: "external",
+    logLevel: "silent",
+  });
+  return { file, dispose: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+/** A `slipwayd` process started through tsx (`node --import tsx bin/slipwayd.ts`: one pid). */
+export interface SlipwaydProcess {
+  readonly child: ChildProcess;
+  /** When the process was spawned (Date.now()). */
+  readonly startedAt: number;
+  /** stdout and stderr so far. */
+  out(): string;
+  /** Resolves on the `ready in` line; rejects when the process exits first or after `timeoutMs`. */
+  ready(timeoutMs?: number): Promise<void>;
+  /** Resolves with the exit code (or signal name) once the process has exited. */
+  exited(): Promise<number | string>;
+  kill9(): Promise<void>;
+  /** SIGTERM (SIGKILL after 10 s); resolves once it exited. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts `slipwayd <args>` through tsx, or from a compiled `entry` ({@link bundleSlipwayd}). With
+ * setpriv it gets SIGKILL when the test process dies (setpriv execs: the pid is node's).
+ */
+export function spawnSlipwayd(args: string[], env: NodeJS.ProcessEnv, entry?: string): SlipwaydProcess {
+  const startedAt = Date.now();
+  const argv = [process.execPath, ...(entry ? [entry] : ["--import", tsx, slipwayd]), ...args];
+  const [cmd, ...rest] = hasSetpriv() ? ["setpriv", "--pdeathsig", "KILL", "--", ...argv] : argv;
+  const child = spawn(cmd!, rest, { env, stdio: ["ignore", "pipe", "pipe"] });
+  let out = "";
+  child.stdout!.on("data", (d: Buffer) => (out += d.toString()));
+  child.stderr!.on("data", (d: Buffer) => (out += d.toString()));
+  const exit = new Promise<number | string>((resolve) =>
+    child.once("exit", (code, signal) => resolve(code ?? signal ?? -1)),
+  );
+  const gone = () => child.exitCode !== null || child.signalCode !== null;
+  return {
+    child,
+    startedAt,
+    out: () => out,
+    ready: async (timeoutMs = 20_000) => {
+      const deadline = Date.now() + timeoutMs;
+      while (!out.includes("ready in")) {
+        if (gone()) throw new Error(`slipwayd ${args.join(" ")} exited: ${out}`);
+        if (Date.now() > deadline) throw new Error(`slipwayd ${args.join(" ")} not ready: ${out}`);
+        await new Promise((r) => setTimeout(r, 10));
+      }
+    },
+    exited: () => exit,
+    kill9: async () => {
+      if (gone()) return;
+      child.kill("SIGKILL");
+      await exit;
+    },
+    stop: async () => {
+      if (gone()) return;
+      child.kill("SIGTERM");
+      const t = setTimeout(() => child.kill("SIGKILL"), 10_000);
+      await exit;
+      clearTimeout(t);
+    },
+  };
+}
+
+/** True while a process exists and is not a zombie (Linux: /proc/<pid>/stat). */
+export function processAlive(pid: number): boolean {
+  try {
+    const s = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const state = s.slice(s.lastIndexOf(")") + 2).split(" ")[0];
+    return state !== "Z" && state !== "X";
+  } catch {
+    return false;
+  }
+}
+
+/** SIGKILL to `pid` if it still runs a nats-server (so a pid reused since is left alone). */
+export function killNatsServer(pid: number): void {
+  try {
+    if (processAlive(pid) && readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("nats-server"))
+      process.kill(pid, "SIGKILL");
+  } catch {}
+}
+
+/** The pid in `<data>/nats.pid`. */
+export function natsPidOf(dataDir: string): number {
+  return Number.parseInt(readFileSync(join(dataDir, "nats.pid"), "utf8").trim(), 10);
+}
+
+/** Polls `pred` every 10 ms until it holds or `ms` pass; returns the time it took, or -1. */
+export async function within(ms: number, pred: () => boolean | Promise<boolean>): Promise<number> {
+  const t0 = Date.now();
+  while (Date.now() - t0 <= ms) {
+    if (await pred()) return Date.now() - t0;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  return -1;
+}
