@@ -2,6 +2,7 @@ import type { CliConfig } from "./config.js";
 import type { HttpRequest } from "./http.js";
 import type { Invocation } from "./parse-verb-args.js";
 import { UsageError } from "./usage-error.js";
+import { transportOf } from "./verb-types.js";
 
 /** Client version, sent in the user agent. */
 export const CLIENT_VERSION = "0.1.0";
@@ -13,6 +14,7 @@ export const CLIENT_VERSION = "0.1.0";
 export function planeFor(inv: Invocation): "control" | "data" {
   const { plane } = inv.verb;
   const asked = inv.globals.plane;
+  if (plane === "none") throw new Error(`verb ${inv.verb.words.join(" ")} calls no plane`);
   if (plane === "both") return asked ?? "control";
   if (asked !== undefined && asked !== plane) {
     const name = inv.verb.capability ?? inv.verb.words.join(" ");
@@ -69,20 +71,25 @@ export function buildReadRequest(
   return { url, method: "GET", headers };
 }
 
-/** Turns an invocation into the HTTP request: URL of the right plane, headers, JSON body. */
+/**
+ * Turns an invocation into the HTTP request: URL of the right plane, headers,
+ * and the values as a JSON body (POST) or as the query (GET, DELETE).
+ */
 export function buildRequest(inv: Invocation, config: CliConfig): HttpRequest {
+  const { method } = inv;
+  if (method === undefined) throw new Error(`verb ${inv.verb.words.join(" ")} sends no request`);
   const plane = planeFor(inv);
   const base = plane === "data" ? config.dataUrl : config.controlUrl;
   const headers = baseHeaders(
     config,
     inv.verb.output === "text" ? "text/plain, application/json" : "application/json",
   );
-  if (inv.verb.method === "GET") {
+  if (transportOf(method) === "query") {
     const url = join(base, inv.path);
     url.search = queryOf(inv.values);
-    return { url, method: "GET", headers };
+    return { url, method, headers };
   }
   headers["content-type"] = "application/json";
   if (inv.globals.idempotencyKey !== undefined) headers["idempotency-key"] = inv.globals.idempotencyKey;
-  return { url: join(base, inv.path), method: "POST", headers, body: JSON.stringify(inv.values) };
+  return { url: join(base, inv.path), method, headers, body: JSON.stringify(inv.values) };
 }

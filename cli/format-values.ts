@@ -1,7 +1,7 @@
 import { isRecord } from "./answer-shapes.js";
 
-/** Field names never printed by the human and summary views, at any depth (a secret's value). */
-const NEVER_PRINTED = new Set(["value"]);
+/** Field names never printed by the human and summary views, at any depth (a secret's value, a password). */
+const NEVER_PRINTED = new Set(["value", "password"]);
 
 /** Fields of an object that may be printed. */
 export function printableEntries(obj: Readonly<Record<string, unknown>>): [string, unknown][] {

@@ -1,7 +1,7 @@
 import { DEFAULT_URLS, ENV_VARS } from "./config.js";
 import { alignRows } from "./format-values.js";
 import { GLOBAL_FLAGS, type GlobalFlagSpec } from "./globals.js";
-import { type FlagSpec, FlagKind, type VerbSpec } from "./verb-types.js";
+import { type FlagSpec, FlagKind, type VerbSpec, transportOf } from "./verb-types.js";
 import { VERBS } from "./verbs.js";
 import { WAIT_FLAGS } from "./wait-flags.js";
 
@@ -27,6 +27,7 @@ function metavar(f: FlagSpec): string {
 }
 
 function planeText(verb: VerbSpec): string {
+  if (verb.plane === "none") return "none: runs on this machine, calls no platform route";
   if (verb.plane === "control") return `control plane (${ENV_VARS.controlUrl})`;
   if (verb.plane === "data") return `data plane (${ENV_VARS.dataUrl})`;
   return `either plane: control (${ENV_VARS.controlUrl}) unless --plane data (${ENV_VARS.dataUrl})`;
@@ -36,8 +37,34 @@ function columns(rows: readonly (readonly string[])[]): string[] {
   return alignRows(rows, 2);
 }
 
+/** The route column of a verb's row: `GET /resources`, `GET|POST /mcp/proactive`, or `local (no HTTP)`. */
+function routeText(verb: VerbSpec): string {
+  if (verb.method === undefined) return "local (no HTTP)";
+  const methods = verb.alternate ? `${verb.method}|${verb.alternate.method}` : verb.method;
+  return `${methods} ${verb.path}`;
+}
+
+/** The Route line of a verb's help. */
+function routeLine(verb: VerbSpec): string {
+  if (verb.local) return `Runs: ${verb.local.runs}; no HTTP request`;
+  const { alternate } = verb;
+  const capability = verb.capability ? ` (capability ${verb.capability})` : "";
+  if (!alternate) return `Route: ${verb.method} ${verb.path}${capability}`;
+  const flag = verb.flags.find((f) => f.field === alternate.field)?.name ?? alternate.field;
+  return `Route: ${verb.method} ${verb.path}; ${alternate.method} ${verb.path} when --${flag} is given`;
+}
+
+/** Where a verb's flags go, for the help's Flags header. */
+function targetText(verb: VerbSpec): string {
+  if (verb.local) return "option";
+  const target = (t: string) => (t === "body" ? "body field" : "query parameter");
+  const { alternate, method } = verb;
+  if (!alternate || method === undefined) return target(verb.transport);
+  return `${target(transportOf(method))} (${method}) or ${target(transportOf(alternate.method))} (${alternate.method})`;
+}
+
 function verbRows(verbs: readonly VerbSpec[]): string[] {
-  return columns(verbs.map((v) => [v.words.join(" "), `${v.method} ${v.path}`, v.plane, v.summary]));
+  return columns(verbs.map((v) => [v.words.join(" "), routeText(v), v.plane, v.summary]));
 }
 
 function globalFlagRows(): string[] {
@@ -67,6 +94,7 @@ export function topHelp(): string {
     "",
     "Usage: slipway [global flags] <verb> [flags]",
     "       slipway <verb> --help",
+    "       slipway <group> --help   (the verbs of a group: slipway mcp --help, slipway infra --help)",
     "",
     `Verbs (${GENERATED}):`,
     ...verbRows(VERBS),
@@ -91,7 +119,10 @@ export function topHelp(): string {
       ["1", "the platform ran the call and it failed (long work: failed, cancelled, rolled_back)"],
       ["2", "usage error"],
       ["3", "rejected by the platform (HTTP 4xx): code and message on stderr"],
-      ["4", "platform unreachable, HTTP 5xx, an answer outside the contract, or --timeout passed"],
+      [
+        "4",
+        "platform unreachable, HTTP 5xx (501 not_implemented), an answer outside the contract, --timeout passed, or a local verb not built yet",
+      ],
       ["130", "Ctrl-C while waiting for long work: the work goes on (slipway logs <id> --follow)"],
     ]),
     "",
@@ -117,7 +148,7 @@ export function verbHelp(verb: VerbSpec): string {
     ...verb.flags.filter((f) => f.required).map((f) => `--${f.name}${metavar(f)}`),
     "[flags]",
   ].join(" ");
-  const target = verb.transport === "body" ? "body field" : "query parameter";
+  const target = targetText(verb);
   const rows = [
     ...verb.positionals.map((p) => [
       `<${p.name}>`,
@@ -137,7 +168,7 @@ export function verbHelp(verb: VerbSpec): string {
     "",
     verb.summary,
     "",
-    `Route: ${verb.method} ${verb.path}${verb.capability ? ` (capability ${verb.capability})` : ""}`,
+    routeLine(verb),
     `Plane: ${planeText(verb)}`,
     "",
     rows.length > 0 ? `Flags (each fills the ${target} after ->; ${GENERATED}):` : "Flags: none of its own.",
@@ -146,8 +177,14 @@ export function verbHelp(verb: VerbSpec): string {
   const fixed = Object.entries(verb.fixed).map(([k, v]) => `${k}=${String(v)}`);
   const defaults = Object.entries(verb.defaults).map(([k, v]) => `${k}=${String(v)}`);
   if (fixed.length > 0) lines.push("", `Always sends: ${fixed.join(", ")}`);
-  if (defaults.length > 0)
-    lines.push("", `Sends by default (when no flag sets the field): ${defaults.join(", ")}`);
+  if (defaults.length > 0) {
+    const what = verb.local ? "Defaults" : "Sends by default";
+    lines.push("", `${what} (when no flag sets the field): ${defaults.join(", ")}`);
+  }
+  if (verb.local) {
+    lines.push("", ...verb.local.checks.map((c) => `Refuses (exit 2): ${c.description}`));
+    lines.push(`Not built yet: exits 4 with not_implemented and does nothing.`);
+  }
   if (verb.waits) lines.push("", ...WAIT_TEXT, "", "Wait flags (fill no field):", ...waitFlagRows());
   lines.push("", "Global flags:", ...globalFlagRows(), "");
   return lines.join("\n");

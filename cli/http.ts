@@ -1,5 +1,6 @@
 import http, { type IncomingMessage } from "node:http";
 import https from "node:https";
+import type { HttpMethod } from "./verb-types.js";
 
 /** The platform could not be reached, or the connection broke before the answer was complete. */
 export class UnreachableError extends Error {
@@ -20,7 +21,7 @@ export function isUnreachableError(e: unknown): e is UnreachableError {
 /** One HTTP request of the client. */
 export interface HttpRequest {
   readonly url: URL;
-  readonly method: "GET" | "POST";
+  readonly method: HttpMethod;
   readonly headers: Readonly<Record<string, string>>;
   readonly body?: string;
   /** Aborts the request (and its body) when it fires. */

@@ -1,15 +1,20 @@
 import { type ParseArgsConfig, parseArgs } from "node:util";
 import { GLOBAL_FLAGS, type Globals, OutputMode } from "./globals.js";
 import { UsageError } from "./usage-error.js";
-import { type FlagSpec, FlagKind, type VerbSpec } from "./verb-types.js";
+import { type FlagSpec, FlagKind, type HttpMethod, type VerbSpec } from "./verb-types.js";
 import { WAIT_FLAGS, type WaitOptions, waitOptionsFrom } from "./wait-flags.js";
 
 /** A verb with everything the command line said, ready to become a request. */
 export interface Invocation {
   readonly verb: VerbSpec;
   readonly globals: Globals;
-  /** Body fields (POST) or query parameters (GET). */
+  /** Body fields (POST) or query parameters (GET, DELETE); a local verb's options. */
   readonly values: Readonly<Record<string, unknown>>;
+  /**
+   * Method of the request: the verb's, or its alternate's when the flag that
+   * switches to it was given; undefined for a local verb (no request).
+   */
+  readonly method: HttpMethod | undefined;
   /** The verb's path with its placeholders filled. */
   readonly path: string;
   /** What to do after a `running` answer; undefined for verbs that do not wait (reads). */
@@ -61,10 +66,16 @@ export function globalsFrom(values: Record<string, unknown>, verb: VerbSpec | un
   if (plane !== undefined && plane !== "control" && plane !== "data") {
     throw new UsageError(`--plane must be control or data, not '${String(plane)}'`, words);
   }
+  if (plane !== undefined && verb?.local !== undefined) {
+    throw new UsageError(
+      `${verb.words.join(" ")} runs locally and calls no plane; --plane does not apply`,
+      words,
+    );
+  }
   const key = values["idempotency-key"];
   if (typeof key === "string") {
     if (key === "") throw new UsageError("--idempotency-key must not be empty", words);
-    if (verb && verb.method !== "POST")
+    if (verb && verb.capability === undefined)
       throw new UsageError("--idempotency-key applies to capability verbs only", words);
   }
   return {
@@ -196,5 +207,6 @@ export function parseVerbArgs(verb: VerbSpec, rest: readonly string[], env: Env)
   const path = verb.path.replace(/\{([a-z_]+)\}/g, (_, field: string) =>
     encodeURIComponent(pathParams[field] ?? ""),
   );
-  return { verb, globals, values, path, wait };
+  const method = verb.alternate && setBy.has(verb.alternate.field) ? verb.alternate.method : verb.method;
+  return { verb, globals, values, method, path, wait };
 }

@@ -26,6 +26,8 @@ export function readVerb(words: string, path: string, opts: ReadVerbOptions): Ve
     defaults: {},
     columns: opts.columns,
     waits: false,
+    alternate: undefined,
+    local: undefined,
   };
 }
 

@@ -34,7 +34,38 @@ export function humanCapability(answer: AnswerView): string[] {
   return lines;
 }
 
-/** Summary view of a capability answer: one line (`succeeded Secret sec_1 name=K`). */
+/**
+ * `name=<count>` for each list the objects carry, where a one-line view would
+ * otherwise drop it: their own array fields, and the array fields of their
+ * object fields one level down (an Inspection's `result.items` gives
+ * `items=3`), with a numeric `total` found beside such a list. A name already
+ * in `taken` (or counted before) is qualified by its parent field
+ * (`result.items=3`).
+ */
+export function listCounts(
+  objects: readonly Readonly<Record<string, unknown>>[],
+  taken: ReadonlySet<string> = new Set(),
+): string {
+  const used = new Set(taken);
+  const pairs: string[] = [];
+  const add = (name: string, parent: string | undefined, n: number) => {
+    const key = used.has(name) && parent !== undefined ? `${parent}.${name}` : name;
+    used.add(key);
+    pairs.push(`${key}=${n}`);
+  };
+  for (const [k, v] of objects.flatMap((o) => printableEntries(o))) {
+    if (Array.isArray(v)) {
+      add(k, undefined, v.length);
+    } else if (isRecord(v)) {
+      const lists = printableEntries(v).filter((e): e is [string, unknown[]] => Array.isArray(e[1]));
+      for (const [name, list] of lists) add(name, k, list.length);
+      if (lists.length > 0 && typeof v.total === "number") add("total", k, v.total);
+    }
+  }
+  return pairs.join(" ");
+}
+
+/** Summary view of a capability answer: one line (`succeeded Secret sec_1 name=K`, `... inspected=jobs items=3`). */
 export function summaryCapability(answer: AnswerView): string {
   const { resource } = answer;
   const own = Object.fromEntries(
@@ -43,11 +74,13 @@ export function summaryCapability(answer: AnswerView): string {
     ),
   );
   const token = tokenOf(answer);
+  const result = Object.fromEntries(Object.entries(answer.result ?? {}).filter(([k]) => k !== "token"));
   const parts = [
     answer.status,
     resource.type,
     resource.id,
     keyValuePairs(own),
+    listCounts([own, result], new Set(Object.keys(own))),
     token === undefined ? "" : `token=${token}`,
   ];
   return parts.filter((p) => p !== "").join(" ");
@@ -72,7 +105,10 @@ export function summaryRead(body: unknown): string {
     return `ok ${body.items.length} items${more}`;
   }
   if (Array.isArray(body)) return `ok ${body.length} items`;
-  return isRecord(body) ? `ok ${keyValuePairs(body)}`.trimEnd() : "ok";
+  if (!isRecord(body)) return "ok";
+  return ["ok", keyValuePairs(body), listCounts([body], new Set(Object.keys(body)))]
+    .filter((p) => p !== "")
+    .join(" ");
 }
 
 /** The stderr lines of an error answer: code and message, the details, the request id. */

@@ -10,6 +10,7 @@ import { type CliIo, writeLine } from "./io.js";
 import { parseVerbArgs } from "./parse-verb-args.js";
 import { reportUnreachable } from "./report.js";
 import { resolveVerb } from "./resolve-verb.js";
+import { runLocalVerb } from "./run-local.js";
 import { UsageError, isUsageError } from "./usage-error.js";
 import type { VerbSpec } from "./verb-types.js";
 import { findVerb } from "./verbs.js";
@@ -21,6 +22,7 @@ function help(io: CliIo, text: string): number {
 
 async function callVerb(verb: VerbSpec, rest: readonly string[], io: CliIo): Promise<number> {
   const inv = parseVerbArgs(verb, rest, io.env);
+  if (verb.local) return runLocalVerb(inv, io);
   const { mode } = inv.globals;
   if (verb.output === "text" && mode === "json" && inv.values.follow !== undefined) {
     throw new UsageError(

@@ -132,5 +132,7 @@ export function capabilityVerb(words: string, name: CapabilityName, opts: Capabi
     defaults,
     columns: undefined,
     waits: true,
+    alternate: undefined,
+    local: undefined,
   };
 }

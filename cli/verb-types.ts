@@ -52,6 +52,48 @@ export interface PositionalSpec {
 export const Transport = { body: "body", query: "query" } as const;
 export type Transport = (typeof Transport)[keyof typeof Transport];
 
+/** The HTTP methods of the client's routes. */
+export const HttpMethod = { get: "GET", post: "POST", delete: "DELETE" } as const;
+export type HttpMethod = (typeof HttpMethod)[keyof typeof HttpMethod];
+
+/** Where the values of a request with this method travel: POST in the JSON body, GET and DELETE in the query. */
+export function transportOf(method: HttpMethod): Transport {
+  return method === HttpMethod.post ? Transport.body : Transport.query;
+}
+
+/**
+ * A second method of the same route, taken when a flag fills `field`
+ * (`mcp proactive` reads with GET; `mcp proactive --settings <json>` writes with POST).
+ */
+export interface AlternateMethod {
+  /** The field whose flag switches the method. */
+  readonly field: string;
+  readonly method: HttpMethod;
+}
+
+/** A check of a local verb, run on its parsed values before anything else. */
+export interface LocalCheck {
+  /** What it refuses, one line for the help (`production without --i-know-this-is-prod`). */
+  readonly description: string;
+  /** A message when the call must be refused (a usage error, exit 2); undefined to go on. */
+  readonly refuse: (
+    values: Readonly<Record<string, unknown>>,
+    env: Readonly<Record<string, string | undefined>>,
+  ) => string | undefined;
+}
+
+/** What a verb that sends no HTTP request does instead (`storage migrate`, `infra *`). */
+export interface LocalAction {
+  /** What the verb runs, shown in the help in place of a route. */
+  readonly runs: string;
+  readonly checks: readonly LocalCheck[];
+  /**
+   * Why the verb cannot run in this client yet: reported as a
+   * `not_implemented` error (exit 4, like a 501), after the checks passed.
+   */
+  readonly notBuilt: string;
+}
+
 /** What the answer of a verb's route is. */
 export const Output = { json: "json", text: "text" } as const;
 export type Output = (typeof Output)[keyof typeof Output];
@@ -62,13 +104,19 @@ export interface VerbSpec {
   readonly words: readonly string[];
   /** One line for the help. */
   readonly summary: string;
-  readonly method: "GET" | "POST";
-  /** Route; `{field}` placeholders are filled from positionals. */
+  /** Method of the route; undefined for a local verb (it sends no request, see `local`). */
+  readonly method: HttpMethod | undefined;
+  /** Route; `{field}` placeholders are filled from positionals. Empty for a local verb. */
   readonly path: string;
-  /** Plane(s) that accept the route. */
-  readonly plane: Plane;
+  /** Plane(s) that accept the route; `none` for a local verb. */
+  readonly plane: Plane | "none";
+  /** The route's other method, when a flag switches to it; undefined for most verbs. */
+  readonly alternate: AlternateMethod | undefined;
+  /** For a verb that runs on this machine instead of calling the platform; undefined for the rest. */
+  readonly local: LocalAction | undefined;
   /** Capability called, for capability verbs. */
   readonly capability: CapabilityName | undefined;
+  /** Where the flags' values travel with `method` (see transportOf; `alternate` has its own). */
   readonly transport: Transport;
   readonly output: Output;
   readonly flags: readonly FlagSpec[];

@@ -1,11 +1,15 @@
 import { capabilityVerb } from "./schema-flags.js";
 import { PAGING_FLAGS, queryFlag, readVerb } from "./read-verbs.js";
 import { FlagKind, type VerbSpec } from "./verb-types.js";
+import { LOCAL_VERBS } from "./verbs-local.js";
+import { ROUTE_VERBS } from "./verbs-routes.js";
 
 /**
  * The verb table of the `slipway` client (spec 1.3). A new verb is one row:
  * capability verbs get their flags from the capability's input schema, read
- * verbs list their query flags. The help is generated from this table.
+ * verbs list their query flags, route verbs (cli/verbs-routes.ts) their body
+ * or query flags, local verbs (cli/verbs-local.ts) their options. The help is
+ * generated from this table.
  */
 export const VERBS: readonly VerbSpec[] = [
   capabilityVerb("init app", "initialize-app", {
@@ -128,6 +132,8 @@ export const VERBS: readonly VerbSpec[] = [
       },
     ],
   }),
+  ...ROUTE_VERBS,
+  ...LOCAL_VERBS,
 ];
 
 /** The verb named exactly by `words`, if any. */

@@ -1,6 +1,6 @@
 import http, { type IncomingHttpHeaders, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { capability } from "../../proto/catalogue.js";
+import { PLANNED_ROUTES, capability } from "../../proto/catalogue.js";
 import { type CliIo, runCli } from "../../cli/mod.js";
 
 /** A request as the fake platform received it. */
@@ -56,7 +56,23 @@ export function capabilityAnswer(
   };
 }
 
-/** The default answers: a succeeded capability, an empty list, an error for anything else. */
+/** The error body the gateway answers a route of spec 4.2 with while it is not built (HTTP 501). */
+export function notImplementedBody(req: RecordedRequest): Record<string, unknown> {
+  return {
+    status: "error",
+    error: {
+      code: "not_implemented",
+      message: `${req.method} ${req.path} is part of the contract but not implemented yet`,
+      request_id: "req_501",
+    },
+  };
+}
+
+/**
+ * The default answers: a succeeded capability, an empty list, `501
+ * not_implemented` for the planned routes (as the gateway answers today), an
+ * error for anything else.
+ */
 export const defaultResponder: Responder = (req, res) => {
   if (req.method === "POST" && req.path.startsWith("/capabilities/")) {
     const name = req.path.slice("/capabilities/".length);
@@ -71,6 +87,10 @@ export const defaultResponder: Responder = (req, res) => {
   if (req.method === "GET" && req.path.startsWith("/logs/")) {
     res.writeHead(200, { "content-type": "text/plain" });
     res.end("log line\n");
+    return;
+  }
+  if (PLANNED_ROUTES.some((r) => r.test(req.path))) {
+    sendJson(res, 501, notImplementedBody(req));
     return;
   }
   sendJson(res, 404, { status: "error", error: { code: "not_found", message: "no such route" } });

@@ -1,5 +1,5 @@
 import test from "ava";
-import { VERBS, runCli } from "../../cli/mod.js";
+import { VERBS, type VerbSpec, runCli } from "../../cli/mod.js";
 import { type FakePlatform, collectingIo, envFor, startFakePlatform } from "./fake-platform.js";
 
 let platform: FakePlatform;
@@ -9,6 +9,14 @@ test.before(async () => {
 test.after.always(async () => {
   await platform.close();
 });
+
+/** What the help shows as a verb's route: `GET /x`, `GET|POST /x` (a flag switches), or `local (no HTTP)`. */
+function route(v: VerbSpec): string {
+  if (v.method === undefined) return "local (no HTTP)";
+  return `${v.alternate ? `${v.method}|${v.alternate.method}` : v.method} ${v.path}`;
+}
+
+const escapeRe = (text: string) => text.replace(/[{}()|]/g, "\\$&");
 
 async function run(argv: string[]) {
   const c = collectingIo(envFor(platform));
@@ -21,10 +29,7 @@ test("cli: --help at top level lists every verb with its route and exits 0", asy
     const r = await run([flag]);
     t.is(r.code, 0);
     for (const v of VERBS) {
-      t.regex(
-        r.stdout,
-        new RegExp(`^ {2}${v.words.join(" ")} +${v.method} ${v.path.replace(/[{}]/g, "\\$&")} `, "m"),
-      );
+      t.regex(r.stdout, new RegExp(`^ {2}${v.words.join(" ")} +${escapeRe(route(v))} `, "m"));
     }
     t.regex(r.stdout, /--json/);
     t.regex(r.stdout, /SLIPWAY_CONTROL_URL/);
@@ -42,7 +47,8 @@ test("cli: --help works for every verb and names each flag, its field and the ro
       const r = await run(argv);
       t.is(r.code, 0, argv.join(" "));
       t.true(r.stdout.startsWith(`Usage: slipway ${name}`), argv.join(" "));
-      t.true(r.stdout.includes(`${v.method} ${v.path}`), name);
+      if (v.local) t.true(r.stdout.includes(`Runs: ${v.local.runs}`), name);
+      else t.true(r.stdout.includes(`Route: ${v.method} ${v.path}`), name);
       for (const f of v.flags) {
         t.regex(r.stdout, new RegExp(`--${f.name}\\b.*-> ${f.field}`), `${name} --${f.name}`);
       }

@@ -110,3 +110,57 @@ test("cli: an empty list says so", async (t) => {
   t.is(r.code, 0);
   t.is(r.stdout, "(no items)\n");
 });
+
+/** An inspect answer as actors/capabilities/inspect.ts builds it: the findings in `resource.result`. */
+function inspection(inspected: string, result: Record<string, unknown>) {
+  return capabilityAnswer("succeeded", { type: "Inspection", id: "ins_01J", inspected, result });
+}
+
+test("cli: inspect --summary counts the items of the inspection's result", async (t) => {
+  const p = await platform(t);
+  const items = [{ name: "cleanup" }, { name: "digest" }, { name: "reindex" }];
+  p.respond((_, res) => sendJson(res, 200, inspection("jobs", { items })));
+  for (const argv of [
+    ["inspect", "jobs", "--app", "shop", "--summary"],
+    ["jobs", "--app", "shop", "--summary"],
+  ]) {
+    const r = await runAgainst(p, argv);
+    t.is(r.code, 0, r.stderr);
+    t.is(r.stdout, "succeeded Inspection ins_01J inspected=jobs items=3\n", argv.join(" "));
+  }
+  p.respond((_, res) => sendJson(res, 200, inspection("secrets", { items: [] })));
+  const empty = await runAgainst(p, ["secrets", "list", "--app", "shop", "--summary"]);
+  t.is(empty.stdout, "succeeded Inspection ins_01J inspected=secrets items=0\n");
+  p.respond((_, res) =>
+    sendJson(res, 200, inspection("resources", { total: 350, items: [{ id: "a" }, { id: "b" }] })),
+  );
+  const capped = await runAgainst(p, ["inspect", "resources", "--app", "shop", "--summary"]);
+  t.is(capped.stdout, "succeeded Inspection ins_01J inspected=resources items=2 total=350\n");
+  p.respond((_, res) =>
+    sendJson(res, 200, inspection("health", { healthy: true, platform: { bus: "connected" } })),
+  );
+  const noList = await runAgainst(p, ["inspect", "health", "--app", "shop", "--summary"]);
+  t.is(noList.stdout, "succeeded Inspection ins_01J inspected=health\n");
+});
+
+test("cli: --summary counts the lists an answer carries, in a resource, a result or a read", async (t) => {
+  const p = await platform(t);
+  p.respond((_, res) =>
+    sendJson(
+      res,
+      200,
+      capabilityAnswer(
+        "succeeded",
+        { type: "Lint", id: "lnt_1", findings: [{ file: "a.ts" }, { file: "b.ts" }] },
+        { warnings: ["w1"] },
+      ),
+    ),
+  );
+  const cap = await runAgainst(p, ["lint", "--app", "shop", "--summary"]);
+  t.is(cap.stdout, "succeeded Lint lnt_1 findings=2 warnings=1\n");
+  p.respond((_, res) =>
+    sendJson(res, 200, { instructions: "Be brief.", tools: [{ name: "a" }, { name: "b" }] }),
+  );
+  const read = await runAgainst(p, ["mcp", "get-instructions", "--app", "shop", "--summary"]);
+  t.is(read.stdout, 'ok instructions="Be brief." tools=2\n');
+});

@@ -1,0 +1,129 @@
+import { localVerb } from "./local-verbs.js";
+import { fieldFlag } from "./route-verbs.js";
+import {
+  type FlagSpec,
+  FlagKind,
+  type LocalCheck,
+  type PositionalSpec,
+  type VerbSpec,
+} from "./verb-types.js";
+
+/** URL schemes of the relational databases `storage migrate --store` may name. */
+export const RELATIONAL_STORE_SCHEMES = ["postgres", "postgresql", "mysql", "mariadb", "sqlite"] as const;
+
+/** Environment names the infrastructure verbs treat as production. */
+export const PRODUCTION_ENVS = ["production", "prod"] as const;
+
+/** `--store`: a URL of a relational database, without a password (a secret never goes on argv). */
+const STORE_URL: LocalCheck = {
+  description: `a --store that is not a ${RELATIONAL_STORE_SCHEMES.join("|")} URL, or that carries a password`,
+  refuse(values) {
+    const text = String(values.store ?? "");
+    let url: URL;
+    try {
+      url = new URL(text);
+    } catch {
+      return "--store expects the URL of a relational database, e.g. postgres://host:5432/app";
+    }
+    const scheme = url.protocol.replace(/:$/, "");
+    if (!(RELATIONAL_STORE_SCHEMES as readonly string[]).includes(scheme)) {
+      return `--store must name a relational database (${RELATIONAL_STORE_SCHEMES.join(", ")}); got a ${scheme}: URL`;
+    }
+    if (url.password !== "") {
+      return "--store must not carry a password: a secret never goes on the command line; leave it out of the URL";
+    }
+    return undefined;
+  },
+};
+
+function isProduction(env: unknown): boolean {
+  return (PRODUCTION_ENVS as readonly string[]).includes(String(env).toLowerCase());
+}
+
+/** `infra destroy` refuses production without `--i-know-this-is-prod` (spec 1.3). */
+const PROD_CONFIRMED: LocalCheck = {
+  description: "production (--env production or prod, the default) without --i-know-this-is-prod",
+  refuse(values) {
+    if (!isProduction(values.env) || values.i_know_this_is_prod === true) return undefined;
+    return `infra destroy refuses to act on production (--env ${String(values.env)}) unless --i-know-this-is-prod is given`;
+  },
+};
+
+/** `infra apply` is CI-only (spec 1.3): it refuses unless `CI` is set in the environment. */
+const CI_ONLY: LocalCheck = {
+  description: "outside CI (the CI environment variable is not set): apply is CI-only",
+  refuse(_values, env) {
+    const ci = env.CI;
+    if (ci !== undefined && ci !== "") return undefined;
+    return "infra apply runs in CI only (the CI environment variable is not set); run 'slipway infra plan' to preview the change";
+  },
+};
+
+const ENV_FLAG = fieldFlag("env", "environment (stack) to act on; default production");
+
+/** What one infrastructure verb adds to `--env`. */
+interface InfraVerbOptions {
+  readonly flags?: readonly FlagSpec[];
+  readonly positionals?: readonly PositionalSpec[];
+  readonly checks?: readonly LocalCheck[];
+}
+
+/** One infrastructure verb: none is built in this client. */
+function infraVerb(name: string, summary: string, opts: InfraVerbOptions = {}): VerbSpec {
+  return localVerb(`infra ${name}`, {
+    summary,
+    flags: [ENV_FLAG, ...(opts.flags ?? [])],
+    positionals: opts.positionals ?? [],
+    defaults: { env: "production" },
+    local: {
+      runs: `infra ${name} on this machine with the operator's own cloud login (outside the capability model)`,
+      checks: opts.checks ?? [],
+      notBuilt: `infra ${name} is not built in this client: the infrastructure verbs run locally with the operator's own cloud login, outside the capability model; nothing was done`,
+    },
+  });
+}
+
+/**
+ * The verbs that call no platform route (spec 1.3): `storage migrate`, and the
+ * ten infrastructure verbs under `infra` (so that `infra lint`, `infra plan`,
+ * `infra verify` and `infra status` do not collide with `lint`, `plan`,
+ * `verify` and `status incident`). None is built yet: each checks its flags,
+ * then reports `not_implemented` (exit 4).
+ */
+export const LOCAL_VERBS: readonly VerbSpec[] = [
+  localVerb("storage migrate", {
+    summary: "backfill file storage into a relational database, locally inside the container (not built)",
+    flags: [fieldFlag("store", "URL of the relational database to fill", { required: true })],
+    local: {
+      runs: "a local backfill from file storage to the relational database at --store, inside the container",
+      checks: [STORE_URL],
+      notBuilt:
+        "storage migrate is not built yet: it will backfill file storage into the relational database at --store, locally inside the container; nothing was migrated",
+    },
+  }),
+  infraVerb("bootstrap", "create the state backend and base infrastructure of an environment (not built)"),
+  infraVerb("lint", "check the infrastructure definition (not built)"),
+  infraVerb("plan", "show what apply would change (not built)"),
+  infraVerb("apply", "apply the infrastructure change; CI only (not built)", { checks: [CI_ONLY] }),
+  infraVerb("status", "show the state of an environment's infrastructure (not built)"),
+  infraVerb("outputs", "print the outputs of an environment's infrastructure (not built)"),
+  infraVerb("verify", "check the deployed infrastructure against its definition (not built)"),
+  infraVerb("release-image", "build and publish the platform's release image (not built)"),
+  infraVerb("untaint", "clear the taint of one infrastructure resource (not built)", {
+    positionals: [
+      { name: "address", field: "address", required: true, description: "address of the resource" },
+    ],
+  }),
+  infraVerb(
+    "destroy",
+    "destroy an environment's infrastructure; production needs --i-know-this-is-prod (not built)",
+    {
+      flags: [
+        fieldFlag("i_know_this_is_prod", "confirm that production may be destroyed", {
+          kind: FlagKind.boolean,
+        }),
+      ],
+      checks: [PROD_CONFIRMED],
+    },
+  ),
+];

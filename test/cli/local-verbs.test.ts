@@ -1,0 +1,151 @@
+import test, { type ExecutionContext } from "ava";
+import { type FakePlatform, runAgainst, startFakePlatform } from "./fake-platform.js";
+
+async function platform(t: ExecutionContext): Promise<FakePlatform> {
+  const p = await startFakePlatform();
+  t.teardown(() => p.close());
+  return p;
+}
+
+/** The error body a local verb that is not built prints with --json: the shape of a 501 answer. */
+function assertNotImplementedBody(t: ExecutionContext, stdout: string, what: string, name: string) {
+  const doc = JSON.parse(stdout) as { status: string; error: Record<string, unknown> };
+  t.deepEqual(Object.keys(doc).sort(), ["error", "status"], name);
+  t.is(doc.status, "error", name);
+  t.deepEqual(Object.keys(doc.error).sort(), ["code", "message"], name);
+  t.is(doc.error.code, "not_implemented", name);
+  t.regex(String(doc.error.message), new RegExp(what), name);
+}
+
+test("cli: storage migrate checks --store, then fails clearly with exit 4 and sends nothing", async (t) => {
+  const p = await platform(t);
+  const argv = ["storage", "migrate", "--store", "postgres://db.internal:5432/shop"];
+  const human = await runAgainst(p, argv);
+  t.is(human.code, 4);
+  t.regex(human.stderr, /^slipway: not_implemented: storage migrate is not built yet/m);
+  t.regex(human.stderr, /nothing was migrated/);
+  t.is(human.stdout, "");
+  const json = await runAgainst(p, ["--json", ...argv]);
+  t.is(json.code, 4);
+  assertNotImplementedBody(t, json.stdout, "storage migrate is not built yet", "storage migrate");
+  const summary = await runAgainst(p, [...argv, "--summary"]);
+  t.regex(summary.stdout, /^error not_implemented "storage migrate is not built yet/);
+  t.is(p.requests.length, 0);
+});
+
+test("cli: storage migrate refuses a missing, malformed or non-relational --store, and a password in it", async (t) => {
+  const p = await platform(t);
+  for (const [store, why] of [
+    [undefined, /missing required flag --store/],
+    ["not a url", /--store expects the URL of a relational database/],
+    ["https://files.example.com/bucket", /--store must name a relational database/],
+    ["postgres://app:hunter2-secret@db/shop", /--store must not carry a password/],
+  ] as const) {
+    const argv = ["--json", "storage", "migrate", ...(store === undefined ? [] : ["--store", store])];
+    const r = await runAgainst(p, argv);
+    t.is(r.code, 2, String(store));
+    t.regex(r.stderr, why, String(store));
+    t.is(r.stdout, "", "a usage error prints nothing on stdout");
+    t.false(r.stderr.includes("hunter2-secret"));
+  }
+  t.is((await runAgainst(p, ["storage", "migrate", "--store", "sqlite:///var/lib/shop.db"])).code, 4);
+  t.is(p.requests.length, 0);
+});
+
+/** Each infrastructure verb with what it needs to get past its checks. */
+const INFRA: readonly { argv: string[]; env?: Record<string, string> }[] = [
+  { argv: ["infra", "bootstrap"] },
+  { argv: ["infra", "lint"] },
+  { argv: ["infra", "plan", "--env", "staging"] },
+  { argv: ["infra", "apply"], env: { CI: "true" } },
+  { argv: ["infra", "status"] },
+  { argv: ["infra", "outputs"] },
+  { argv: ["infra", "verify"] },
+  { argv: ["infra", "release-image"] },
+  { argv: ["infra", "untaint", "module.db.aws_db_instance.main"] },
+  { argv: ["infra", "destroy", "--env", "staging"] },
+  { argv: ["infra", "destroy", "--i-know-this-is-prod"] },
+];
+
+test("cli: every infra verb fails clearly with exit 4 (not built) and sends nothing", async (t) => {
+  const p = await platform(t);
+  for (const { argv, env } of INFRA) {
+    const name = argv.join(" ");
+    const verb = argv.slice(0, 2).join(" ");
+    const human = await runAgainst(p, argv, env);
+    t.is(human.code, 4, name);
+    t.regex(
+      human.stderr,
+      new RegExp(`^slipway: not_implemented: ${verb} is not built in this client`, "m"),
+      name,
+    );
+    t.regex(human.stderr, /nothing was done/, name);
+    t.is(human.stdout, "", name);
+    const json = await runAgainst(p, [...argv, "--json"], env);
+    t.is(json.code, 4, name);
+    assertNotImplementedBody(t, json.stdout, `${verb} is not built in this client`, name);
+  }
+  t.is(p.requests.length, 0);
+});
+
+test("cli: infra destroy refuses production without --i-know-this-is-prod (exit 2, before anything else)", async (t) => {
+  const p = await platform(t);
+  for (const argv of [
+    ["infra", "destroy"],
+    ["infra", "destroy", "--env", "production"],
+    ["infra", "destroy", "--env", "prod"],
+    ["--json", "infra", "destroy", "--env", "PRODUCTION"],
+  ]) {
+    const r = await runAgainst(p, argv);
+    t.is(r.code, 2, argv.join(" "));
+    t.regex(
+      r.stderr,
+      /refuses to act on production .* unless --i-know-this-is-prod is given/,
+      argv.join(" "),
+    );
+    t.notRegex(r.stderr, /not_implemented/, "the refusal comes first");
+    t.is(r.stdout, "", argv.join(" "));
+  }
+  t.is(p.requests.length, 0);
+});
+
+test("cli: infra apply is CI-only", async (t) => {
+  const p = await platform(t);
+  for (const env of [{}, { CI: "" }]) {
+    const r = await runAgainst(p, ["infra", "apply", "--json"], env);
+    t.is(r.code, 2);
+    t.regex(r.stderr, /infra apply runs in CI only \(the CI environment variable is not set\)/);
+    t.is(r.stdout, "");
+  }
+  t.is((await runAgainst(p, ["infra", "apply"], { CI: "1" })).code, 4);
+  t.is(p.requests.length, 0);
+});
+
+test("cli: local verbs refuse --plane and unknown flags", async (t) => {
+  const p = await platform(t);
+  const plane = await runAgainst(p, ["infra", "status", "--plane", "data"]);
+  t.is(plane.code, 2);
+  t.regex(plane.stderr, /runs locally and calls no plane/);
+  const unknown = await runAgainst(p, ["infra", "plan", "--app", "shop"]);
+  t.is(unknown.code, 2);
+  t.regex(unknown.stderr, /unknown flag --app/);
+  const untaint = await runAgainst(p, ["infra", "untaint"]);
+  t.is(untaint.code, 2);
+  t.regex(untaint.stderr, /missing <address>/);
+  t.is(p.requests.length, 0);
+});
+
+test("cli: infra lint, plan, verify and status do not collide with lint, plan, verify and status incident", async (t) => {
+  const p = await platform(t);
+  t.is((await runAgainst(p, ["lint", "--app", "shop"])).code, 0);
+  t.is((await runAgainst(p, ["plan", "--app", "shop", "--goal", "x"])).code, 0);
+  t.is((await runAgainst(p, ["verify", "--app", "shop", "--host", "h"])).code, 0);
+  t.deepEqual(
+    p.requests.map((r) => r.path),
+    ["/capabilities/lint", "/capabilities/generate-feature-plan", "/capabilities/verify"],
+  );
+  for (const v of ["lint", "plan", "verify", "status"]) {
+    t.is((await runAgainst(p, ["infra", v])).code, 4, v);
+  }
+  t.is(p.requests.length, 3);
+});
