@@ -205,8 +205,9 @@ class PartitionWorker {
           }, this.node.ttlMs);
           this.rechecks.add(t);
         },
-        publishTaskDone: (app, task, done) =>
-          this.node.tasks.publishDone(app, { id: task.command_id, actor: task.actor }, done),
+        publishTaskDone: async (app, task, done) => {
+          await this.node.tasks.publishDone(app, { id: task.command_id, actor: task.actor }, done);
+        },
       };
       a = new AppActor(app, host);
       this.actors.set(app, a);
@@ -221,6 +222,11 @@ class PartitionWorker {
       this.mailboxes.set(app, m);
     }
     return m;
+  }
+
+  /** Resolves once every command up to `seq` has been applied (or the worker stopped). */
+  async applied(seq: number): Promise<void> {
+    while (!this.stopped && this.lowWater() < seq) await sleep(20);
   }
 
   /** Low-water mark: everything at or below it has been applied. */
@@ -274,7 +280,11 @@ async function within(p: Promise<unknown>, ms: number): Promise<void> {
  */
 class TaskRunner {
   private readonly node: RuntimeNode;
-  private readonly running = new Map<string, { ac: AbortController; done: Promise<void> }>();
+  private readonly running = new Map<
+    string,
+    { app: string; ac: AbortController; done: Promise<number | undefined> }
+  >();
+  private stopping = false;
 
   constructor(node: RuntimeNode) {
     this.node = node;
@@ -326,13 +336,17 @@ class TaskRunner {
         };
       }
       this.running.delete(resource.id);
-      await this.publishDone(app, origin, result);
+      return this.publishDone(app, origin, result);
     })();
-    this.running.set(resource.id, { ac, done });
+    this.running.set(resource.id, { app, ac, done });
   }
 
-  /** Publishes a task's end until the bus takes it (the message id makes repeats harmless). */
-  async publishDone(app: string, origin: Pick<Command, "id" | "actor">, done: TaskDone): Promise<void> {
+  /** Publishes a task's end until the bus takes it (the message id makes repeats harmless); its stream sequence. */
+  async publishDone(
+    app: string,
+    origin: Pick<Command, "id" | "actor">,
+    done: TaskDone,
+  ): Promise<number | undefined> {
     const commandId = origin.id;
     const cmd: Command = {
       id: `${commandId}-done`,
@@ -347,22 +361,39 @@ class TaskRunner {
     };
     for (let attempt = 0; attempt < 600; attempt++) {
       try {
-        await this.node.bus.js.publish(subjects.command(app), encode(cmd), { msgID: cmd.id });
-        return;
+        const ack = await this.node.bus.js.publish(subjects.command(app), encode(cmd), { msgID: cmd.id });
+        return ack.seq;
       } catch {
+        if (this.stopping && attempt >= 20) break; // shutting down: the next owner ends it as interrupted
         await sleep(Math.min(100 * 2 ** attempt, 2000));
       }
     }
     this.node.log(
       `task end of ${done.resource_id} could not be published; it is ended as interrupted at the next takeover`,
     );
+    return undefined;
   }
 
-  /** Stops every task (node shutdown): each ends as failed with a reason. */
-  async stopAll(): Promise<void> {
+  /**
+   * Stops every task (node shutdown): each ends as failed with a reason, and its
+   * end is published. Returns where each end sits in the command stream, so the
+   * node can apply them before it lets its partitions go.
+   */
+  async stopAll(): Promise<{ app: string; seq: number }[]> {
+    this.stopping = true;
     const all = [...this.running.values()];
     for (const t of all) t.ac.abort();
-    await within(Promise.all(all.map((t) => t.done)), 5000);
+    const ends: { app: string; seq: number }[] = [];
+    await within(
+      Promise.all(
+        all.map(async (t) => {
+          const seq = await t.done;
+          if (seq !== undefined) ends.push({ app: t.app, seq });
+        }),
+      ),
+      5000,
+    );
+    return ends;
   }
 }
 
@@ -431,7 +462,7 @@ class RuntimeNode {
   dropWorker(w: PartitionWorker): void {
     if (this.workers.get(w.partition) !== w) return;
     this.workers.delete(w.partition);
-    void w.stop(false);
+    w.stop(false).catch((e) => this.log(`node ${this.nodeId}: partition ${w.partition} stop: ${String(e)}`));
   }
 
   partitions(): number[] {
@@ -487,38 +518,51 @@ class RuntimeNode {
     let room = share - mine.length;
     if (room <= 0) return;
     const start = Number.parseInt(this.nodeId.replace(/[^0-9a-f]/g, "").slice(0, 6) || "0", 16) % PARTITIONS;
-    for (let i = 0; i < PARTITIONS && room > 0; i++) {
+    const free: number[] = [];
+    for (let i = 0; i < PARTITIONS; i++) {
       const p = (start + i) % PARTITIONS;
-      if (this.workers.has(p)) continue;
-      const sent = Date.now();
-      let rev: number;
-      try {
-        if (held.has(p)) {
-          // still ours on the server (e.g. a worker dropped after a bus outage): take it back on its revision
-          const cur = await kv.get(keys.partitionLease(p));
-          if (cur?.operation !== "PUT" || cur.string() !== this.nodeId) continue;
-          rev = await kv.update(keys.partitionLease(p), this.nodeId, cur.revision);
-        } else {
-          rev = await kv.create(keys.partitionLease(p), this.nodeId);
-        }
-      } catch {
-        continue; // someone else took it
-      }
-      const w = new PartitionWorker(p, this);
-      w.leaseRevision = rev;
-      w.lastRenewSent = sent;
-      w.leaseValidUntil = sent + this.ttl - this.margin;
-      this.workers.set(p, w);
-      try {
-        await w.start();
-      } catch (e) {
-        this.workers.delete(p);
-        await kv.delete(keys.partitionLease(p)).catch(() => {});
-        this.log(`node ${this.nodeId}: could not start partition ${p}: ${String(e)}`);
-        continue;
-      }
-      room--;
+      if (!this.workers.has(p)) free.push(p);
     }
+    // tried in rounds of `room` at once: a start takes all its share in a few round trips, not 64
+    while (room > 0 && free.length > 0 && !this.closed) {
+      const round = free.splice(0, room);
+      const taken = await Promise.all(round.map((p) => this.take(p, held.has(p))));
+      room -= taken.filter(Boolean).length;
+    }
+  }
+
+  /** Takes the lease of partition `p` and starts its worker; false when another node has it. */
+  private async take(p: number, held: boolean): Promise<boolean> {
+    const kv = this.bus.kv.leases;
+    const sent = Date.now();
+    let rev: number;
+    try {
+      if (held) {
+        // still ours on the server (a worker dropped after a bus outage, or this node's previous life
+        // under the same id): take it back on its revision
+        const cur = await kv.get(keys.partitionLease(p));
+        if (cur?.operation !== "PUT" || cur.string() !== this.nodeId) return false;
+        rev = await kv.update(keys.partitionLease(p), this.nodeId, cur.revision);
+      } else {
+        rev = await kv.create(keys.partitionLease(p), this.nodeId);
+      }
+    } catch {
+      return false; // someone else took it
+    }
+    const w = new PartitionWorker(p, this);
+    w.leaseRevision = rev;
+    w.lastRenewSent = sent;
+    w.leaseValidUntil = sent + this.ttl - this.margin;
+    this.workers.set(p, w);
+    try {
+      await w.start();
+    } catch (e) {
+      this.workers.delete(p);
+      await kv.delete(keys.partitionLease(p)).catch(() => {});
+      this.log(`node ${this.nodeId}: could not start partition ${p}: ${String(e)}`);
+      return false;
+    }
+    return true;
   }
 
   async close(): Promise<void> {
@@ -526,7 +570,10 @@ class RuntimeNode {
     this.closed = true;
     if (this.timer) clearInterval(this.timer);
     await this.ticking.catch(() => {});
-    await this.tasks.stopAll();
+    // long work ends as failed now, at shutdown, not at the next boot: its end is applied by this
+    // node's own actors before the partitions are handed back
+    const ends = await this.tasks.stopAll();
+    await within(Promise.all(ends.map((e) => this.workers.get(partitionOf(e.app))?.applied(e.seq))), 5000);
     const ws = [...this.workers.values()];
     this.workers.clear();
     await Promise.all(ws.map((w) => w.stop(true)));

@@ -16,9 +16,9 @@ import {
 /**
  * install-dependencies: `npm ci` when the workspace has a lockfile, else
  * `npm install`, as long work (busy group `workspace`). Resource
- * DependencyInstall; DependenciesInstalled when it succeeds (the closed event
- * catalogue has no failure event: the resource ends `failed` with the exit
- * code and summary, and explain-failure reads it).
+ * DependencyInstall; DependenciesInstalled when it ends, with `data.status`
+ * succeeded or failed (the closed event catalogue has no failure event of its
+ * own); a failed resource carries the exit code and summary for explain-failure.
  */
 export const installDependencies: Handler = async (ctx) => {
   const app = await requireApp(ctx);
@@ -49,7 +49,10 @@ export const installDependencies: Handler = async (ctx) => {
     status: "running",
     resource,
     task: {
+      // the closed catalogue has no failure event for an install: DependenciesInstalled ends
+      // every install, with data.status "succeeded" or "failed" (docs/events.md)
       onSuccess: "DependenciesInstalled",
+      onFailure: "DependenciesInstalled",
       async run(t) {
         const run = await runNpm(t, { workspace, args, sealed, timeoutMs: timeoutMs("install") });
         const result = scriptResult(run, { command: `npm ${args[0]}`, lockfile });

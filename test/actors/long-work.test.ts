@@ -205,3 +205,45 @@ test("long work left behind by a node killed with -9 ends as failed (interrupted
     await nats.stop();
   }
 });
+
+test("a node that shuts down (SIGTERM) ends its running long work as failed before it exits, not at the next boot", async (t) => {
+  // its own bus and node: nothing else may apply the task's end after the node is gone
+  const nats = await startTestNats();
+  const gw = await startTestPlatform(nats.url, { role: "gateway", plane: "control" });
+  const ownBus = await openBus({ servers: nats.url, name: "shutdown-test" });
+  const ws = tempDir();
+  const vault = Vault.open(ws, { SLIPWAY_VAULT_KEY: TEST_VAULT_KEY });
+  const node = await startNode({ bus: ownBus, vault, workspaceRoot: ws, nodeId: "leaving", tickMs: 200 });
+  const client = new CommandClient(ownBus, vault, "gwleaving", 10_000);
+  client.start();
+  try {
+    await eventually(async () => node.partitions().length === 64, 15_000);
+    const app = `b${randomUUID().slice(0, 8)}`;
+    t.is((await call(gw.controlUrl, "initialize-app", { name: app })).status, 200);
+    const started = await client.send({ ...command(app, "build", { app }), gateway_id: "gwleaving" });
+    t.is(started.http, 202);
+    const id = started.body!.resource.id;
+    await eventually(async () => gates.has(app));
+    await node.close(); // what slipwayd does on SIGTERM
+    // no other node runs: what the KV holds now is what the leaving node applied
+    const e = await ownBus.kv.resources.get(`${app}.Build.${id}`);
+    const doc = e?.json<{ status: string; error?: string }>();
+    t.is(doc?.status, "failed");
+    t.regex(doc?.error ?? "", /stopped: the node shut down/);
+    const evs = await eventually(async () => {
+      const r = await get(gw.controlUrl, `/events?resource_id=${id}`);
+      return r.body.items.length === 2 ? r.body.items : undefined;
+    });
+    t.deepEqual(
+      evs.map((x: { type: string }) => x.type),
+      ["BuildFailed", "BuildStarted"],
+    );
+    t.is(evs[0].data.error, "stopped: the node shut down");
+  } finally {
+    await client.close();
+    await node.close();
+    await ownBus.close();
+    await gw.close();
+    await nats.stop();
+  }
+});

@@ -152,7 +152,7 @@ test.serial("explain-failure adds the model's reading when a model is configured
 });
 
 test.serial(
-  "a failed install is a failed DependencyInstall that explain reads (npm error code); a build past its time bound fails as timed out",
+  "a failed install is a failed DependencyInstall that explain reads (npm error code) and a watcher sees (DependenciesInstalled, status failed); a build past its time bound fails as timed out",
   async (t) => {
     const app = `inst${randomUUID().slice(0, 6)}`;
     const init = await slipway(t, "init", "app", "--name", app, "--json");
@@ -180,11 +180,12 @@ test.serial(
       JSON.stringify(ex.json.resource.findings),
     );
     t.regex(ex.json.resource.next_step, /lockfile/);
+    // a watcher sees the failed install: DependenciesInstalled ends every install, data.status says how
     const events = await get(t.context.p.controlUrl, `/events?resource_id=${install.json.resource.id}`);
+    const items = (events.body as { items: { type: string; data: Record<string, unknown> }[] }).items;
     t.deepEqual(
-      (events.body as { items: unknown[] }).items,
-      [],
-      "no DependenciesInstalled for a failed install (the catalogue has no failure event)",
+      items.map((e) => [e.type, e.data.status]),
+      [["DependenciesInstalled", "failed"]],
     );
 
     // a build that hangs: the time bound ends the whole process group
