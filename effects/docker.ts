@@ -6,7 +6,7 @@ import { isAbsolute, resolve as resolvePath } from "node:path";
 import { StringDecoder } from "node:string_decoder";
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
-import Docker from "dockerode";
+import type Docker from "dockerode";
 import tar, { type Header as TarHeader } from "tar-stream";
 import { PlatformError } from "../proto/errors.js";
 
@@ -197,7 +197,8 @@ export class ContainerRuntime {
   readonly endpoint: string;
   private readonly ep: Endpoint | undefined;
   private readonly configError: string | undefined;
-  private readonly docker: Docker;
+  /** The dockerode client, loaded on first use (its import costs a few hundred ms at every start). */
+  private client: Promise<Docker> | undefined;
   /** Ping results and engine facts, shared by every runtime on the same endpoint in this process. */
   private readonly shared: EndpointState;
 
@@ -212,10 +213,15 @@ export class ContainerRuntime {
       endpoints.set(this.endpoint, shared);
     }
     this.shared = shared;
-    this.docker =
+  }
+
+  private docker(): Promise<Docker> {
+    this.client ??= import("dockerode").then(({ default: Dockerode }) =>
       this.ep?.kind === "tcp"
-        ? new Docker({ host: this.ep.host, port: this.ep.port, protocol: "http" })
-        : new Docker({ socketPath: this.ep?.socketPath ?? DEFAULT_SOCKET });
+        ? new Dockerode({ host: this.ep.host, port: this.ep.port, protocol: "http" })
+        : new Dockerode({ socketPath: this.ep?.socketPath ?? DEFAULT_SOCKET }),
+    );
+    return this.client;
   }
 
   /** On DOCKER_HOST, or /var/run/docker.sock when it is not set. */
@@ -309,7 +315,7 @@ export class ContainerRuntime {
 
   private async buildBaseImage(plan: RootfsPlan, onLog?: (line: string) => void): Promise<string> {
     try {
-      await this.docker.getImage(plan.tag).inspect();
+      await (await this.docker()).getImage(plan.tag).inspect();
       return plan.tag;
     } catch (e) {
       if ((e as { statusCode?: number }).statusCode !== 404) this.fail(e, "inspecting the base image");
@@ -340,9 +346,10 @@ export class ContainerRuntime {
         message: "slipway base image from the host's node binary",
       };
       const body = Readable.from(pack, { objectMode: false });
-      const out: NodeJS.ReadableStream = await this.docker.importImage(body, importOpts);
+      const docker = await this.docker();
+      const out: NodeJS.ReadableStream = await docker.importImage(body, importOpts);
       events = await new Promise<ImportEvent[]>((resolve, reject) =>
-        this.docker.modem.followProgress(out, (err: Error | null, res: ImportEvent[]) =>
+        docker.modem.followProgress(out, (err: Error | null, res: ImportEvent[]) =>
           err ? reject(err) : resolve(res),
         ),
       );
@@ -360,8 +367,8 @@ export class ContainerRuntime {
 
   /** Whether the engine runs rootless (container root is then the engine's user). */
   private isRootless(): Promise<boolean> {
-    this.shared.rootless ??= this.docker
-      .info()
+    this.shared.rootless ??= this.docker()
+      .then((d) => d.info())
       .then((i: { SecurityOptions?: string[] }) =>
         (i.SecurityOptions ?? []).some((s) => s.includes("name=rootless")),
       )
@@ -409,7 +416,7 @@ export class ContainerRuntime {
     await this.remove(name);
     let container: Docker.Container;
     try {
-      container = await this.docker.createContainer({
+      container = await (await this.docker()).createContainer({
         name,
         Image: image,
         Cmd: spec.command,
@@ -447,7 +454,7 @@ export class ContainerRuntime {
   /** Force-removes a container; false when there was none. */
   private async remove(name: string): Promise<boolean> {
     try {
-      await this.docker.getContainer(name).remove({ force: true });
+      await (await this.docker()).getContainer(name).remove({ force: true });
       return true;
     } catch (e) {
       if ((e as { statusCode?: number }).statusCode === 404) return false;
@@ -501,7 +508,7 @@ export class ContainerRuntime {
   /** Stops (SIGTERM, SIGKILL after `timeoutSec`) and removes a container; false when there is none. */
   async stop(name: string, timeoutSec = 5): Promise<boolean> {
     await this.require();
-    const c = this.docker.getContainer(name);
+    const c = (await this.docker()).getContainer(name);
     try {
       await c.stop({ t: timeoutSec });
     } catch (e) {
@@ -516,7 +523,7 @@ export class ContainerRuntime {
   async status(name: string): Promise<ContainerStatus | undefined> {
     await this.require();
     try {
-      const i = await this.docker.getContainer(name).inspect();
+      const i = await (await this.docker()).getContainer(name).inspect();
       return {
         running: i.State.Running,
         state: i.State.Status,
@@ -545,8 +552,9 @@ export class ContainerRuntime {
     if (signal?.aborted) return;
     await this.require();
     let stream: NodeJS.ReadableStream;
+    const docker = await this.docker();
     try {
-      stream = await this.docker.getContainer(containerId).logs({
+      stream = await docker.getContainer(containerId).logs({
         follow: true,
         stdout: true,
         stderr: true,
@@ -577,7 +585,7 @@ export class ContainerRuntime {
       stream.on("end", finish);
       stream.on("close", finish);
       stream.on("error", finish);
-      this.docker.modem.demuxStream(stream, out as never, err as never);
+      docker.modem.demuxStream(stream, out as never, err as never);
       if (signal?.aborted) onAbort();
     });
   }
@@ -589,8 +597,8 @@ export class ContainerRuntime {
       return { available: false, endpoint: this.endpoint, reason: e.message, containers: [] };
     }
     try {
-      const v = await this.docker.version();
-      const list = await this.docker.listContainers({
+      const v = await (await this.docker()).version();
+      const list = await (await this.docker()).listContainers({
         all: true,
         filters: { label: app ? [`${LABEL_APP}=${app}`] : [LABEL_APP] },
       });
@@ -619,7 +627,7 @@ export class ContainerRuntime {
         },
         containers,
       };
-      const images = await this.docker.listImages({ filters: { reference: [BASE_IMAGE_REPO] } });
+      const images = await (await this.docker()).listImages({ filters: { reference: [BASE_IMAGE_REPO] } });
       const tag = (await planRootfs().catch(() => undefined))?.tag;
       const img = images.find((i) => tag && i.RepoTags?.includes(tag)) ?? images[0];
       if (img)

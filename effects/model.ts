@@ -1,10 +1,4 @@
-import Anthropic, {
-  APIConnectionError,
-  APIConnectionTimeoutError,
-  APIError,
-  APIUserAbortError,
-  AnthropicError,
-} from "@anthropic-ai/sdk";
+import type Anthropic from "@anthropic-ai/sdk";
 import Type, { type Static, type TSchema } from "typebox";
 import { check, CodecError } from "../proto/codec.js";
 import type { ErrorDetail } from "../proto/errors.js";
@@ -238,8 +232,14 @@ function hostOf(cfg: ModelConfig): string {
   }
 }
 
+type Sdk = typeof import("@anthropic-ai/sdk");
+/** The SDK, loaded on the first model call (its import costs about 200 ms at every start). */
+let sdk: Promise<Sdk> | undefined;
+const loadSdk = () => (sdk ??= import("@anthropic-ai/sdk"));
+
 /** Maps what the SDK throws to a ModelError; rethrows anything else. */
-function callError(e: unknown, cfg: ModelConfig): never {
+function callError(e: unknown, cfg: ModelConfig, sdk: Sdk): never {
+  const { APIConnectionError, APIConnectionTimeoutError, APIError, APIUserAbortError, AnthropicError } = sdk;
   if (e instanceof ModelError) throw e;
   const where = hostOf(cfg);
   if (e instanceof APIUserAbortError) throw new ModelCallError("model_aborted", "model call aborted");
@@ -305,7 +305,8 @@ export async function structuredCall<S extends TSchema>(
   cfg: ModelConfig,
   req: StructuredRequest<S>,
 ): Promise<StructuredResult<Static<S>>> {
-  const client = new Anthropic({
+  const lib = await loadSdk();
+  const client = new lib.default({
     apiKey: cfg.apiKey,
     baseURL: cfg.baseURL ?? null,
     timeout: cfg.timeoutMs,
@@ -327,7 +328,7 @@ export async function structuredCall<S extends TSchema>(
       req.signal ? { signal: req.signal } : undefined,
     );
   } catch (e) {
-    callError(e, cfg);
+    callError(e, cfg, lib);
   }
   return readAnswer(raw, req.toolName, req.schema);
 }
