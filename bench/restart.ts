@@ -13,7 +13,13 @@ import { rmSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { startEmbeddedNats } from "../store/embedded-nats.js";
 import { call, freePort, tempDir } from "../test/helpers/infra.js";
-import { bundleSlipwayd, natsPidOf, processAlive, spawnSlipwayd } from "../test/helpers/slipwayd-process.js";
+import {
+  bundleSlipwayd,
+  natsPidOf,
+  processAlive,
+  slipwaydSetup,
+  spawnSlipwayd,
+} from "../test/helpers/slipwayd-process.js";
 import { sleep, summary } from "./common.js";
 
 const { values } = parseArgs({ options: { rounds: { type: "string", default: "7" } } });
@@ -22,16 +28,7 @@ const rounds = Number(values.rounds);
 async function main(): Promise<void> {
   const bundle = await bundleSlipwayd();
   const dataDir = tempDir();
-  const [natsPort, controlPort, dataPort] = [await freePort(), await freePort(), await freePort()];
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    SLIPWAY_DATA_DIR: dataDir,
-    SLIPWAY_NATS_PORT: String(natsPort),
-    SLIPWAY_CONTROL_PORT: String(controlPort),
-    SLIPWAY_DATA_PORT: String(dataPort),
-  };
-  for (const k of ["NATS_URL", "SLIPWAY_VAULT_KEY", "SLIPWAY_NODE_ID"]) delete env[k];
-  const control = `http://127.0.0.1:${controlPort}`;
+  const { env, control } = await slipwaydSetup(dataDir);
   let current = spawnSlipwayd(["up"], env, bundle.file);
   try {
     await current.ready();

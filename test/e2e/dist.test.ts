@@ -4,7 +4,8 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { randomUUID } from "node:crypto";
-import { call, freePort, sleep, tempDir } from "../helpers/infra.js";
+import { call, sleep, tempDir } from "../helpers/infra.js";
+import { slipwaydSetup } from "../helpers/slipwayd-process.js";
 
 const repo = fileURLToPath(new URL("../../", import.meta.url));
 const bundle = join(repo, "dist", "bin", "slipwayd.mjs");
@@ -16,15 +17,8 @@ const bundle = join(repo, "dist", "bin", "slipwayd.mjs");
 test("the bundled dist/bin/slipwayd.mjs starts, makes an app from the starter with the bundled client, and stops on SIGTERM", async (t) => {
   t.true(existsSync(bundle), "dist/bin/slipwayd.mjs is missing: run npm run build (npm test does it first)");
   const dataDir = tempDir();
-  const [natsPort, controlPort, dataPort] = [await freePort(), await freePort(), await freePort()];
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    SLIPWAY_DATA_DIR: dataDir,
-    SLIPWAY_NATS_PORT: String(natsPort),
-    SLIPWAY_CONTROL_PORT: String(controlPort),
-    SLIPWAY_DATA_PORT: String(dataPort),
-  };
-  delete env.NATS_URL;
+  const { env: setupEnv, controlPort } = await slipwaydSetup(dataDir);
+  const env = setupEnv;
   const child = spawn(process.execPath, [bundle, "up"], { env, stdio: ["ignore", "pipe", "pipe"] });
   let out = "";
   child.stdout!.on("data", (d: Buffer) => (out += d.toString()));

@@ -1,12 +1,12 @@
 import test from "ava";
 import { type ChildProcess, spawn } from "node:child_process";
-import { readFileSync, rmSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { type DeathSignal, natsPidFile, startEmbeddedNats } from "../../store/embedded-nats.js";
-import { freePort, tempDir as makeTempDir } from "../helpers/infra.js";
-import { killNatsServer, processAlive, within } from "../helpers/slipwayd-process.js";
+import { freePort } from "../helpers/infra.js";
+import { killNatsServer, processAlive, within, tempDirs } from "../helpers/slipwayd-process.js";
 
 // The embedded nats-server dies with the process that started it, whichever way it is spawned.
 
@@ -17,17 +17,13 @@ const owner = fileURLToPath(new URL("../helpers/nats-owner.ts", import.meta.url)
 /** Servers and owner processes started here, killed at the end if still running. */
 const strays: number[] = [];
 const owners: ChildProcess[] = [];
-const dirs: string[] = [];
-const tempDir = () => {
-  const d = makeTempDir();
-  dirs.push(d);
-  return d;
-};
+const dirs = tempDirs();
+const tempDir = dirs.make;
 test.after.always(async () => {
   for (const c of owners) if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL");
   for (const pid of strays) killNatsServer(pid);
   await new Promise((r) => setTimeout(r, 200));
-  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+  dirs.removeAll();
 });
 
 /** Starts the owner process; resolves with its child and the server's pid once it listens. */

@@ -1,18 +1,21 @@
 import test from "ava";
 import { spawn, spawnSync } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { readFileSync, rmSync, writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { createConnection, createServer } from "node:net";
 import { join } from "node:path";
-import { call, freePort, tempDir as makeTempDir } from "../helpers/infra.js";
+import { call } from "../helpers/infra.js";
 import {
   bundleSlipwayd,
   killNatsServer,
   natsPidOf,
   processAlive,
+  slipwaydSetup,
   spawnSlipwayd,
+  tempDirs,
   within,
   type SlipwaydProcess,
+  type SlipwaydSetup,
 } from "../helpers/slipwayd-process.js";
 
 // Process-level: `slipwayd up` killed with SIGKILL, then started again on the same data dir. The
@@ -20,39 +23,17 @@ import {
 
 const started: SlipwaydProcess[] = [];
 const strays: number[] = [];
-const dirs: string[] = [];
-const tempDir = () => {
-  const d = makeTempDir();
-  dirs.push(d);
-  return d;
-};
+const dirs = tempDirs();
+const tempDir = dirs.make;
 test.after.always(async () => {
   await Promise.all(started.map((p) => p.kill9()));
   for (const pid of strays) killNatsServer(pid);
   await new Promise((r) => setTimeout(r, 200)); // servers killed with their slipwayd let go of their files
-  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+  dirs.removeAll();
 });
 
-interface Setup {
-  dataDir: string;
-  natsPort: number;
-  control: string;
-  env: NodeJS.ProcessEnv;
-}
-
-async function setup(dataDir = tempDir()): Promise<Setup> {
-  const [natsPort, controlPort, dataPort] = [await freePort(), await freePort(), await freePort()];
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    SLIPWAY_DATA_DIR: dataDir,
-    SLIPWAY_NATS_PORT: String(natsPort),
-    SLIPWAY_CONTROL_PORT: String(controlPort),
-    SLIPWAY_DATA_PORT: String(dataPort),
-  };
-  for (const k of ["NATS_URL", "SLIPWAY_VAULT_KEY", "SLIPWAY_NODE_ID", "SLIPWAY_CONTROL_TOKEN"])
-    delete env[k];
-  return { dataDir, natsPort, control: `http://127.0.0.1:${controlPort}`, env };
-}
+type Setup = SlipwaydSetup;
+const setup = (dataDir = tempDir()): Promise<Setup> => slipwaydSetup(dataDir);
 
 function up(s: Setup, entry?: string): SlipwaydProcess {
   const p = spawnSlipwayd(["up"], s.env, entry);

@@ -8,6 +8,7 @@ import { randomUUID } from "node:crypto";
 import { openBus } from "../../store/bus.js";
 import { startEmbeddedNats } from "../../store/embedded-nats.js";
 import { call, freePort, sleep, tempDir, TEST_VAULT_KEY } from "../helpers/infra.js";
+import { slipwaydSetup } from "../helpers/slipwayd-process.js";
 
 const require = createRequire(import.meta.url);
 const tsx = require.resolve("tsx");
@@ -20,16 +21,8 @@ const slipwayd = fileURLToPath(new URL("../../bin/slipwayd.ts", import.meta.url)
  */
 test("Ctrl-C (SIGINT to the process group) of slipwayd up ends running long work as failed before it exits, not at the next boot", async (t) => {
   const dataDir = tempDir();
-  const [natsPort, controlPort, dataPort] = [await freePort(), await freePort(), await freePort()];
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    SLIPWAY_DATA_DIR: dataDir,
-    SLIPWAY_NATS_PORT: String(natsPort),
-    SLIPWAY_CONTROL_PORT: String(controlPort),
-    SLIPWAY_DATA_PORT: String(dataPort),
-    SLIPWAY_VAULT_KEY: TEST_VAULT_KEY,
-  };
-  delete env.NATS_URL;
+  const { env: setupEnv, controlPort } = await slipwaydSetup(dataDir);
+  const env = { ...setupEnv, SLIPWAY_VAULT_KEY: TEST_VAULT_KEY };
   // its own process group, as a terminal's foreground job
   const child = spawn(process.execPath, ["--import", tsx, slipwayd, "up"], {
     env,

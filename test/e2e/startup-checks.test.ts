@@ -1,11 +1,11 @@
 import test from "ava";
 import { randomBytes } from "node:crypto";
-import { readFileSync, rmSync, writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { loadControlToken, MIN_CONTROL_TOKEN_LENGTH } from "../../gateway/auth.js";
 import { Vault } from "../../store/vault.js";
-import { freePort, startTestNats, tempDir as makeTempDir, type TestNats } from "../helpers/infra.js";
-import { spawnSlipwayd, type SlipwaydProcess } from "../helpers/slipwayd-process.js";
+import { freePort, startTestNats, type TestNats } from "../helpers/infra.js";
+import { spawnSlipwayd, type SlipwaydProcess, tempDirs } from "../helpers/slipwayd-process.js";
 
 // Start-up refusals of slipwayd: vault keys that differ from the deployment's, a short control token.
 
@@ -14,16 +14,12 @@ let nats: TestNats | undefined;
 test.before(async () => {
   nats = await startTestNats();
 });
-const dirs: string[] = [];
-const tempDir = () => {
-  const d = makeTempDir();
-  dirs.push(d);
-  return d;
-};
+const dirs = tempDirs();
+const tempDir = dirs.make;
 test.after.always(async () => {
   await Promise.all(started.map((p) => p.stop()));
   await nats?.stop();
-  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+  dirs.removeAll();
 });
 
 const key = () => randomBytes(32).toString("base64");

@@ -4,6 +4,7 @@ import { createRequire } from "node:module";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { hasSetpriv } from "../../store/embedded-nats.js";
+import { freePort, tempDir } from "./infra.js";
 
 const require = createRequire(import.meta.url);
 const tsx = require.resolve("tsx");
@@ -125,4 +126,48 @@ export async function within(ms: number, pred: () => boolean | Promise<boolean>)
     await new Promise((r) => setTimeout(r, 10));
   }
   return -1;
+}
+
+/** Where one `slipwayd up` lives: a data dir, its three ports, and the environment that says so. */
+export interface SlipwaydSetup {
+  dataDir: string;
+  natsPort: number;
+  controlPort: number;
+  dataPort: number;
+  /** `http://127.0.0.1:<control port>`. */
+  control: string;
+  env: NodeJS.ProcessEnv;
+}
+
+/**
+ * Free ports and the environment for a `slipwayd up` of its own (embedded nats-server on the data
+ * dir): NATS_URL, and any vault key, node id or control token of the caller's environment, removed.
+ */
+export async function slipwaydSetup(dataDir: string): Promise<SlipwaydSetup> {
+  const [natsPort, controlPort, dataPort] = [await freePort(), await freePort(), await freePort()];
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    SLIPWAY_DATA_DIR: dataDir,
+    SLIPWAY_NATS_PORT: String(natsPort),
+    SLIPWAY_CONTROL_PORT: String(controlPort),
+    SLIPWAY_DATA_PORT: String(dataPort),
+  };
+  for (const k of ["NATS_URL", "SLIPWAY_VAULT_KEY", "SLIPWAY_NODE_ID", "SLIPWAY_CONTROL_TOKEN"])
+    delete env[k];
+  return { dataDir, natsPort, controlPort, dataPort, control: `http://127.0.0.1:${controlPort}`, env };
+}
+
+/** Temp dirs made by a test file, removed by `removeAll()` (call it in `test.after.always`). */
+export function tempDirs(): { make(): string; removeAll(): void } {
+  const dirs: string[] = [];
+  return {
+    make: () => {
+      const d = tempDir();
+      dirs.push(d);
+      return d;
+    },
+    removeAll: () => {
+      for (const d of dirs) rmSync(d, { recursive: true, force: true });
+    },
+  };
 }
