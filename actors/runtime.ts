@@ -5,14 +5,11 @@ import type { Vault } from "../store/vault.js";
 import { CommandSchema } from "../proto/command.js";
 import { check } from "../proto/codec.js";
 import { keys, LEASE_TTL_MS, PARTITIONS, partitionOf, STREAMS, subjects } from "../proto/subjects.js";
-import { AppActor, TASK_DONE, type ActorHost } from "./app-actor.js";
+import { AppActor, type ActorHost } from "./app-actor.js";
 import { startScheduler, type SchedulerOptions } from "./scheduler.js";
-import type { PlatformUrls, TaskContext, TaskSpec } from "./context.js";
-import type { Command } from "../proto/command.js";
-import { encode } from "../proto/codec.js";
-import type { TaskDone } from "../proto/records.js";
-import type { Resource } from "../proto/resources.js";
-import { appendLog } from "../store/logs.js";
+import type { PlatformUrls } from "./context.js";
+import { TaskRunner } from "./task-runner.js";
+import { sleep, within } from "./timing.js";
 
 export interface NodeOptions {
   bus: Bus;
@@ -261,139 +258,6 @@ class PartitionWorker {
     if (this.flushTimer) clearInterval(this.flushTimer);
     for (const t of this.rechecks) clearTimeout(t);
     await within(this.loop ?? Promise.resolve(), 1000);
-  }
-}
-
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
-
-/** Waits for `p` at most `ms`; the timer never outlives the wait. */
-async function within(p: Promise<unknown>, ms: number): Promise<void> {
-  let t: NodeJS.Timeout | undefined;
-  await Promise.race([p, new Promise<void>((r) => (t = setTimeout(r, ms)))]);
-  clearTimeout(t);
-}
-
-/**
- * Runs long work outside actor turns (DESIGN §2). When a task ends, its end is
- * published as the internal `_task_done` command on the app's command subject,
- * so the actor applies it in order like any other command.
- */
-class TaskRunner {
-  private readonly node: RuntimeNode;
-  private readonly running = new Map<
-    string,
-    { app: string; ac: AbortController; done: Promise<number | undefined> }
-  >();
-  private stopping = false;
-
-  constructor(node: RuntimeNode) {
-    this.node = node;
-  }
-
-  runs(resourceId: string): boolean {
-    return this.running.has(resourceId);
-  }
-
-  start(app: string, resource: Resource, spec: TaskSpec, origin: Pick<Command, "id" | "actor">): void {
-    const commandId = origin.id;
-    if (this.running.has(resource.id)) return;
-    const ac = new AbortController();
-    const { bus } = this.node;
-    let line = 0;
-    const ctx: TaskContext = {
-      app,
-      resource,
-      bus,
-      vault: this.node.vault,
-      workspaceRoot: this.node.workspaceRoot,
-      signal: ac.signal,
-      log: (text, stream = "platform") =>
-        appendLog(
-          bus,
-          resource.id,
-          { ts: new Date().toISOString(), stream, line: text },
-          `${commandId}/task/${line++}`,
-        ).catch(() => {}),
-    };
-    const done = (async () => {
-      let result: TaskDone;
-      try {
-        const r = await spec.run(ctx);
-        result = { resource_id: resource.id, status: r.status, fields: r.fields ?? {}, data: r.data ?? {} };
-        if (r.app) result.app_update = r.app;
-      } catch (e) {
-        const message = ac.signal.aborted
-          ? "stopped: the node shut down"
-          : e instanceof Error
-            ? e.message
-            : String(e);
-        this.node.log(`task ${resource.type} ${resource.id} of ${app} failed: ${message}`);
-        result = {
-          resource_id: resource.id,
-          status: "failed",
-          fields: { error: message },
-          data: { error: message },
-        };
-      }
-      this.running.delete(resource.id);
-      return this.publishDone(app, origin, result);
-    })();
-    this.running.set(resource.id, { app, ac, done });
-  }
-
-  /** Publishes a task's end until the bus takes it (the message id makes repeats harmless); its stream sequence. */
-  async publishDone(
-    app: string,
-    origin: Pick<Command, "id" | "actor">,
-    done: TaskDone,
-  ): Promise<number | undefined> {
-    const commandId = origin.id;
-    const cmd: Command = {
-      id: `${commandId}-done`,
-      capability: TASK_DONE,
-      app,
-      input: done,
-      actor: origin.actor,
-      plane: "control",
-      gateway_id: "none",
-      request_id: `${commandId}-done`,
-      received_at: new Date().toISOString(),
-    };
-    for (let attempt = 0; attempt < 600; attempt++) {
-      try {
-        const ack = await this.node.bus.js.publish(subjects.command(app), encode(cmd), { msgID: cmd.id });
-        return ack.seq;
-      } catch {
-        if (this.stopping && attempt >= 20) break; // shutting down: the next owner ends it as interrupted
-        await sleep(Math.min(100 * 2 ** attempt, 2000));
-      }
-    }
-    this.node.log(
-      `task end of ${done.resource_id} could not be published; it is ended as interrupted at the next takeover`,
-    );
-    return undefined;
-  }
-
-  /**
-   * Stops every task (node shutdown): each ends as failed with a reason, and its
-   * end is published. Returns where each end sits in the command stream, so the
-   * node can apply them before it lets its partitions go.
-   */
-  async stopAll(): Promise<{ app: string; seq: number }[]> {
-    this.stopping = true;
-    const all = [...this.running.values()];
-    for (const t of all) t.ac.abort();
-    const ends: { app: string; seq: number }[] = [];
-    await within(
-      Promise.all(
-        all.map(async (t) => {
-          const seq = await t.done;
-          if (seq !== undefined) ends.push({ app: t.app, seq });
-        }),
-      ),
-      5000,
-    );
-    return ends;
   }
 }
 
