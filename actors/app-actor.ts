@@ -250,7 +250,7 @@ export class AppActor {
         return;
       }
       this.host.log(
-        `actor ${this.app}: command ${cmd.id} failed: ${e instanceof Error ? e.stack : String(e)}`,
+        `actor ${this.app}: command ${cmd.id} (request ${cmd.request_id}) failed: ${e instanceof Error ? e.stack : String(e)}`,
       );
       const w = toWireError(e);
       this.reply(cmd, { command_id: cmd.id, http: w.status, ok: false, error: w.body.error, seq });

@@ -15,6 +15,8 @@ export interface GuardOptions {
   log: (msg: string) => void;
   /** Prefix of log lines (`gateway control`). */
   name: string;
+  /** Requests still being answered (a shutdown waits for them). */
+  inflight?: Set<Promise<void>>;
 }
 
 /**
@@ -57,7 +59,12 @@ export function guard(o: GuardOptions, handler: Handler): (raw: HttpResponse, rq
       if (p) {
         const r = res;
         const q = req;
-        p.catch((e) => answerError(r, q, e, o));
+        const done = p.catch((e) => answerError(r, q, e, o));
+        if (o.inflight) {
+          const set = o.inflight;
+          set.add(done);
+          void done.finally(() => set.delete(done));
+        }
       }
     } catch (e) {
       if (res) answerError(res, req, e, o);

@@ -70,10 +70,12 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
     const o = opts.otherPort ?? (plane === "control" ? DEFAULT_PORTS.data : DEFAULT_PORTS.control);
     return typeof o === "function" ? o() : o;
   };
+  const inflight = new Set<Promise<void>>();
   const guardOpts: GuardOptions = {
     policy: opts.originPolicy ?? DEFAULT_ORIGIN_POLICY,
     log,
     name: `gateway ${plane}`,
+    inflight,
   };
   const auth = (h: Record<string, string>): Principal =>
     authenticate(
@@ -186,9 +188,17 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
     close: async () => {
       if (closed) return;
       closed = true;
+      // stop accepting, end the tails, answer the calls still waiting for a reply (503), and let
+      // every request in flight write its answer before the connections close
       uWS.us_listen_socket_close(token);
       for (const s of [...open]) s();
       await client.close();
+      let t: NodeJS.Timeout | undefined;
+      await Promise.race([
+        Promise.allSettled([...inflight]),
+        new Promise<void>((r) => (t = setTimeout(r, 5000))),
+      ]);
+      clearTimeout(t);
       (app as unknown as { close?: () => void }).close?.();
     },
   };
