@@ -25,21 +25,33 @@ export interface NodeOptions {
   leaseMarginMs?: number;
   /** How often the node renews, scans for free partitions and rebalances. */
   tickMs?: number;
-  /**
-   * Test hook: partitions this node treats as held without any lease (to force
-   * two nodes to both believe they own one). Never set in production.
-   */
-  forcePartitions?: number[];
-  /** Take no leases at all (with forcePartitions: a node that only has forced partitions). */
-  noLeases?: boolean;
-  onApply?: ActorHost["onApply"];
-  onFenced?: ActorHost["onFenced"];
   log?: (msg: string) => void;
   /** Run a scheduler candidate on this node (default true). */
   scheduler?: boolean;
   /** Scheduler: how long a tick's callback may take. */
   tickTimeoutMs?: number;
-  /** Scheduler test instrumentation. */
+  /**
+   * The test and benchmark seam: hooks that observe or bend the node. Only code that builds
+   * NodeOptions itself can set it (tests, bench/); slipwayd never does, and nothing in the
+   * environment or on the command line reaches it.
+   */
+  instrument?: NodeInstrumentation;
+}
+
+/** See {@link NodeOptions.instrument}. */
+export interface NodeInstrumentation {
+  /**
+   * Partitions this node treats as held without any lease (to force two nodes to both believe
+   * they own one: the fence test).
+   */
+  forcePartitions?: number[];
+  /** Take no leases at all (with forcePartitions: a node that only has forced partitions). */
+  noLeases?: boolean;
+  /** A command starts and ends taking effect. */
+  onApply?: ActorHost["onApply"];
+  /** The commit record refused this node's append. */
+  onFenced?: ActorHost["onFenced"];
+  /** The scheduler is about to call an app. */
   onFire?: SchedulerOptions["onFire"];
 }
 
@@ -291,8 +303,8 @@ class RuntimeNode {
     this.nodeId = opts.nodeId ?? `n${randomBytes(4).toString("hex")}`;
     this.workspaceRoot = opts.workspaceRoot;
     this.platformUrls = opts.platformUrls ?? {};
-    this.onApply = opts.onApply;
-    this.onFenced = opts.onFenced;
+    this.onApply = opts.instrument?.onApply;
+    this.onFenced = opts.instrument?.onFenced;
     this.log = opts.log ?? (() => {});
     this.ttl = opts.leaseTtlMs ?? LEASE_TTL_MS;
     this.margin = opts.leaseMarginMs ?? Math.min(2000, Math.floor(this.ttl / 4));
@@ -307,12 +319,12 @@ class RuntimeNode {
   }
 
   async start(): Promise<void> {
-    for (const p of this.opts.forcePartitions ?? []) {
+    for (const p of this.opts.instrument?.forcePartitions ?? []) {
       const w = new PartitionWorker(p, this);
       this.workers.set(p, w);
       await w.start();
     }
-    if (!this.opts.noLeases) {
+    if (!this.opts.instrument?.noLeases) {
       await this.tick();
       this.timer = setInterval(() => {
         this.ticking = this.ticking
@@ -334,7 +346,7 @@ class RuntimeNode {
   }
 
   private forced(p: number): boolean {
-    return (this.opts.forcePartitions ?? []).includes(p);
+    return (this.opts.instrument?.forcePartitions ?? []).includes(p);
   }
 
   /** Renews held leases, announces the node, takes free partitions up to a fair share, gives back extras. */
@@ -441,7 +453,7 @@ class RuntimeNode {
     const ws = [...this.workers.values()];
     this.workers.clear();
     await Promise.all(ws.map((w) => w.stop(true)));
-    if (this.bus.connected() && !this.opts.noLeases) {
+    if (this.bus.connected() && !this.opts.instrument?.noLeases) {
       await Promise.all(
         ws
           .filter((w) => !this.forced(w.partition))
@@ -465,7 +477,7 @@ export async function startNode(opts: NodeOptions): Promise<NodeHandle> {
           nodeId: node.nodeId,
           ...(opts.leaseTtlMs ? { leaseTtlMs: opts.leaseTtlMs } : {}),
           ...(opts.log ? { log: opts.log } : {}),
-          ...(opts.onFire ? { onFire: opts.onFire } : {}),
+          ...(opts.instrument?.onFire ? { onFire: opts.instrument.onFire } : {}),
           ...(opts.tickTimeoutMs ? { tickTimeoutMs: opts.tickTimeoutMs } : {}),
         });
   return {

@@ -27,7 +27,7 @@ export interface SchedulerOptions {
   /** How long a tick's callback may take before it counts as failed (default 30 s, `SLIPWAY_JOB_TIMEOUT_MS`). */
   tickTimeoutMs?: number;
   log?: (msg: string) => void;
-  /** Test instrumentation: a tick is about to call the app. */
+  /** Instrumentation (bench/scheduler.ts counts fires with it; NodeOptions.instrument passes it): a tick is about to call the app. */
   onFire?: (e: { app: string; job: string; tick: string; refire: boolean; node: string }) => void;
 }
 

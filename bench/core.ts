@@ -679,7 +679,7 @@ async function main(): Promise<void> {
       dataPort: 0,
       env: { SLIPWAY_VAULT_KEY: randomBytes(32).toString("base64") },
       log: () => {},
-      node: { onApply: turns.hook },
+      node: { instrument: { onApply: turns.hook } },
     });
     const base = `http://127.0.0.1:${platform.control!.port}`;
     await waitReady(base, 15_000, "platform");

@@ -51,9 +51,11 @@ test("two nodes forced to both hold a partition: the fence refuses the stale app
         vault: Vault.open(ws, { SLIPWAY_VAULT_KEY: TEST_VAULT_KEY }),
         workspaceRoot: ws,
         nodeId: id,
-        forcePartitions: [partition],
-        noLeases: true,
-        onFenced: (a, seq) => fenced.push(`${id}:${a}:${seq}`),
+        instrument: {
+          forcePartitions: [partition],
+          noLeases: true,
+          onFenced: (a, seq) => fenced.push(`${id}:${a}:${seq}`),
+        },
       }),
     );
   }

@@ -41,7 +41,7 @@ test.before(async (t) => {
         workspaceRoot: ws,
         nodeId: id,
         tickMs: 200,
-        onApply: (e) => traces.push(e),
+        instrument: { onApply: (e) => traces.push(e) },
       }),
     );
   }
