@@ -4,9 +4,14 @@ import { startNode } from "../../actors/runtime.js";
 import { openBus } from "../../store/bus.js";
 import { Vault } from "../../store/vault.js";
 import { keys, partitionOf } from "../../proto/subjects.js";
+import { CommandClient } from "../../gateway/command-client.js";
+import type { Command } from "../../proto/command.js";
+import { newId } from "../../proto/ids.js";
+import { commandFieldAad } from "../../store/vault.js";
 import {
   call,
   eventually,
+  get,
   startTestNats,
   startTestPlatform,
   tempDir,
@@ -51,6 +56,59 @@ test("a command replayed after a takeover keeps its Idempotency-Key answer, so a
     t.is(again.body.resource.id, first.body.resource.id);
     t.is(again.body.events[0].id, first.body.events[0].id, "the original answer, not a second application");
   } finally {
+    await node.close();
+    await bus.close();
+    await gw.close();
+    await nats.stop();
+  }
+});
+
+test("a command replayed after a takeover, older than the outcomes its commit record keeps, is answered 409 conflict, not applied again", async (t) => {
+  const nats = await startTestNats();
+  const gw = await startTestPlatform(nats.url, { role: "gateway", plane: "control" });
+  const bus = await openBus({ servers: nats.url, name: "replay-test" });
+  const ws = tempDir();
+  const vault = Vault.open(ws, { SLIPWAY_VAULT_KEY: TEST_VAULT_KEY });
+  let node = await startNode({ bus, vault, workspaceRoot: ws, nodeId: "first", tickMs: 200 });
+  const client = new CommandClient(bus, vault, "gwreplay", 20_000);
+  client.start();
+  try {
+    await eventually(async () => node.partitions().length === 64, 15_000);
+    const app = `o${randomUUID().slice(0, 8)}`;
+    t.is((await call(gw.controlUrl, "initialize-app", { name: app })).status, 200);
+    // the command whose answer will be asked for again, sent without an Idempotency-Key
+    const cmd: Command = {
+      id: newId("cmd"),
+      capability: "set-secret",
+      app,
+      input: { app, name: "ONCE" },
+      actor: { type: "builder", id: "replay-test" },
+      plane: "control",
+      gateway_id: "gwreplay",
+      request_id: newId("req"),
+      received_at: new Date().toISOString(),
+    };
+    cmd.sealed = { value: vault.seal("v", commandFieldAad(cmd.id, "value")) }; // as the gateway seals it
+    const first = await client.send(cmd);
+    t.is(first.http, 200);
+    // more commands after it than the record keeps outcomes for (4)
+    for (let i = 0; i < 6; i++)
+      t.is((await call(gw.controlUrl, "set-secret", { app, name: `LATER${i}`, value: "v" })).status, 200);
+    await node.close();
+    // the partition is read again from its start, as after a takeover from an old offset; the
+    // client waits for the command's answer again (its re-publish is a duplicate on the stream)
+    await bus.kv.offsets.put(keys.offset(partitionOf(app)), "0");
+    const again = client.send(cmd);
+    node = await startNode({ bus, vault, workspaceRoot: ws, nodeId: "second", tickMs: 200 });
+    const r = await again;
+    t.is(r.http, 409);
+    t.is(r.error?.code, "conflict");
+    t.regex(r.error?.message ?? "", /applied before; its answer is no longer kept/);
+    // applied once: one SecretSet for ONCE
+    const evs = (await get(gw.controlUrl, `/events?app_id=${app}&type=SecretSet&limit=500`)).body.items;
+    t.is(evs.filter((e: { data: { name: string } }) => e.data.name === "ONCE").length, 1);
+  } finally {
+    await client.close();
     await node.close();
     await bus.close();
     await gw.close();

@@ -109,11 +109,10 @@ test("long work answers 202 running, a second task of the group is 409 busy, oth
   t.is(second.http, 409);
   t.is(second.error!.code, "busy");
   t.true(second.error!.message.includes(id), "busy names the running resource");
-  // the actor is free meanwhile
-  const t0 = Date.now();
+  // the actor is free meanwhile: the build waits on its gate until the end of this test, so a
+  // set-secret stuck behind it would answer 504 (reply timeout), never 200
   const other = await call(gw.controlUrl, "set-secret", { app, name: "DURING", value: "x" });
   t.is(other.status, 200);
-  t.true(Date.now() - t0 < 2000);
   // end the work
   await eventually(async () => gates.has(app));
   gates.get(app)!();

@@ -98,6 +98,26 @@ test.after.always(async (t) => {
 
 const hitsOf = (t: Target, path: string) => t.hits.filter((h) => h.path === path);
 
+/**
+ * Waits until `count()` stays the same for `quietMs` (at least two periods of a 1 s job), and
+ * returns it; throws when it keeps moving for `timeoutMs`. How a test sees that ticks stopped
+ * without guessing how long a loaded machine takes to apply the stop.
+ */
+async function settled(count: () => number, quietMs = 2500, timeoutMs = 30_000): Promise<number> {
+  const deadline = Date.now() + timeoutMs;
+  let last = count();
+  let since = Date.now();
+  while (Date.now() < deadline) {
+    await sleep(100);
+    const now = count();
+    if (now !== last) {
+      last = now;
+      since = Date.now();
+    } else if (Date.now() - since >= quietMs) return now;
+  }
+  throw new Error(`still ticking after ${timeoutMs} ms (${last} calls)`);
+}
+
 async function jobEvents(p: TestPlatform, resourceId: string): Promise<any[]> {
   return (await get(p.controlUrl, `/events?resource_id=${resourceId}&limit=500`)).body.items;
 }
@@ -141,7 +161,9 @@ test("schedule-job: a job every 1 s calls the app with a valid service token and
     t.is(e.data.status_code, 200);
     t.is(typeof e.data.duration_ms, "number");
     t.is(typeof e.data.late_ms, "number");
-    t.true(e.data.late_ms < 500, `late ${e.data.late_ms} ms`);
+    // fired after its nominal time, and not by a whole period late (a tick never waits for the next
+    // one); the bound is a period, not a latency target: latency lives in bench/scheduler.ts
+    t.true(e.data.late_ms >= 0 && e.data.late_ms < 1000, `late ${e.data.late_ms} ms`);
     t.regex(e.data.due_at, /^\d{4}-/);
     t.is(e.actor.type, "service");
   }
@@ -180,23 +202,27 @@ test("a 1 s job whose target takes 2.5 s never overlaps: later ticks are skipped
   });
   const id = r.body.resource.id;
   const t0 = Date.now();
-  await sleep(20_000);
-  await call(p.controlUrl, "schedule-job", {
-    app,
-    name: "slow",
-    disabled: true,
-    target_path: "/cron/slow",
-    every: "1s",
-  });
-  await sleep(3000); // the last tick in flight completes
-  const calls = target.hits.filter((h) => h.path === "/cron/slow" && h.at >= t0);
+  const calls = () => target.hits.filter((h) => h.path === "/cron/slow" && h.at >= t0);
+  // five completed-or-started calls span at least 10 s of 2.5 s calls on a 1 s grid
+  await eventually(async () => calls().length >= 5, 60_000, 100);
+  const paused = await call(p.controlUrl, "schedule-job", { app, name: "slow", disabled: true });
+  t.is(paused.status, 200);
+  // the call in flight (if any) completes and is recorded; then nothing moves any more
+  const doc = await eventually(
+    async () => {
+      const d = (await get(p.controlUrl, `/resources/ScheduledJob/${id}`)).body;
+      const ran = (await jobEvents(p, id)).filter((e) => e.type === "JobRan");
+      return d.runs === calls().length && ran.length === d.runs ? d : undefined;
+    },
+    30_000,
+    200,
+  );
   t.is(target.maxConcurrent.get("/cron/slow"), 1, "never two callbacks at once");
-  t.true(calls.length >= 5 && calls.length <= 8, `${calls.length} calls in 20 s`);
-  const doc = (await get(p.controlUrl, `/resources/ScheduledJob/${id}`)).body;
-  t.true(doc.skipped_overlap >= 8, `skipped ${doc.skipped_overlap}`);
-  const ran = (await jobEvents(p, id)).filter((e) => e.type === "JobRan");
-  t.is(ran.length, doc.runs, "each completed tick has its JobRan");
-  t.is(doc.runs, calls.length);
+  // each 2.5 s call covers at least two due moments of the 1 s grid: they are skipped, not queued
+  t.true(doc.skipped_overlap >= 2 * (doc.runs - 1), `skipped ${doc.skipped_overlap} over ${doc.runs} runs`);
+  const ticks = calls().map((h) => h.tick);
+  for (let i = 1; i < ticks.length; i++)
+    t.true(ticks[i]! - ticks[i - 1]! >= 2000, `a call waits for the previous one: ${ticks.join(",")}`);
   await call(p.controlUrl, "schedule-job", { app, name: "slow", remove: true });
 });
 
@@ -282,10 +308,9 @@ test("disabled jobs do not tick; removed jobs emit JobUnscheduled, leave the lis
     404,
     "gone at once",
   );
-  const after = hitsOf(target, "/cron/gone").length;
-  await sleep(2500);
+  // removed: the ticks stop (a tick already past its fence when the removal landed may still call)
+  await settled(() => hitsOf(target, "/cron/gone").length);
   t.is(hitsOf(target, "/cron/off").length, 0, "disabled: no ticks");
-  t.true(hitsOf(target, "/cron/gone").length <= after + 1, "removed: no ticks after (one in flight at most)");
   t.is((await get(p.controlUrl, `/resources/ScheduledJob/${r.body.resource.id}`)).status, 404);
   const again = await call(p.controlUrl, "schedule-job", { app, name: "gone", remove: true });
   t.is(again.status, 404);
@@ -328,16 +353,21 @@ test("stopped for 5 periods of a 1 s job, then started: the job fires once at bo
   const id = (
     await call(p.controlUrl, "schedule-job", { app, name: "boot", target_path: "/cron/boot", every: "1s" })
   ).body.resource.id;
-  await eventually(async () => hitsOf(target, "/cron/boot").length >= 2, 6000);
+  await eventually(async () => hitsOf(target, "/cron/boot").length >= 2, 15_000);
   await p.close();
   const before = hitsOf(target, "/cron/boot").length;
+  const lastTick = Math.max(...hitsOf(target, "/cron/boot").map((h) => h.tick));
+  // down for at least five periods (a window in which nothing may fire: a slow machine can only
+  // make it longer, never make a call appear)
   await sleep(5500);
   t.is(hitsOf(target, "/cron/boot").length, before, "nothing fires while the platform is down");
   const startedAt = Date.now();
   p = await startTestPlatform(nats.url, { dataDir });
   try {
-    await eventually(async () => hitsOf(target, "/cron/boot").some((h) => h.at >= startedAt), 5000);
-    await sleep(1500);
+    await eventually(
+      async () => hitsOf(target, "/cron/boot").filter((h) => h.at >= startedAt).length >= 2,
+      30_000,
+    );
     // the first tick after boot stands for everything missed: no burst of the missed ones
     const after = hitsOf(target, "/cron/boot").filter((h) => h.at >= startedAt);
     const ticks = after.map((h) => h.tick);
@@ -354,8 +384,13 @@ test("stopped for 5 periods of a 1 s job, then started: the job fires once at bo
     const doc = await eventually(async () => {
       const d = (await get(p.controlUrl, `/resources/ScheduledJob/${id}`)).body;
       return d.missed >= 4 ? d : undefined;
-    }, 5000);
-    t.true(doc.missed >= 4 && doc.missed <= 7, `missed ${doc.missed}`);
+    }, 15_000);
+    // every due moment between the last tick before the stop and the catch-up tick, except the
+    // catch-up tick itself: at least the 5 s of the stop, at most what passed on the clock
+    const bootTick = Math.min(...after.map((h) => h.tick));
+    const due = Math.round((bootTick - lastTick) / 1000) - 1;
+    t.is(doc.missed, due, `missed ${doc.missed}, ${due} due moments passed unfired`);
+    t.true(doc.missed >= 4, `missed ${doc.missed}`);
   } finally {
     await call(p.controlUrl, "schedule-job", { app, name: "boot", remove: true });
     await p.close();
@@ -419,10 +454,8 @@ test("schedule-job pauses and resumes a job by name, without restating it", asyn
   t.is(pause.body.resource.target_path, "/cron/toggle", "the definition is kept");
   t.deepEqual(pause.body.resource.schedule, { every: "1s" });
   t.is(pause.body.resource.next_due_at, null);
-  await sleep(1200); // a tick already in flight may still land
-  const paused = hitsOf(target, "/cron/toggle").length;
-  await sleep(2500);
-  t.is(hitsOf(target, "/cron/toggle").length, paused, "no tick while paused");
+  // paused: the ticks stop (one already in flight may land) and stay stopped
+  const paused = await settled(() => hitsOf(target, "/cron/toggle").length);
   const resume = await call(p.controlUrl, "schedule-job", { app, name: "toggle", disabled: false });
   t.is(resume.status, 200);
   t.is(resume.body.resource.disabled, false);
@@ -480,4 +513,51 @@ test("schedule-job refuses an at in the past, and a job past the per-app quota w
     every: "1h",
   });
   t.is(room.status, 200);
+});
+
+test("an at job fires once at its time, then has no next tick", async (t) => {
+  const { p, target, app } = t.context;
+  const at = new Date(Date.now() + 3000).toISOString();
+  const r = await call(p.controlUrl, "schedule-job", { app, name: "once", target_path: "/cron/once", at });
+  t.is(r.status, 200);
+  t.is(r.body.resource.next_due_at, at);
+  const ran = await eventually(async () => {
+    const e = (await jobEvents(p, r.body.resource.id)).filter((x) => x.type === "JobRan");
+    return e.length > 0 ? e : undefined;
+  }, 60_000);
+  t.is(ran[0].data.due_at, at);
+  t.true(hitsOf(target, "/cron/once")[0]!.at >= Date.parse(at), "not before its time");
+  const doc = await eventually(async () => {
+    const d = (await get(p.controlUrl, `/resources/ScheduledJob/${r.body.resource.id}`)).body;
+    return d.runs === 1 ? d : undefined;
+  });
+  t.is(doc.next_due_at, null, "a one-shot has no next tick");
+  t.is(await settled(() => hitsOf(target, "/cron/once").length), 1, "fired once");
+  await call(p.controlUrl, "schedule-job", { app, name: "once", remove: true });
+});
+
+test("a cron job fires on its five-field schedule (every minute: on the minute, UTC)", async (t) => {
+  const { p, target, app } = t.context;
+  const r = await call(p.controlUrl, "schedule-job", {
+    app,
+    name: "minutely",
+    target_path: "/cron/minutely",
+    cron: "* * * * *",
+  });
+  t.is(r.status, 200);
+  t.deepEqual(r.body.resource.schedule, { cron: "* * * * *", time_zone: "UTC" });
+  const next = Date.parse(r.body.resource.next_due_at);
+  t.is(next % 60_000, 0, "the next tick is on a minute");
+  // the next minute is at most 60 s away: wait for its JobRan
+  const ran = await eventually(
+    async () => {
+      const e = (await jobEvents(p, r.body.resource.id)).filter((x) => x.type === "JobRan");
+      return e.length > 0 ? e : undefined;
+    },
+    120_000,
+    500,
+  );
+  t.is(Date.parse(ran[0].data.due_at), next);
+  t.is(hitsOf(target, "/cron/minutely")[0]!.tick, next);
+  await call(p.controlUrl, "schedule-job", { app, name: "minutely", remove: true });
 });

@@ -149,7 +149,8 @@ test("cli: --no-wait prints the running answer and exits 0 at once", async (t) =
   const json = await runAgainst(p, ["build", "--app", "shop", "--no-wait", "--json"]);
   t.is(json.code, 0);
   t.is((JSON.parse(json.stdout) as { status: string }).status, "running");
-  t.true(Date.now() - started < 2000);
+  // the work never ends: that both calls returned at all, reading nothing, is the proof they did not wait
+  t.log(`both calls took ${Date.now() - started} ms`);
   t.is(state.reads, 0);
   t.is(state.streams, 0);
   t.is(p.requests.length, 2);
@@ -165,7 +166,7 @@ test("cli: --follow streams the log on stderr as it is written; stdout keeps one
       lines: ["step 1: compiling", "step 2: linking", "step 3: done"],
       beforeLine: async (i) => {
         // Line 2 is written only once the client has shown line 1: a client that buffered would stall here.
-        if (i === 1) firstShownBeforeSecond = await eventually(() => c.stderr().includes("step 1"), 5000);
+        if (i === 1) firstShownBeforeSecond = await eventually(() => c.stderr().includes("step 1"), 30_000);
       },
     }),
   );
@@ -221,9 +222,11 @@ test("cli: polling reads the resource at a bounded interval (250-500 ms)", async
   t.is(r.code, 0, r.stderr);
   t.true(state.reads >= 3, String(state.reads));
   const gaps = state.readTimes.slice(1).map((at, i) => at - (state.readTimes[i] ?? at));
-  // Wall-clock gaps: never below the first interval; the upper bound leaves room for a loaded machine.
+  // Wall-clock gaps: never below the first interval (timers never fire early); the schedule itself
+  // is checked exactly above, the upper bound here only catches a wait that grows without bound
+  // and leaves room for a loaded machine's late timers.
   t.true(Math.min(...gaps) >= WAIT_TIMING.pollFirstMs - 5, gaps.join(","));
-  t.true(Math.max(...gaps) < 2000, gaps.join(","));
+  t.true(Math.max(...gaps) < 5000, gaps.join(","));
 });
 
 test("cli: errors while reading the resource (503) are retried", async (t) => {
@@ -241,7 +244,10 @@ test("cli: --timeout bounds the wait: exit 4, a clear message, the work goes on"
   const started = Date.now();
   const human = await runAgainst(p, ["build", "--app", "shop", "--timeout", "0.6"]);
   t.is(human.code, 4);
-  t.true(Date.now() - started < 3000);
+  // the work never ends: returning at all is the timeout working; the bound only rules out a wait
+  // many times the 0.6 s asked for
+  t.true(Date.now() - started >= 600);
+  t.true(Date.now() - started < 15_000);
   t.regex(human.stderr, /wait_timeout: Build bld_1 did not end within 0.6 s/);
   t.regex(human.stderr, /slipway logs bld_1 --follow/);
   t.is(human.stdout, "");
@@ -263,7 +269,8 @@ test("cli: Ctrl-C while waiting exits 130, says how to re-attach and cancels not
   const c = collectingIo(envFor(p));
   const ac = new AbortController();
   const io: CliIo = { ...c.io, interrupt: ac.signal };
-  setTimeout(() => ac.abort(), 400);
+  // Ctrl-C once the client is waiting: it has the 202 and reads the resource or its log
+  void eventually(() => p.requests.some((q) => q.method === "GET"), 30_000).then(() => ac.abort());
   const code = await runCli(["build", "--app", "shop", "--follow"], io);
   t.is(code, 130);
   t.regex(c.stderr(), /stopped waiting; Build bld_1 goes on .*Re-attach: slipway logs bld_1 --follow/);

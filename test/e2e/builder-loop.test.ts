@@ -1,4 +1,5 @@
 import anyTest, { type TestFn } from "ava";
+import { spawnSync } from "node:child_process";
 import { createHash, randomUUID } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -7,6 +8,7 @@ import {
   startTestPlatform,
   startWorkspacePlatform,
   stopWorkspacePlatform,
+  TEST_VAULT_KEY,
   type TestPlatform,
   type WorkspacePlatform,
 } from "../helpers/infra.js";
@@ -27,7 +29,18 @@ interface Ctx extends WorkspacePlatform {
 }
 const test = anyTest as TestFn<Ctx>;
 
+/**
+ * Platform secrets in the platform's own environment (the node runs in this process), as a
+ * deployment would set them: none may reach an app's container.
+ */
+const PLATFORM_ENV = {
+  SLIPWAY_CONTROL_TOKEN: `ctl-marker-${randomUUID()}`,
+  SLIPWAY_VAULT_KEY: TEST_VAULT_KEY,
+  SLIPWAY_SMTP_URL: `smtp://user:marker-${randomUUID()}@127.0.0.1:25`,
+};
+
 test.before(async (t) => {
+  Object.assign(process.env, PLATFORM_ENV);
   const dockerd = await startTestDockerd();
   if (!dockerd) throw new Error("dockerd is not installed: run `npm run setup` (it installs docker.io)");
   process.env.DOCKER_HOST = dockerd.host;
@@ -269,6 +282,37 @@ test.serial(
     t.regex(devLog, /raw=\*\*\*/);
     t.true(devLog.includes(`data=${t.context.p.dataUrl}`), "the dev server knows where the data plane is");
     t.false(devLog.includes(secret));
+    // the container's environment: the app's vault secrets and what the dev server needs, nothing
+    // of the platform's (its tokens, keys, NATS, its model key)
+    const inspected = spawnSync(
+      "docker",
+      [
+        "-H",
+        t.context.dockerd.host,
+        "inspect",
+        "--format",
+        "{{json .Config.Env}}",
+        dev.json.resource.container,
+      ],
+      { encoding: "utf8" },
+    );
+    t.is(inspected.status, 0, inspected.stderr);
+    const env = JSON.parse(inspected.stdout) as string[];
+    const names = env.map((e) => e.slice(0, e.indexOf("="))).sort();
+    t.log(`container env: ${names.join(", ")}`);
+    for (const forbidden of [
+      ...Object.keys(PLATFORM_ENV),
+      "SLIPWAY_VAULT_KEY",
+      "NATS_URL",
+      "DOCKER_HOST",
+      "SLIPWAY_TOKEN",
+      "SLIPWAY_DATA_DIR",
+    ])
+      t.false(names.includes(forbidden), `${forbidden} is not in the container`);
+    const all = env.join("\n");
+    for (const v of [...Object.values(PLATFORM_ENV), TEST_VAULT_KEY, t.context.p.controlToken])
+      t.false(all.includes(v), "no platform secret value in the container");
+    t.true(names.includes("DEMO_SECRET") && names.includes("SLIPWAY_SERVICE_KEY"));
 
     // the platform restarts while the dev server runs: the container goes on, and
     // `dev --status` on the new node follows its log again

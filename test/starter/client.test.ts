@@ -4,7 +4,7 @@ import { createServer, type IncomingMessage } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import { promisify } from "node:util";
 import test from "ava";
 import {
@@ -71,8 +71,20 @@ test("client: renderStarter ships the bundle at bin/slipway.mjs, executable, wit
   );
 });
 
-test("client: from source the bundle is built from the current CLI sources", (t) => {
-  t.is(clientBundle(), buildClientBundle(repoRoot));
+test("client: what a built platform ships (dist/client/slipway.mjs, read by dist/starter) is the bundle of the current CLI sources", async (t) => {
+  // npm test builds first (pretest); run npm run build before running this file alone
+  const built = join(repoRoot, "dist", "client", "slipway.mjs");
+  const fresh = buildClientBundle(repoRoot);
+  t.is(await readFile(built, "utf8"), fresh, "dist/client/slipway.mjs is stale: npm run build");
+  // the built platform's own starter module hands that file to every new app
+  const fromDist = (await import(
+    pathToFileURL(join(repoRoot, "dist", "starter", "client-bundle.js")).href
+  )) as {
+    clientBundle: () => string;
+  };
+  t.is(fromDist.clientBundle(), fresh);
+  // and under tsx the sources are bundled in memory, never read from a stale dist/
+  t.is(clientBundle(), fresh);
 });
 
 test("client: scripts/bundle-client.mjs writes the same bundle", async (t) => {
