@@ -51,7 +51,8 @@ for (const mode of ["setpriv", "watchdog"] as const) {
     t.regex(readFileSync(`/proc/${server}/cmdline`, "utf8"), /nats-server\0-c\0/);
     t.true(processAlive(server));
     child.kill("SIGKILL");
-    const ms = await within(1000, () => !processAlive(server));
+    // immediate by design; the bound only tells "with its owner" from "never"
+    const ms = await within(5000, () => !processAlive(server));
     t.log(`${mode}: server gone ${ms} ms after the kill`);
     t.not(ms, -1, "the server outlived its owner");
   });
@@ -78,5 +79,5 @@ test("watchdog: stop() is graceful and leaves no process behind", async (t) => {
   strays.push(nats.pid);
   t.true(processAlive(nats.pid));
   await nats.stop();
-  t.not(await within(1000, () => !processAlive(nats.pid)), -1);
+  t.not(await within(5000, () => !processAlive(nats.pid)), -1);
 });

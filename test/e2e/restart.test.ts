@@ -74,9 +74,10 @@ test.serial("kill -9 of slipwayd up takes its embedded nats-server with it", asy
     "the pid is the server's own (setpriv execs)",
   );
   await p.kill9();
-  const ms = await within(1000, () => !processAlive(nats));
+  // the death signal is immediate; the bound only tells "with it" from "never" (an orphan)
+  const ms = await within(5000, () => !processAlive(nats));
   t.log(`nats-server gone ${ms} ms after the kill`);
-  t.not(ms, -1, `nats-server ${nats} still runs 1 s after kill -9 of its slipwayd`);
+  t.not(ms, -1, `nats-server ${nats} still runs 5 s after kill -9 of its slipwayd`);
 });
 
 test.serial(
@@ -87,7 +88,7 @@ test.serial(
     await first.ready();
     await first.stop(); // leaves nats.conf behind
     const stale = orphanServer(s.dataDir);
-    t.not(await within(5000, () => canConnect(s.natsPort)), -1, "the hand-started server listens");
+    t.not(await within(20_000, () => canConnect(s.natsPort)), -1, "the hand-started server listens");
     const second = up(s);
     await second.ready();
     t.regex(
