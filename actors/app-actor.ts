@@ -1,32 +1,36 @@
-import { mkdir, stat, writeFile, chmod } from "node:fs/promises";
-import { dirname, join, resolve, sep } from "node:path";
 import type { Bus } from "../store/bus.js";
-import type { Vault } from "../store/vault.js";
-import { appendLog } from "../store/logs.js";
-import { isTransientBusError } from "../store/bus-errors.js";
+import { isCasConflict, isTransientBusError } from "../store/bus-errors.js";
 import { check, encode } from "../proto/codec.js";
 import type { Command, Reply } from "../proto/command.js";
 import { ReplySchema } from "../proto/command.js";
 import { capability } from "../proto/catalogue.js";
 import { isPlatformError, PlatformError, toWireError } from "../proto/errors.js";
+import { outcomeAad } from "../proto/names.js";
 import {
-  AppRecordSchema,
   CommitRecordSchema,
   IdempotencyRecordSchema,
-  type AppRecord,
   type CommitRecord,
   type Outbox,
   type Outcome,
   type RunningTask,
+  type SideEffect,
   type TaskDone,
   TaskDoneSchema,
-  type VaultEntry,
-  VaultEntrySchema,
 } from "../proto/records.js";
-import { ResourceSchema, type Resource } from "../proto/resources.js";
-import { BUCKETS, keys, subjects } from "../proto/subjects.js";
-import { makeContext, type AppState, type Effect, type PlatformUrls, type TaskSpec } from "./context.js";
-import { handlerOf } from "./capabilities/mod.js";
+import type { Resource } from "../proto/resources.js";
+import { keys, subjects } from "../proto/subjects.js";
+import { AppStateStore } from "./app-state.js";
+import { handlerOf, internalHandlerOf } from "./capabilities/mod.js";
+import {
+  makeContext,
+  type Effect,
+  type HandlerContext,
+  type PlatformUrls,
+  type TaskSpec,
+} from "./context.js";
+import { NO_FACTS, type Facts } from "./facts/types.js";
+import { applyOutbox } from "./outbox.js";
+import type { Sealer } from "./sealer.js";
 
 /** How many recent outcomes a commit record keeps. */
 const OUTCOMES_KEPT = 4;
@@ -35,14 +39,14 @@ export const TASK_DONE = "_task_done";
 
 export interface ActorHost {
   readonly bus: Bus;
-  readonly vault: Vault;
+  readonly vault: Sealer;
   readonly nodeId: string;
   readonly workspaceRoot: string;
   readonly platformUrls: PlatformUrls;
   /** False once the partition lease is within its safety margin of expiry: apply nothing. */
   leaseValid(): boolean;
   log(msg: string): void;
-  /** Test instrumentation: called when a command starts and ends taking effect. */
+  /** Instrumentation: called when a command starts and ends taking effect. */
   onApply?: ((e: ApplyTrace) => void) | undefined;
   /** The partition lease is no longer safe: the worker must stop and be re-read from its offset. */
   leaseLost(): void;
@@ -56,11 +60,13 @@ export interface ActorHost {
   nodeAlive(nodeId: string): Promise<boolean>;
   /** Publishes the end of a task (idempotent per task). */
   publishTaskDone(app: string, task: RunningTask, done: TaskDone): Promise<void>;
-  /** Test instrumentation: the commit record refused this actor's append. */
+  /** Carries out a side effect after a commit (actors/side-effects.ts). */
+  sideEffect(e: SideEffect): Promise<void>;
+  /** Instrumentation: the commit record refused this actor's append. */
   onFenced?: ((app: string, seq: number) => void) | undefined;
 }
 
-/** A trace point of a command taking effect (test instrumentation). */
+/** A trace point of a command taking effect (instrumentation). */
 export interface ApplyTrace {
   app: string;
   command_id: string;
@@ -82,9 +88,22 @@ class FencedError extends Error {
 
 const now = () => performance.timeOrigin + performance.now();
 
+/** What deciding a command produced: the answer, and what the commit must record and start. */
+interface Decision {
+  reply: Reply;
+  /** Absent when nothing is written (an error answer). */
+  outbox?: Outbox;
+  sensitive: boolean;
+  tasks: RunningTask[];
+  started?: { spec: TaskSpec; resource: Resource };
+}
+
 /**
  * One app's actor: applies its commands one at a time in stream order, behind
- * the commit record fence (DESIGN §2).
+ * the commit record fence (DESIGN §2). A command's turn: answer a replay from
+ * the record, or decide (the handler, with the app's state and the facts read
+ * before the turn), commit the decision (compare-and-set of the record), apply
+ * its outbox and side effects, start its long work, answer.
  */
 export class AppActor {
   readonly app: string;
@@ -92,25 +111,21 @@ export class AppActor {
   private record: CommitRecord | undefined;
   private revision = 0;
   private active = false;
-  private readonly vaultCache = new Map<string, VaultEntry | null>();
-  /** Resources this actor read or wrote, by KV key (it is their only writer). Bounded. */
-  private readonly resourceCache = new Map<string, Resource | null>();
-  private appCache: AppRecord | null | undefined;
+  private readonly state: AppStateStore;
 
   constructor(app: string, host: ActorHost) {
     this.app = app;
     this.host = host;
+    this.state = new AppStateStore(host.bus, app);
   }
 
   private async activate(): Promise<void> {
     const e = await this.host.bus.kv.actors.get(keys.actor(this.app));
-    this.vaultCache.clear();
-    this.resourceCache.clear();
-    this.appCache = undefined;
+    this.state.clear();
     if (e && e.operation === "PUT") {
       this.record = check(CommitRecordSchema, e.json(), `commit record of ${this.app}`);
       this.revision = e.revision;
-      if (this.record.outbox) await this.applyOutbox(this.record.outbox);
+      if (this.record.outbox) await applyOutbox(this.host, this.state, this.app, this.record.outbox);
     } else {
       this.record = { app: this.app, seq: 0, outcomes: [], outbox: null, node: this.host.nodeId, tasks: [] };
       this.revision = 0;
@@ -160,150 +175,60 @@ export class AppActor {
   deactivate(): void {
     this.active = false;
     this.record = undefined;
-    this.vaultCache.clear();
-    this.resourceCache.clear();
-    this.appCache = undefined;
-  }
-
-  private state(): AppState {
-    const { bus } = this.host;
-    const app = this.app;
-    return {
-      getApp: async () => {
-        if (this.appCache === undefined) {
-          const e = await bus.kv.apps.get(keys.app(app));
-          this.appCache = e && e.operation === "PUT" ? check(AppRecordSchema, e.json(), `app ${app}`) : null;
-        }
-        return this.appCache ?? undefined;
-      },
-      getVaultEntry: async (name) => {
-        if (!this.vaultCache.has(name)) {
-          const e = await bus.kv.vault.get(keys.vault(app, name));
-          this.vaultCache.set(
-            name,
-            e && e.operation === "PUT" ? check(VaultEntrySchema, e.json(), `vault ${app}.${name}`) : null,
-          );
-        }
-        return this.vaultCache.get(name) ?? undefined;
-      },
-      getResource: async (type, id) => {
-        const e = await bus.kv.resources.get(keys.resource(app, type, id));
-        return e && e.operation === "PUT"
-          ? (check(ResourceSchema, e.json(), `resource ${id}`) as Resource)
-          : undefined;
-      },
-      listResources: async (type) => {
-        const out: Resource[] = [];
-        const it = await bus.kv.resources.keys(`${app}.${type ?? "*"}.*`);
-        const ks: string[] = [];
-        for await (const k of it) ks.push(k);
-        for (const k of ks) {
-          const e = await bus.kv.resources.get(k);
-          if (e && e.operation === "PUT")
-            out.push(check(ResourceSchema, e.json(), `resource ${k}`) as Resource);
-        }
-        return out;
-      },
-      listVaultNames: async () => {
-        const it = await bus.kv.vault.keys(`${app}.*`);
-        const names: string[] = [];
-        for await (const k of it) names.push(k.slice(app.length + 1));
-        return names;
-      },
-    };
-  }
-
-  private remember(key: string, doc: Resource | null): void {
-    if (this.resourceCache.size >= 1000) this.resourceCache.delete(this.resourceCache.keys().next().value!);
-    this.resourceCache.set(key, doc);
+    this.state.clear();
   }
 
   private reply(cmd: Command, reply: Reply): void {
     this.host.bus.nc.publish(subjects.reply(cmd.gateway_id, cmd.id), encode(reply));
   }
 
-  /** Applies one command (stream sequence `seq`). Never throws. */
-  async handle(cmd: Command, seq: number): Promise<void> {
+  /**
+   * Applies one command (stream sequence `seq`) with the facts read for it
+   * before its turn. Never throws.
+   */
+  async handle(cmd: Command, seq: number, facts: Promise<Facts> = Promise.resolve(NO_FACTS)): Promise<void> {
     try {
-      await this.handleInner(cmd, seq);
+      await this.turn(cmd, seq, facts);
     } catch (e) {
-      if (e instanceof FencedError) {
-        this.deactivate();
-        if (e.lease) {
-          this.host.log(
-            `actor ${this.app}: lease of its partition is not safe at seq ${seq}; handing the partition back`,
-          );
-          this.host.leaseLost();
-        } else {
-          this.host.log(`actor ${this.app}: fenced out at seq ${seq} (another node owns the app now)`);
-          this.host.onFenced?.(this.app, seq);
-        }
-        return;
-      }
-      this.deactivate();
-      if (isTransientBusError(e)) {
-        // The bus went away mid-command: answer nothing, hand the partition back; the command is read again from the offset.
-        this.host.log(
-          `actor ${this.app}: bus error at seq ${seq} (${e instanceof Error ? e.name : "error"}); re-reading the partition`,
-        );
-        this.host.leaseLost();
-        return;
-      }
-      this.host.log(
-        `actor ${this.app}: command ${cmd.id} (request ${cmd.request_id}) failed: ${e instanceof Error ? e.stack : String(e)}`,
-      );
-      const w = toWireError(e);
-      this.reply(cmd, { command_id: cmd.id, http: w.status, ok: false, error: w.body.error, seq });
+      this.failed(cmd, seq, e);
     }
   }
 
-  private async handleInner(cmd: Command, seq: number): Promise<void> {
-    if (!this.active) await this.activate();
-    const rec = this.record!;
-    const known = rec.outcomes.find((o) => o.id === cmd.id);
-    if (known || seq <= rec.seq) {
-      // Applied before (a replay after takeover, or a re-publish past the dedup window): answer from the record.
-      if (known) {
-        // the node that applied it may have died before it kept the Idempotency-Key answer: keep it
-        // now, or a retry (deduplicated by the stream, so never applied again) would wait for nothing
-        if (cmd.body_hash) await this.keepIdempotent(cmd, known);
-        this.reply(cmd, this.openOutcome(known));
+  /** A turn that ended in an exception: fenced out, a bus outage, or a bug (answered 500). */
+  private failed(cmd: Command, seq: number, e: unknown): void {
+    this.deactivate();
+    if (e instanceof FencedError) {
+      if (e.lease) {
+        this.host.log(
+          `actor ${this.app}: lease of its partition is not safe at seq ${seq}; handing the partition back`,
+        );
+        this.host.leaseLost();
       } else {
-        // older than the outcomes the record keeps: an Idempotency-Key answer is kept for 24 h
-        const kept = cmd.body_hash ? await this.host.bus.kv.idempotency.get(keys.idempotency(cmd.id)) : null;
-        if (kept && kept.operation === "PUT") {
-          const r = check(IdempotencyRecordSchema, kept.json(), "idempotency record");
-          this.reply(cmd, this.openOutcome(r.outcome));
-          return;
-        }
-        this.reply(cmd, {
-          command_id: cmd.id,
-          http: 409,
-          ok: false,
-          seq,
-          error: {
-            code: "conflict",
-            message: `command ${cmd.id} was applied before; its answer is no longer kept (send an Idempotency-Key to keep answers for 24 h)`,
-          },
-        });
+        this.host.log(`actor ${this.app}: fenced out at seq ${seq} (another node owns the app now)`);
+        this.host.onFenced?.(this.app, seq);
       }
       return;
     }
-    // An Idempotency-Key command already answered (e.g. outcome older than the record keeps).
-    if (cmd.body_hash) {
-      const prior = await this.host.bus.kv.idempotency.get(keys.idempotency(cmd.id));
-      if (prior && prior.operation === "PUT") return; // the gateway answers from the idempotency record
+    if (isTransientBusError(e)) {
+      // the bus went away mid-command: answer nothing, hand the partition back; the command is read again
+      this.host.log(
+        `actor ${this.app}: bus error at seq ${seq} (${e instanceof Error ? e.name : "error"}); re-reading the partition`,
+      );
+      this.host.leaseLost();
+      return;
     }
-    if (!this.host.leaseValid()) throw new FencedError("lease expiring", true);
+    this.host.log(
+      `actor ${this.app}: command ${cmd.id} (request ${cmd.request_id}) failed: ${e instanceof Error ? e.stack : String(e)}`,
+    );
+    const w = toWireError(e);
+    this.reply(cmd, { command_id: cmd.id, http: w.status, ok: false, error: w.body.error, seq });
+  }
 
-    this.host.onApply?.({
-      app: this.app,
-      command_id: cmd.id,
-      seq,
-      phase: "enter",
-      t: now(),
-      node: this.host.nodeId,
-    });
+  private async turn(cmd: Command, seq: number, facts: Promise<Facts>): Promise<void> {
+    if (!this.active) await this.activate();
+    if (await this.answeredBefore(cmd, seq)) return;
+    if (!this.host.leaseValid()) throw new FencedError("lease expiring", true);
+    this.trace(cmd, seq, "enter");
     const ctx = makeContext({
       app: this.app,
       cmd,
@@ -311,154 +236,235 @@ export class AppActor {
       now: new Date(),
       nodeId: this.host.nodeId,
       vault: this.host.vault,
-      bus: this.host.bus,
       workspaceRoot: this.host.workspaceRoot,
       platformUrls: this.host.platformUrls,
-      state: this.state(),
+      state: this.state,
+      facts: await facts,
     });
-    let reply: Reply;
-    let outbox: Outbox | null = null;
-    let sensitive = false;
-    const info = capability(cmd.capability);
-    let tasksAfter = rec.tasks ?? [];
-    let started: RunningTask | undefined;
-    let effect: Effect | undefined;
+    const decision = await this.decide(cmd, seq, ctx);
+    const outcome = this.sealOutcome(cmd.id, seq, decision.reply, decision.sensitive);
+    if (decision.outbox) await this.commit(cmd, seq, decision, outcome);
+    if (cmd.body_hash) await this.keepIdempotent(cmd, outcome);
+    this.trace(cmd, seq, "exit");
+    this.reply(cmd, decision.reply);
+  }
+
+  private trace(cmd: Command, seq: number, phase: "enter" | "exit"): void {
+    this.host.onApply?.({ app: this.app, command_id: cmd.id, seq, phase, t: now(), node: this.host.nodeId });
+  }
+
+  /**
+   * A command applied before (a replay after a takeover, a re-publish past the
+   * dedup window, an Idempotency-Key answered): answers it from what was
+   * recorded, without running it again. True when it did.
+   */
+  private async answeredBefore(cmd: Command, seq: number): Promise<boolean> {
+    const rec = this.record!;
+    const known = rec.outcomes.find((o) => o.id === cmd.id);
+    if (known) {
+      // the node that applied it may have died before it kept the Idempotency-Key answer: keep it
+      // now, or a retry (deduplicated by the stream, so never applied again) would wait for nothing
+      if (cmd.body_hash) await this.keepIdempotent(cmd, known);
+      this.reply(cmd, this.openOutcome(known));
+      return true;
+    }
+    if (seq <= rec.seq) {
+      // older than the outcomes the record keeps: an Idempotency-Key answer is kept for 24 h
+      const kept = cmd.body_hash ? await this.host.bus.kv.idempotency.get(keys.idempotency(cmd.id)) : null;
+      if (kept && kept.operation === "PUT") {
+        this.reply(
+          cmd,
+          this.openOutcome(check(IdempotencyRecordSchema, kept.json(), "idempotency record").outcome),
+        );
+        return true;
+      }
+      this.reply(cmd, {
+        command_id: cmd.id,
+        http: 409,
+        ok: false,
+        seq,
+        error: {
+          code: "conflict",
+          message: `command ${cmd.id} was applied before; its answer is no longer kept (send an Idempotency-Key to keep answers for 24 h)`,
+        },
+      });
+      return true;
+    }
+    // an Idempotency-Key command already answered (its outcome older than the record keeps):
+    // the gateway answers from the idempotency record
+    if (cmd.body_hash) {
+      const prior = await this.host.bus.kv.idempotency.get(keys.idempotency(cmd.id));
+      if (prior && prior.operation === "PUT") return true;
+    }
+    return false;
+  }
+
+  /** Runs the handler (or applies a task's end) and turns what it decided into an answer. */
+  private async decide(cmd: Command, seq: number, ctx: HandlerContext): Promise<Decision> {
+    const rec = this.record!;
+    let tasks = rec.tasks ?? [];
+    let effect: Effect;
+    let started: Decision["started"];
     try {
       if (cmd.capability === TASK_DONE) {
-        const done = check(TaskDoneSchema, cmd.input, "task end");
-        const task = tasksAfter.find((t) => t.resource_id === done.resource_id);
-        if (!task) return; // ended before (a replay): nothing to do, nobody waits
-        const prev = await ctx.state.getResource(task.resource_type, task.resource_id);
-        if (!prev) throw new Error(`task resource ${task.resource_id} is missing`);
-        const doc: Resource = {
-          ...prev,
-          ...done.fields,
-          status: done.status,
-          updated_at: ctx.now.toISOString(),
-        };
-        ctx.putResource(doc, prev);
-        const closing = done.status === "succeeded" ? task.on_success : task.on_failure;
-        // one event for both outcomes (DependenciesInstalled): its data says which (docs/events.md)
-        const data = task.on_failure === task.on_success ? { status: done.status, ...done.data } : done.data;
-        if (closing) ctx.emit(closing, doc, data);
-        if (done.app_update && done.status === "succeeded") {
-          const appRec = await ctx.state.getApp();
-          if (appRec) {
-            const iso = ctx.now.toISOString();
-            ctx.outbox.apps.push({
-              key: keys.app(this.app),
-              record: { ...appRec, ...done.app_update, updated_at: iso },
-            });
-            const appDoc = await ctx.state.getResource("Application", appRec.resource_id);
-            if (appDoc) ctx.putResource({ ...appDoc, ...done.app_update, updated_at: iso }, appDoc);
-          }
-        }
-        tasksAfter = tasksAfter.filter((t) => t !== task);
-        effect = { status: done.status === "succeeded" ? "succeeded" : "failed", resource: doc };
+        const ended = await this.endTask(ctx, tasks, check(TaskDoneSchema, cmd.input, "task end"));
+        if (!ended)
+          return { reply: { command_id: cmd.id, http: 200, ok: true, seq }, sensitive: false, tasks };
+        tasks = tasks.filter((t) => t !== ended.task);
+        effect = ended.effect;
       } else {
-        if (info?.busy_group) {
-          const running = tasksAfter.find((t) => t.group === info.busy_group);
-          if (running) {
-            throw new PlatformError(
-              "busy",
-              `${running.capability} is running for ${this.app}: ${running.resource_type} ${running.resource_id}; one ${info.busy_group} task at a time`,
-            );
-          }
-        }
-        effect = await handlerOf(cmd.capability)(ctx, cmd.input);
+        effect = await this.runHandler(cmd, ctx, tasks);
         if (effect.task) {
-          started = {
-            resource_id: effect.resource.id,
-            resource_type: effect.resource.type,
-            capability: cmd.capability,
-            group: info?.busy_group ?? null,
-            node: this.host.nodeId,
-            command_id: cmd.id,
-            actor: cmd.actor,
-            started_at: ctx.now.toISOString(),
-            on_success: effect.task.onSuccess,
-            on_failure: effect.task.onFailure,
-          };
-          tasksAfter = [...tasksAfter, started];
+          const info = capability(cmd.capability);
+          tasks = [
+            ...tasks,
+            {
+              resource_id: effect.resource.id,
+              resource_type: effect.resource.type,
+              capability: cmd.capability,
+              group: info?.busy_group ?? null,
+              node: this.host.nodeId,
+              command_id: cmd.id,
+              actor: cmd.actor,
+              started_at: ctx.now.toISOString(),
+              on_success: effect.task.onSuccess,
+              on_failure: effect.task.onFailure,
+            },
+          ];
+          started = { spec: effect.task, resource: effect.resource };
         }
       }
-      outbox = ctx.outbox;
-      sensitive = effect.sensitive === true;
-      const r = effect.resource;
-      const http = effect.status === "running" ? 202 : 200;
-      const deleted = ctx.outbox.resources.some(
-        (x) => x.doc === null && x.key === keys.resource(r.app_id, r.type, r.id),
-      );
-      reply = {
-        command_id: cmd.id,
-        http,
-        ok: true,
-        seq,
-        body: {
-          status: effect.status,
-          resource: r,
-          events: ctx.outbox.events,
-          links: {
-            // never a link to what this call deleted
-            ...(deleted ? {} : { resource: `/resources/${r.type}/${r.id}` }),
-            logs: `/logs/${r.id}`,
-            events: `/events?resource_id=${r.id}`,
-          },
-          ...(effect.result ? { result: effect.result } : {}),
-        },
-      };
     } catch (e) {
       if (!isPlatformError(e)) throw e;
       const w = toWireError(e, cmd.request_id);
-      reply = { command_id: cmd.id, http: w.status, ok: false, error: w.body.error, seq };
-    }
-
-    const outcome = this.sealOutcome(cmd.id, seq, reply, sensitive);
-    if (outbox) {
-      // Commit: compare-and-set the record on the revision this actor holds. A failure means another node owns the app.
-      const next: CommitRecord = {
-        app: this.app,
-        seq,
-        outcomes: [...rec.outcomes, outcome].slice(-OUTCOMES_KEPT),
-        outbox,
-        node: this.host.nodeId,
-        tasks: tasksAfter,
+      return {
+        reply: { command_id: cmd.id, http: w.status, ok: false, error: w.body.error, seq },
+        sensitive: false,
+        tasks,
       };
-      if (!this.host.leaseValid()) throw new FencedError("lease expiring", true);
-      try {
-        this.revision =
-          this.revision === 0
-            ? await this.host.bus.kv.actors.create(keys.actor(this.app), encode(next))
-            : await this.host.bus.kv.actors.update(keys.actor(this.app), encode(next), this.revision);
-      } catch (e) {
-        if (isWrongRevision(e)) throw new FencedError("commit record moved");
-        throw e;
-      }
-      this.record = next;
-      const revisions = await this.applyOutbox(outbox);
-      if (started && effect?.task) this.host.startTask(this.app, effect.resource, effect.task, cmd);
-      if (reply.body) {
-        reply.body.resource = { ...reply.body.resource };
-        const key = keys.resource(
-          reply.body.resource.app_id,
-          reply.body.resource.type,
-          reply.body.resource.id,
+    }
+    return {
+      reply: this.answerOf(cmd, seq, ctx, effect),
+      outbox: ctx.outbox,
+      sensitive: effect.sensitive === true,
+      tasks,
+      ...(started ? { started } : {}),
+    };
+  }
+
+  /** A capability's handler, after the busy-group check of long work. */
+  private async runHandler(cmd: Command, ctx: HandlerContext, tasks: RunningTask[]): Promise<Effect> {
+    const info = capability(cmd.capability);
+    if (info?.busy_group) {
+      const running = tasks.find((t) => t.group === info.busy_group);
+      if (running) {
+        throw new PlatformError(
+          "busy",
+          `${running.capability} is running for ${this.app}: ${running.resource_type} ${running.resource_id}; one ${info.busy_group} task at a time`,
         );
-        const rev = revisions.get(key);
-        if (rev !== undefined) reply.resource_revision = rev;
-        if (outbox.resources.some((x) => x.key === key && x.doc === null)) reply.resource_deleted = true;
       }
     }
-    if (cmd.body_hash) await this.keepIdempotent(cmd, outcome);
-    this.host.onApply?.({
-      app: this.app,
+    const internal = internalHandlerOf(cmd.capability);
+    if (internal) return internal(ctx, cmd.input);
+    const handler = handlerOf(cmd.capability);
+    if (!handler)
+      throw new PlatformError("not_implemented", `capability ${cmd.capability} is not implemented yet`);
+    return handler.handle(ctx, cmd.input as never);
+  }
+
+  /** The end of long work: its resource's last status, the closing event, the app update it carries. */
+  private async endTask(
+    ctx: HandlerContext,
+    tasks: RunningTask[],
+    done: TaskDone,
+  ): Promise<{ task: RunningTask; effect: Effect } | undefined> {
+    const task = tasks.find((t) => t.resource_id === done.resource_id);
+    if (!task) return undefined; // ended before (a replay): nothing to do, nobody waits
+    const prev = await ctx.state.getResource(task.resource_type, task.resource_id);
+    if (!prev) throw new Error(`task resource ${task.resource_id} is missing`);
+    const doc: Resource = { ...prev, ...done.fields, status: done.status, updated_at: ctx.now.toISOString() };
+    ctx.putResource(doc, prev);
+    const closing = done.status === "succeeded" ? task.on_success : task.on_failure;
+    // one event for both outcomes (DependenciesInstalled): its data says which (docs/events.md)
+    const data = task.on_failure === task.on_success ? { status: done.status, ...done.data } : done.data;
+    if (closing) ctx.emit(closing, doc, data);
+    if (done.app_update && done.status === "succeeded") {
+      const appRec = await ctx.state.getApp();
+      if (appRec) {
+        const iso = ctx.now.toISOString();
+        ctx.outbox.apps.push({
+          key: keys.app(this.app),
+          record: { ...appRec, ...done.app_update, updated_at: iso },
+        });
+        const appDoc = await ctx.state.getResource("Application", appRec.resource_id);
+        if (appDoc) ctx.putResource({ ...appDoc, ...done.app_update, updated_at: iso }, appDoc);
+      }
+    }
+    return { task, effect: { status: done.status === "succeeded" ? "succeeded" : "failed", resource: doc } };
+  }
+
+  private answerOf(cmd: Command, seq: number, ctx: HandlerContext, effect: Effect): Reply {
+    const r = effect.resource;
+    const deleted = ctx.outbox.resources.some(
+      (x) => x.doc === null && x.key === keys.resource(r.app_id, r.type, r.id),
+    );
+    return {
       command_id: cmd.id,
+      http: effect.status === "running" ? 202 : 200,
+      ok: true,
       seq,
-      phase: "exit",
-      t: now(),
+      body: {
+        status: effect.status,
+        resource: r,
+        events: ctx.outbox.events,
+        links: {
+          // never a link to what this call deleted
+          ...(deleted ? {} : { resource: `/resources/${r.type}/${r.id}` }),
+          logs: `/logs/${r.id}`,
+          events: `/events?resource_id=${r.id}`,
+        },
+        ...(effect.result ? { result: effect.result } : {}),
+      },
+    };
+  }
+
+  /**
+   * The commit: compare-and-set the record on the revision this actor holds (a
+   * lost one means another node owns the app: nothing is applied), then the
+   * outbox and its side effects, then the long work. The answer gets the KV
+   * revision of its resource.
+   */
+  private async commit(cmd: Command, seq: number, d: Decision, outcome: Outcome): Promise<void> {
+    const rec = this.record!;
+    const next: CommitRecord = {
+      app: this.app,
+      seq,
+      outcomes: [...rec.outcomes, outcome].slice(-OUTCOMES_KEPT),
+      outbox: d.outbox!,
       node: this.host.nodeId,
-    });
-    this.reply(cmd, reply);
+      tasks: d.tasks,
+    };
+    if (!this.host.leaseValid()) throw new FencedError("lease expiring", true);
+    try {
+      this.revision =
+        this.revision === 0
+          ? await this.host.bus.kv.actors.create(keys.actor(this.app), encode(next))
+          : await this.host.bus.kv.actors.update(keys.actor(this.app), encode(next), this.revision);
+    } catch (e) {
+      if (isCasConflict(e)) throw new FencedError("commit record moved");
+      throw e;
+    }
+    this.record = next;
+    const revisions = await applyOutbox(this.host, this.state, this.app, d.outbox!);
+    if (d.started) this.host.startTask(this.app, d.started.resource, d.started.spec, cmd);
+    const body = d.reply.body;
+    if (body) {
+      body.resource = { ...body.resource };
+      const key = keys.resource(body.resource.app_id, body.resource.type, body.resource.id);
+      const rev = revisions.get(key);
+      if (rev !== undefined) d.reply.resource_revision = rev;
+      if (d.outbox!.resources.some((x) => x.key === key && x.doc === null)) d.reply.resource_deleted = true;
+    }
   }
 
   /** Records the answer of an Idempotency-Key command (24 h); the gateway answers retries from it. */
@@ -471,98 +477,15 @@ export class AppActor {
 
   private sealOutcome(id: string, seq: number, reply: Reply, sensitive: boolean): Outcome {
     if (!sensitive) return { id, seq, reply };
-    return { id, seq, sealed: this.host.vault.seal(JSON.stringify(reply), `outcome/${id}`) };
+    return { id, seq, sealed: this.host.vault.seal(JSON.stringify(reply), outcomeAad(id)) };
   }
 
   private openOutcome(o: Outcome): Reply {
     if (o.reply) return o.reply;
     return check(
       ReplySchema,
-      JSON.parse(this.host.vault.openString(o.sealed!, `outcome/${o.id}`)),
+      JSON.parse(this.host.vault.openString(o.sealed!, outcomeAad(o.id))),
       "sealed outcome",
     );
   }
-
-  /** Applies an outbox idempotently; returns the KV revision of each resource written. */
-  private async applyOutbox(outbox: Outbox): Promise<Map<string, number>> {
-    const { bus } = this.host;
-    const revisions = new Map<string, number>();
-    const jobs: Promise<unknown>[] = [];
-    for (const r of outbox.resources) {
-      this.remember(r.key, r.doc);
-      const write = r.doc
-        ? bus.kv.resources.put(r.key, encode(r.doc))
-        : bus.kv.resources.delete(r.key).then(async () => {
-            // the delete marker's stream sequence is the revision of the deletion
-            const m = await bus.jsm.streams.getMessage(`KV_${BUCKETS.resources}`, {
-              last_by_subj: `$KV.${BUCKETS.resources}.${r.key}`,
-            });
-            return m?.seq;
-          });
-      jobs.push(
-        write.then((rev) => {
-          if (typeof rev === "number") revisions.set(r.key, rev);
-        }),
-      );
-    }
-    for (const v of outbox.vault) {
-      this.vaultCache.set(v.key.slice(this.app.length + 1), v.entry);
-      jobs.push(v.entry ? bus.kv.vault.put(v.key, encode(v.entry)) : bus.kv.vault.delete(v.key));
-    }
-    for (const a of outbox.apps) {
-      this.appCache = a.record;
-      jobs.push(a.record ? bus.kv.apps.put(a.key, encode(a.record)) : bus.kv.apps.delete(a.key));
-    }
-    outbox.events.forEach((ev, i) => {
-      jobs.push(
-        bus.js.publish(subjects.event(ev.app_id, ev.resource_type, ev.type), encode(ev), {
-          msgID: `${outbox.command_id}/${i}`,
-        }),
-      );
-    });
-    outbox.logs.forEach((l, i) => {
-      jobs.push(
-        appendLog(
-          bus,
-          l.resource_id,
-          { ts: l.ts, stream: l.stream, line: l.line },
-          `${outbox.command_id}/log/${i}`,
-        ),
-      );
-    });
-    for (const f of outbox.files) jobs.push(this.writeFile(f));
-    for (const j of outbox.jobs ?? []) {
-      jobs.push(
-        j.def
-          ? bus.kv.jobs.put(j.key, encode(j.def))
-          : Promise.all([bus.kv.jobs.delete(j.key), bus.kv.jobs.delete(`${j.key}.state`)]),
-      );
-    }
-    await Promise.all(jobs);
-    return revisions;
-  }
-
-  private async writeFile(f: Outbox["files"][number]): Promise<void> {
-    const root = resolve(this.host.workspaceRoot);
-    const path = resolve(join(root, f.path));
-    if (!path.startsWith(root + sep))
-      throw new PlatformError("internal", "outbox file outside the workspace root");
-    if (f.keep_existing) {
-      try {
-        await stat(path);
-        return;
-      } catch {
-        /* not there yet */
-      }
-    }
-    await mkdir(dirname(path), { recursive: true });
-    const content = f.sealed ? this.host.vault.open(f.sealed, f.aad ?? "") : (f.content ?? "");
-    await writeFile(path, content, { mode: f.mode ?? 0o644 });
-    if (f.mode !== undefined) await chmod(path, f.mode);
-  }
-}
-
-function isWrongRevision(e: unknown): boolean {
-  const msg = e instanceof Error ? e.message : String(e);
-  return /wrong last sequence|key exists|wrong last msg/i.test(msg);
 }

@@ -1,12 +1,22 @@
-import type { Bus } from "../store/bus.js";
-import type { Vault } from "../store/vault.js";
+import type { CapabilityName, HandlerInput } from "../proto/capabilities/mod.js";
 import type { Command } from "../proto/command.js";
 import type { PlatformEvent } from "../proto/events.js";
 import { newId } from "../proto/ids.js";
-import type { AppRecord, Outbox, VaultEntry } from "../proto/records.js";
+import type { AppRecord, JobDefinition, Outbox, SideEffect, VaultEntry } from "../proto/records.js";
 import type { Resource, ResourceStatus } from "../proto/resources.js";
 import { assertTransition } from "../proto/resources.js";
 import { keys } from "../proto/subjects.js";
+import type { FactRequest, Facts } from "./facts/types.js";
+import type { Sealer } from "./sealer.js";
+import type { TaskSpec } from "./tasks/types.js";
+
+/**
+ * What a capability handler sees (DESIGN §2): the command, the app's state to
+ * read, facts of the world read before its turn, and places to put what it
+ * decides. It has no connection to the bus, no container engine, no network:
+ * everything it changes goes into the outbox, applied after the commit; long
+ * work goes out as a task; outside work after the commit as side effects.
+ */
 
 /** Read access to an app's current state; the actor is the only writer, so reads are consistent. */
 export interface AppState {
@@ -15,6 +25,12 @@ export interface AppState {
   getResource(type: string, id: string): Promise<Resource | undefined>;
   listResources(type?: string): Promise<Resource[]>;
   listVaultNames(): Promise<string[]>;
+  /** A scheduled job's definition. */
+  getJob(name: string): Promise<JobDefinition | undefined>;
+  /** How many scheduled jobs the app defines. */
+  countJobs(): Promise<number>;
+  /** The app's latest platform events, newest first. */
+  recentEvents(limit: number): Promise<PlatformEvent[]>;
 }
 
 /** Where apps reach the platform's planes (injected into dev servers); unknown parts are absent. */
@@ -30,11 +46,14 @@ export interface HandlerContext {
   readonly seq: number;
   readonly now: Date;
   readonly nodeId: string;
-  readonly vault: Vault;
-  readonly bus: Bus;
+  /** Seals and opens values in memory (no I/O). */
+  readonly vault: Sealer;
+  /** Root of the app workspaces (files there are the app's own state). */
   readonly workspaceRoot: string;
   readonly platformUrls: PlatformUrls;
   readonly state: AppState;
+  /** What the handler's declaration asked to know of the outside, read before this turn. */
+  readonly facts: Facts;
   readonly outbox: Outbox;
   /** Builds a platform event with the command's actor and queues it. */
   emit(type: string, resource: Resource, data?: Record<string, unknown>): PlatformEvent;
@@ -42,6 +61,8 @@ export interface HandlerContext {
   putResource(doc: Resource, previous?: Resource): void;
   deleteResource(doc: Resource): void;
   log(resourceId: string, line: string, stream?: string): void;
+  /** Outside work the node carries out after the commit (a container removed, a log followed). */
+  after(effect: SideEffect): void;
 }
 
 /** What a handler returns: the resource the call produced and how the call ended. */
@@ -56,42 +77,34 @@ export interface Effect {
   task?: TaskSpec;
 }
 
-/** What long work may use while it runs (it never touches the app's state directly). */
-export interface TaskContext {
-  readonly app: string;
-  readonly resource: Resource;
-  readonly bus: Bus;
-  readonly vault: Vault;
-  readonly workspaceRoot: string;
-  readonly signal: AbortSignal;
-  /** Appends a line to the resource's log at once (live logs). */
-  log(line: string, stream?: string): Promise<void>;
+export type { TaskContext, TaskResult, TaskSpec } from "./tasks/types.js";
+
+/** A handler of a capability: typed by its declaration, it only decides. */
+export interface CapabilityHandler<C extends CapabilityName = CapabilityName> {
+  readonly capability: C;
+  /** Facts of the outside world the node reads before the turn (actors/facts/). */
+  readonly facts?: (input: HandlerInput<C>) => FactRequest[];
+  /** Decides what the command does; its input lacks the sealed fields (in `ctx.cmd.sealed`). */
+  readonly handle: (ctx: HandlerContext, input: HandlerInput<C>) => Promise<Effect>;
 }
 
-/** How long work ends: the resource status, fields to merge, data of the closing event. */
-export interface TaskResult {
-  status: "succeeded" | "failed";
-  fields?: Record<string, unknown>;
-  data?: Record<string, unknown>;
-  /** Changes to the app record applied with the end (e.g. the dev server's base URL). */
-  app?: { base_url?: string | null };
+/** Declares the handler of a capability (actors/capabilities/<name>.ts). */
+export function defineHandler<C extends CapabilityName>(
+  capability: C,
+  h: Omit<CapabilityHandler<C>, "capability">,
+): CapabilityHandler<C> {
+  return { capability, ...h };
 }
 
-export interface TaskSpec {
-  /** Event emitted when the work succeeds, and when it fails (none when the catalogue has no failure event). */
-  onSuccess: string;
-  onFailure?: string;
-  run(t: TaskContext): Promise<TaskResult>;
-}
-
-export type Handler = (ctx: HandlerContext, input: Record<string, unknown>) => Promise<Effect>;
+/** A handler of an internal command (`_job_ran`): untyped input, checked by the handler. */
+export type InternalHandler = (ctx: HandlerContext, input: Record<string, unknown>) => Promise<Effect>;
 
 export function emptyOutbox(commandId: string): Outbox {
   return { command_id: commandId, resources: [], vault: [], apps: [], events: [], logs: [], files: [] };
 }
 
 export function makeContext(
-  base: Omit<HandlerContext, "emit" | "putResource" | "deleteResource" | "log" | "outbox">,
+  base: Omit<HandlerContext, "emit" | "putResource" | "deleteResource" | "log" | "outbox" | "after">,
 ): HandlerContext {
   const outbox = emptyOutbox(base.cmd.id);
   const iso = base.now.toISOString();
@@ -120,6 +133,9 @@ export function makeContext(
     },
     deleteResource(doc) {
       outbox.resources.push({ key: keys.resource(doc.app_id, doc.type, doc.id), doc: null });
+    },
+    after(effect) {
+      outbox.effects = [...(outbox.effects ?? []), effect];
     },
     log(resourceId, line, stream = "platform") {
       outbox.logs.push({ resource_id: resourceId, ts: new Date().toISOString(), stream, line });

@@ -4,11 +4,24 @@ import type { Bus } from "../store/bus.js";
 import type { Vault } from "../store/vault.js";
 import { CommandSchema } from "../proto/command.js";
 import { check } from "../proto/codec.js";
-import { keys, LEASE_TTL_MS, PARTITIONS, partitionOf, STREAMS, subjects } from "../proto/subjects.js";
+import {
+  keys,
+  LEASE_TTL_MS,
+  parseLeaseKey,
+  PARTITIONS,
+  partitionOf,
+  STREAMS,
+  subjects,
+} from "../proto/subjects.js";
 import { AppActor, type ActorHost } from "./app-actor.js";
 import { startScheduler, type SchedulerOptions } from "./scheduler.js";
 import type { PlatformUrls } from "./context.js";
+import { handlerOf } from "./capabilities/mod.js";
+import { gatherFacts } from "./facts/gather.js";
+import { NO_FACTS, type FactRequest, type Facts } from "./facts/types.js";
+import { SideEffectRunner } from "./side-effects.js";
 import { TaskRunner } from "./task-runner.js";
+import type { Command } from "../proto/command.js";
 import { sleep, within } from "./timing.js";
 
 export interface NodeOptions {
@@ -154,10 +167,12 @@ class PartitionWorker {
         this.maxDelivered = Math.max(this.maxDelivered, seq);
         this.inflight.add(seq);
         const actor = this.actor(cmd.app);
+        // the facts its handler asks for are read now, outside the mailbox, while earlier commands run
+        const facts = this.node.factsFor(cmd);
         this.mailbox(cmd.app).push({
           run: async () => {
             try {
-              if (!this.stopped) await actor.handle(cmd, seq);
+              if (!this.stopped) await actor.handle(cmd, seq, facts);
             } finally {
               this.inflight.delete(seq);
             }
@@ -217,6 +232,7 @@ class PartitionWorker {
         publishTaskDone: async (app, task, done) => {
           await this.node.tasks.publishDone(app, { id: task.command_id, actor: task.actor }, done);
         },
+        sideEffect: (e) => this.node.sideEffects.apply(e),
       };
       a = new AppActor(app, host);
       this.actors.set(app, a);
@@ -295,6 +311,7 @@ class RuntimeNode {
   private ticking: Promise<void> = Promise.resolve();
   private readonly opts: NodeOptions;
   readonly tasks: TaskRunner;
+  readonly sideEffects: SideEffectRunner;
 
   constructor(opts: NodeOptions) {
     this.opts = opts;
@@ -309,7 +326,23 @@ class RuntimeNode {
     this.ttl = opts.leaseTtlMs ?? LEASE_TTL_MS;
     this.margin = opts.leaseMarginMs ?? Math.min(2000, Math.floor(this.ttl / 4));
     this.tickMs = opts.tickMs ?? 1000;
+    this.sideEffects = new SideEffectRunner(opts.bus, opts.vault, this.log);
     this.tasks = new TaskRunner(this);
+  }
+
+  /** Reads the facts a command's handler asks for (none for most); a failed read is a fact too. */
+  factsFor(cmd: Command): Promise<Facts> {
+    const handler = handlerOf(cmd.capability);
+    if (!handler?.facts) return Promise.resolve(NO_FACTS);
+    let requests: FactRequest[];
+    try {
+      requests = handler.facts(cmd.input as never);
+    } catch {
+      return Promise.resolve(NO_FACTS); // the handler refuses the input itself
+    }
+    const p = gatherFacts(this.bus, cmd.app, requests);
+    p.catch(() => {});
+    return p;
   }
 
   async nodeAlive(nodeId: string): Promise<boolean> {
@@ -374,8 +407,9 @@ class RuntimeNode {
     const nodes = new Set<string>();
     const held = new Set<number>();
     for await (const k of await kv.keys()) {
-      if (k.startsWith("node.")) nodes.add(k.slice(5));
-      else if (k.startsWith("partition.")) held.add(Number(k.slice(10)));
+      const lease = parseLeaseKey(k);
+      if (lease?.kind === "node") nodes.add(lease.node);
+      else if (lease?.kind === "partition") held.add(lease.partition);
     }
     nodes.add(this.nodeId);
     const share = Math.ceil(PARTITIONS / nodes.size);
@@ -453,6 +487,7 @@ class RuntimeNode {
     const ws = [...this.workers.values()];
     this.workers.clear();
     await Promise.all(ws.map((w) => w.stop(true)));
+    this.sideEffects.close();
     if (this.bus.connected() && !this.opts.instrument?.noLeases) {
       await Promise.all(
         ws

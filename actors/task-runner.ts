@@ -1,5 +1,6 @@
 import type { Bus } from "../store/bus.js";
-import type { Vault } from "../store/vault.js";
+import type { SideEffect } from "../proto/records.js";
+import type { Sealer } from "./sealer.js";
 import { appendLog } from "../store/logs.js";
 import { encode } from "../proto/codec.js";
 import type { Command } from "../proto/command.js";
@@ -7,14 +8,15 @@ import type { TaskDone } from "../proto/records.js";
 import type { Resource } from "../proto/resources.js";
 import { subjects } from "../proto/subjects.js";
 import { TASK_DONE } from "./app-actor.js";
-import type { TaskContext, TaskSpec } from "./context.js";
+import type { TaskContext, TaskSpec } from "./tasks/types.js";
 import { sleep, within } from "./timing.js";
 
 /** What the task runner needs of its node. */
 export interface TaskHost {
   readonly bus: Bus;
-  readonly vault: Vault;
+  readonly vault: Sealer;
   readonly workspaceRoot: string;
+  readonly sideEffects: { apply(e: SideEffect): Promise<void> };
   log(msg: string): void;
 }
 
@@ -59,6 +61,7 @@ export class TaskRunner {
           { ts: new Date().toISOString(), stream, line: text },
           `${commandId}/task/${line++}`,
         ).catch(() => {}),
+      sideEffect: (e) => this.node.sideEffects.apply(e),
     };
     const done = (async () => {
       let result: TaskDone;

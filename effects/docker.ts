@@ -8,6 +8,7 @@ import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import type Docker from "dockerode";
 import tar, { type Header as TarHeader } from "tar-stream";
+import { devContainerName } from "../proto/names.js";
 import { PlatformError } from "../proto/errors.js";
 
 /**
@@ -644,10 +645,7 @@ export class ContainerRuntime {
   }
 }
 
-/** The dev container's name for an app: `slipway-dev-<app>` (characters docker refuses become `-`). */
-export function devContainerName(app: string): string {
-  return `slipway-dev-${app.replace(/[^a-zA-Z0-9_.-]/g, "-")}`;
-}
+export { devContainerName } from "../proto/names.js";
 
 interface ImportEvent {
   status?: string;

@@ -2,20 +2,14 @@ import type { Bus } from "../store/bus.js";
 import type { Vault } from "../store/vault.js";
 import type { ReadIndex } from "../store/read-index.js";
 import { commandFieldAad } from "../store/vault.js";
-import {
-  acceptedOn,
-  BUILT_CAPABILITIES,
-  BUILT_INSPECT_TYPES,
-  capability,
-  PLATFORM_APP,
-} from "../proto/catalogue.js";
+import { acceptedOn, declarationOf } from "../proto/catalogue.js";
 import { canonicalJson, validateInput } from "../proto/codec.js";
 import type { Command, Reply } from "../proto/command.js";
+import { busUnavailable } from "../store/bus-errors.js";
 import { PlatformError } from "../proto/errors.js";
 import type { Actor } from "../proto/events.js";
 import { newId } from "../proto/ids.js";
-import { appOf, SECRET_VALUE_MAX, sensitiveFields, type CapabilityName } from "../proto/inputs.js";
-import { refineInput } from "../proto/refine.js";
+import { sensitiveFields, type CapabilityName } from "../proto/inputs.js";
 import { requireScope, type Principal } from "./auth.js";
 import type { CommandClient } from "./command-client.js";
 import { isJsonContentType, parseJsonObject, type Res } from "./http.js";
@@ -81,15 +75,15 @@ export async function capabilityRoute(
   bodyP: Promise<Buffer> | undefined,
   methodNotAllowed: (allow: string[]) => PlatformError,
 ): Promise<void> {
-  const info = capability(name);
-  if (!info)
+  const decl = declarationOf(name);
+  if (!decl)
     throw new PlatformError(
       "unknown_capability",
       `unknown capability ${name.slice(0, 64)}; GET /capabilities lists them`,
     );
   if (req.method !== "POST" || !bodyP) throw methodNotAllowed(["POST"]);
   req.query.only([], `POST /capabilities/${name}`);
-  if (!acceptedOn(info, d.plane)) {
+  if (!acceptedOn(decl, d.plane)) {
     const right = d.plane === "control" ? "data" : "control";
     throw new PlatformError(
       "wrong_plane",
@@ -100,27 +94,24 @@ export async function capabilityRoute(
     throw new PlatformError("unsupported_media_type", "send the body as Content-Type: application/json");
   const principal = d.auth(req.headers);
   const actor = actorOf(req.headers, principal);
+  // everything below comes from the capability's declaration (proto/capabilities/)
   const input = validateInput(name as CapabilityName, parseJsonObject(await bodyP));
-  refineInput(name as CapabilityName, input);
-  if (name === "set-secret" && Buffer.byteLength(input.value as string, "utf8") > SECRET_VALUE_MAX) {
-    throw new PlatformError("invalid_input", `value: must be at most ${SECRET_VALUE_MAX} bytes`, {
-      details: [{ path: "/value", message: `must be at most ${SECRET_VALUE_MAX} bytes` }],
-    });
+  decl.refine(input);
+  if (!decl.built) throw new PlatformError("not_implemented", `capability ${name} is not implemented yet`);
+  const why = decl.unavailable(input);
+  if (why) throw new PlatformError("not_implemented", why);
+  const targetRef = decl.target(input);
+  let target: string;
+  if ("app" in targetRef) target = targetRef.app;
+  else {
+    // the app of a resource, from the read index (an app token may only name its own resources)
+    const subject = await d.index.getResource(targetRef.appOfResource);
+    if (!subject) throw new PlatformError("not_found", `no resource ${targetRef.appOfResource}`);
+    target = subject.app_id;
+    input.app = target;
   }
-  if (!BUILT_CAPABILITIES.has(name))
-    throw new PlatformError("not_implemented", `capability ${name} is not implemented yet`);
-  if (name === "inspect" && !BUILT_INSPECT_TYPES.has(input.type as string))
-    throw new PlatformError("not_implemented", `inspect type ${String(input.type)} is not implemented yet`);
-  if (name === "explain-failure" && input.app === undefined) {
-    // the app of the failed run, from the read index (an app token may only name its own runs)
-    const subject = await d.index.getResource(input.resource as string);
-    if (!subject) throw new PlatformError("not_found", `no resource ${String(input.resource)}`);
-    input.app = subject.app_id;
-  }
-  const target = info.app_less ? PLATFORM_APP : appOf(name as CapabilityName, input)!;
-  if (principal.kind === "app") requireScope(principal, info.app_less ? undefined : target);
-  if (!d.bus.connected())
-    throw new PlatformError("bus_unavailable", "the command bus is unavailable; retry shortly");
+  if (principal.kind === "app") requireScope(principal, decl.app_less ? undefined : target);
+  if (!d.bus.connected()) throw busUnavailable();
 
   // command id: random, or derived from Idempotency-Key (scoped to the app)
   const idemKey = req.headers["idempotency-key"];

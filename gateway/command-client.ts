@@ -4,9 +4,10 @@ import { check, decode, encode } from "../proto/codec.js";
 import { ReplySchema, type Command, type Reply } from "../proto/command.js";
 import { PlatformError } from "../proto/errors.js";
 import { IdempotencyRecordSchema, type IdempotencyRecord } from "../proto/records.js";
+import { outcomeAad } from "../proto/names.js";
 import { keys, subjects } from "../proto/subjects.js";
 import type { Vault } from "../store/vault.js";
-import { isTransientBusError } from "../store/bus-errors.js";
+import { busUnavailable, isTransientBusError } from "../store/bus-errors.js";
 
 /**
  * The gateway's side of the command bus: puts a command on the stream (its id
@@ -58,15 +59,14 @@ export class CommandClient {
     if (o.reply) return o.reply;
     return check(
       ReplySchema,
-      JSON.parse(this.vault.openString(o.sealed!, `outcome/${o.id}`)),
+      JSON.parse(this.vault.openString(o.sealed!, outcomeAad(o.id))),
       "sealed outcome",
     );
   }
 
   /** Sends a command and waits for its reply. */
   async send(cmd: Command): Promise<Reply> {
-    if (!this.bus.connected())
-      throw new PlatformError("bus_unavailable", "the command bus is unavailable; retry shortly");
+    if (!this.bus.connected()) throw busUnavailable();
     const waiting = new Promise<Reply>((resolve, reject) => {
       const timer = setTimeout(() => {
         this.pending.delete(cmd.id);
@@ -108,7 +108,7 @@ export class CommandClient {
       }
       waiting.catch(() => {});
       if (!this.bus.connected() || isTransientBusError(e)) {
-        throw new PlatformError("bus_unavailable", "the command bus is unavailable; retry shortly");
+        throw busUnavailable();
       }
       throw e;
     }

@@ -1,7 +1,7 @@
 import type { HttpRequest, HttpResponse } from "uWebSockets.js";
 import { PlatformError } from "../proto/errors.js";
 import { newId } from "../proto/ids.js";
-import { isTransientBusError } from "../store/bus-errors.js";
+import { busUnavailable, isTransientBusError } from "../store/bus-errors.js";
 import { Res } from "./http.js";
 import { checkHostAndOrigin, type OriginPolicy } from "./origin.js";
 import { readRequest, type Req } from "./request.js";
@@ -29,7 +29,7 @@ export function answerError(res: Res, req: Pick<Req, "requestId"> | undefined, e
     e instanceof URIError
       ? new PlatformError("invalid_input", "malformed percent-escape in the request")
       : isTransientBusError(e)
-        ? new PlatformError("bus_unavailable", "the platform bus is unavailable; retry shortly")
+        ? busUnavailable()
         : e;
   try {
     res.error(err, (x) =>

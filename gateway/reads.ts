@@ -8,6 +8,7 @@ import {
   PLANNED_ROUTES,
   PLATFORM_MODEL,
 } from "../proto/catalogue.js";
+import { busUnavailable } from "../store/bus-errors.js";
 import { PlatformError } from "../proto/errors.js";
 import { TERMINAL } from "../proto/resources.js";
 import type { AppDirectory, Principal } from "./auth.js";
@@ -59,8 +60,7 @@ export async function readRoute(d: ReadDeps, req: Req, res: Res): Promise<void> 
       index: d.index.ready,
     });
   }
-  if (!d.bus.connected())
-    throw new PlatformError("bus_unavailable", "the platform bus is unavailable; retry shortly");
+  if (!d.bus.connected()) throw busUnavailable();
   const principal = d.auth(req.headers);
   if (path === "/capabilities") {
     q.only([], "GET /capabilities");

@@ -6,6 +6,7 @@ import type { ReadIndex } from "../store/read-index.js";
 import { DEFAULT_PORTS, PLANNED_ROUTES } from "../proto/catalogue.js";
 import { check } from "../proto/codec.js";
 import type { Reply } from "../proto/command.js";
+import { busUnavailable } from "../store/bus-errors.js";
 import { PlatformError } from "../proto/errors.js";
 import { AppRecordSchema } from "../proto/records.js";
 import { keys } from "../proto/subjects.js";
@@ -153,8 +154,7 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
       return capabilityRoute(caps, req, res, name, body, methodNotAllowed);
     }
     if (PLANNED_ROUTES.some((r) => r.test(path))) {
-      if (!bus.connected())
-        throw new PlatformError("bus_unavailable", "the platform bus is unavailable; retry shortly");
+      if (!bus.connected()) throw busUnavailable();
       throw new PlatformError(
         "not_implemented",
         `${req.method} ${path} is part of the contract but not implemented yet`,

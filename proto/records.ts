@@ -101,6 +101,28 @@ export const OutboxFileSchema = Type.Object({
 });
 
 /** Everything a command changes, applied idempotently after the commit. */
+/**
+ * Work outside NATS that a command decided and the node carries out after the
+ * commit (never during the actor's turn): applied again when an outbox is
+ * re-applied after a takeover, so each one is idempotent.
+ */
+export const SideEffectSchema = Type.Union([
+  /** Stop and remove a container (a dev server that was stopped). */
+  Type.Object({ kind: Type.Literal("container.remove"), name: Type.String() }),
+  /** Follow a running container's log into a resource's log, on the node that applies it. */
+  Type.Object({
+    kind: Type.Literal("container.follow"),
+    app: Type.String(),
+    resource_id: Type.String(),
+    container_id: Type.String(),
+    /** Only lines from this time on (seconds since the epoch): a re-attached follower. */
+    since: Type.Optional(Type.Integer()),
+  }),
+  /** Stop following an app's dev container. */
+  Type.Object({ kind: Type.Literal("container.unfollow"), app: Type.String() }),
+]);
+export type SideEffect = Static<typeof SideEffectSchema>;
+
 export const OutboxSchema = Type.Object({
   command_id: Type.String(),
   resources: Type.Array(Type.Object({ key: Type.String(), doc: Type.Union([ResourceSchema, Type.Null()]) })),
@@ -120,6 +142,8 @@ export const OutboxSchema = Type.Object({
   jobs: Type.Optional(
     Type.Array(Type.Object({ key: Type.String(), def: Type.Union([JobDefinitionSchema, Type.Null()]) })),
   ),
+  /** Outside work carried out after the commit (SideEffectSchema). */
+  effects: Type.Optional(Type.Array(SideEffectSchema)),
 });
 export type Outbox = Static<typeof OutboxSchema>;
 

@@ -105,8 +105,35 @@ export const keys = {
   schedulerLease: "scheduler",
   job: (app: string, name: string) => `${app}.${name}`,
   jobState: (app: string, name: string) => `${app}.${name}.state`,
+  /** The run-state key beside a job definition's key. */
+  jobStateOf: (jobKey: string) => `${jobKey}.state`,
   idempotency: (commandId: string) => commandId,
+  /** Key filters: an app's resources (of one type), vault entries, job definitions (not their run states). */
+  resourcesOf: (app: string, type?: string) => `${app}.${type ?? "*"}.*`,
+  vaultOf: (app: string) => `${app}.*`,
+  jobsOf: (app: string) => `${app}.*`,
 } as const;
+
+/** What a key of `slipway_leases` is: a node's presence, a partition's lease, the scheduler's. */
+export function parseLeaseKey(
+  key: string,
+):
+  | { kind: "node"; node: string }
+  | { kind: "partition"; partition: number }
+  | { kind: "scheduler" }
+  | undefined {
+  if (key === keys.schedulerLease) return { kind: "scheduler" };
+  if (key.startsWith("node.")) return { kind: "node", node: key.slice("node.".length) };
+  if (key.startsWith("partition.")) {
+    const n = Number(key.slice("partition.".length));
+    return Number.isInteger(n) ? { kind: "partition", partition: n } : undefined;
+  }
+  return undefined;
+}
+
+/** The stream behind a KV bucket, and the subject of one of its keys (nats-server's KV layout). */
+export const kvStream = (bucket: string) => `KV_${bucket}`;
+export const kvSubject = (bucket: string, key: string) => `$KV.${bucket}.${key}`;
 
 /** Splits a resource key `<app>.<Type>.<id>`. */
 export function parseResourceKey(key: string): { app: string; type: string; id: string } | undefined {

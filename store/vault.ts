@@ -270,9 +270,4 @@ export async function agreeOnVaultKey(meta: KV, vault: Vault): Promise<"recorded
   );
 }
 
-/** AAD of a secret in the vault. */
-export const secretAad = (app: string, name: string) => `${app}/${name}`;
-/** AAD of an app's sealed service key. */
-export const serviceKeyAad = (app: string) => `${app}/$service`;
-/** AAD of a sensitive command field sealed by the gateway. */
-export const commandFieldAad = (commandId: string, field: string) => `cmd/${commandId}/${field}`;
+export { commandFieldAad, secretAad, serviceKeyAad } from "../proto/names.js";

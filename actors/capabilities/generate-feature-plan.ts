@@ -1,167 +1,29 @@
-import type { Dirent } from "node:fs";
-import { readdir } from "node:fs/promises";
-import { join } from "node:path";
-import type { Handler, TaskContext, TaskResult } from "../context.js";
-import {
-  describeModelConfig,
-  isModelError,
-  modelConfigFromEnv,
-  NO_MODEL_MESSAGE,
-  PlanSchema,
-  structuredCall,
-  type ModelConfig,
-  type Plan,
-  type StructuredResult,
-} from "../../effects/model.js";
+import { defineHandler } from "../context.js";
+import { planTask } from "../tasks/plan.js";
 import { PlatformError } from "../../proto/errors.js";
 import { newResourceId } from "../../proto/ids.js";
-import type { AppRecord } from "../../proto/records.js";
 import type { Resource } from "../../proto/resources.js";
 
-/** Most workspace paths listed in the prompt. */
-export const PLAN_MAX_PATHS = 200;
-/** Output token budget of a plan. */
-export const PLAN_MAX_TOKENS = 8192;
-/** Directories never listed (dependencies, build output, VCS data, caches). */
-const SKIP_DIRS = new Set(["node_modules", "dist", ".git", "coverage", ".next", ".turbo", ".cache"]);
-
-/** The workspace's file paths (relative, `/`-separated), breadth first, at most `max`. */
-export async function listWorkspace(
-  root: string,
-  max = PLAN_MAX_PATHS,
-): Promise<{ paths: string[]; truncated: boolean }> {
-  const paths: string[] = [];
-  let queue: string[] = [""];
-  while (queue.length > 0) {
-    const next: string[] = [];
-    for (const dir of queue) {
-      let entries: Dirent[];
-      try {
-        entries = await readdir(join(root, dir), { withFileTypes: true });
-      } catch {
-        continue; // missing or unreadable: nothing to list
-      }
-      entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-      for (const e of entries) {
-        const rel = dir ? `${dir}/${e.name}` : e.name;
-        if (e.isDirectory()) {
-          if (!SKIP_DIRS.has(e.name)) next.push(rel);
-        } else if (e.isFile() || e.isSymbolicLink()) {
-          if (paths.length >= max) return { paths: paths.sort(), truncated: true };
-          paths.push(rel);
-        }
-      }
-    }
-    queue = next;
-  }
-  return { paths: paths.sort(), truncated: false };
-}
-
-const PLAN_SYSTEM = [
-  "You plan features for applications hosted on Slipway, a platform that builds, tests and runs small web applications (Node.js).",
-  "You are given the application's name and framework, the list of its workspace files (names only), and the goal of the feature.",
-  "Write a plan a developer can follow: a short summary, ordered steps, the files to create, modify or delete (paths relative to the workspace root), the risks or open questions, and the tests that show the feature works.",
-  "Stay within the goal; prefer the files and conventions the workspace already has.",
-  "Answer only by calling the tool submit_plan once.",
-].join("\n");
-
-/** The user prompt of a plan: app, workspace file names, goal. No file contents and no secret values. */
-export function planPrompt(
-  app: Pick<AppRecord, "name" | "platform" | "framework">,
-  files: { paths: string[]; truncated: boolean },
-  goal: string,
-): string {
-  const listing = files.paths.length
-    ? files.paths.map((p) => `- ${p}`).join("\n")
-    : "(the workspace is empty)";
-  const note = files.truncated ? `\n(first ${files.paths.length} paths only)` : "";
-  return [
-    `Application: ${app.name} (platform ${app.platform}, framework ${app.framework})`,
-    "",
-    `Workspace files (${[...SKIP_DIRS].join(", ")} not listed):`,
-    listing + note,
-    "",
-    "Goal of the feature:",
-    "<goal>",
-    goal,
-    "</goal>",
-  ].join("\n");
-}
-
-function planTask(app: AppRecord, goal: string, cfg: ModelConfig): (t: TaskContext) => Promise<TaskResult> {
-  return async (t) => {
-    const files = await listWorkspace(join(t.workspaceRoot, app.workspace));
-    const where = describeModelConfig(cfg);
-    await t.log(
-      `asking ${where.model} at ${where.base_url} for a plan (${files.paths.length}${files.truncated ? "+" : ""} workspace paths in the prompt)`,
-    );
-    let answer: StructuredResult<Plan>;
-    try {
-      answer = await structuredCall(cfg, {
-        system: PLAN_SYSTEM,
-        prompt: planPrompt(app, files, goal),
-        toolName: "submit_plan",
-        toolDescription: "Submit the feature plan: summary, ordered steps, files, risks and tests.",
-        schema: PlanSchema,
-        maxTokens: PLAN_MAX_TOKENS,
-        signal: t.signal,
-      });
-    } catch (e) {
-      if (!isModelError(e) || t.signal.aborted) throw e;
-      await t.log(`plan refused: ${e.message}`, "stderr");
-      return {
-        status: "failed",
-        fields: { error: e.message, error_code: e.code },
-        data: { error: e.message },
-      };
-    }
-    const plan = answer.value;
-    const usage = answer.usage;
-    await t.log(
-      `plan: ${plan.steps.length} steps, ${plan.files.length} files, ${plan.risks.length} risks, ${plan.tests.length} tests (${usage.input_tokens} tokens in, ${usage.output_tokens} out)`,
-    );
-    return {
-      status: "succeeded",
-      fields: {
-        summary: plan.summary,
-        steps: plan.steps,
-        files: plan.files,
-        risks: plan.risks,
-        tests: plan.tests,
-        model: answer.model,
-        usage,
-      },
-      data: {
-        model: answer.model,
-        steps: plan.steps.length,
-        files: plan.files.length,
-        risks: plan.risks.length,
-        tests: plan.tests.length,
-        input_tokens: usage.input_tokens,
-        output_tokens: usage.output_tokens,
-      },
-    };
-  };
-}
-
 /**
- * generate-feature-plan with the model configuration from `config` (read at
- * call time). The app must exist and a model must be configured (else 404
- * unknown_app, 503 model_unavailable, before any resource is made); the Plan
- * is `running` until the model's answer passes the Plan schema (PlanCreated)
- * or is refused (the Plan fails with the reason in `error`).
+ * generate-feature-plan: the app must exist and a model must be configured
+ * (else 404 unknown_app, 503 model_unavailable, before any resource is made;
+ * whether a model is configured is a fact read before the turn); the Plan is
+ * `running` until the model's answer passes the Plan schema (PlanCreated) or is
+ * refused (the Plan fails with the reason in `error`).
  */
-export function makeGenerateFeaturePlan(config: () => ModelConfig | undefined): Handler {
-  return async (ctx, input) => {
+export const generateFeaturePlan = defineHandler("generate-feature-plan", {
+  facts: () => [{ kind: "model" }],
+  handle: async (ctx, input) => {
     const app = await ctx.state.getApp();
     if (!app) throw new PlatformError("unknown_app", `app ${ctx.app} does not exist`);
-    const goal = typeof input.goal === "string" ? input.goal.trim() : "";
+    const goal = input.goal.trim();
     if (!goal)
       throw new PlatformError("invalid_input", "goal: must not be empty", {
         details: [{ path: "/goal", message: "must not be empty" }],
       });
-    const cfg = config();
-    if (!cfg) throw new PlatformError("model_unavailable", NO_MODEL_MESSAGE);
+    const model = ctx.facts.model;
+    if (!model?.configured)
+      throw new PlatformError("model_unavailable", model?.message ?? "no model is configured");
     const iso = ctx.now.toISOString();
     const resource: Resource = {
       type: "Plan",
@@ -171,20 +33,13 @@ export function makeGenerateFeaturePlan(config: () => ModelConfig | undefined): 
       created_at: iso,
       updated_at: iso,
       goal,
-      model: cfg.model,
+      model: model.model,
     };
     ctx.putResource(resource);
     ctx.log(
       resource.id,
-      `planning for ${app.name} with ${cfg.model}: ${goal.length > 120 ? `${goal.slice(0, 120)}...` : goal}`,
+      `planning for ${app.name} with ${model.model}: ${goal.length > 120 ? `${goal.slice(0, 120)}...` : goal}`,
     );
-    return {
-      status: "running",
-      resource,
-      task: { onSuccess: "PlanCreated", run: planTask(app, goal, cfg) },
-    };
-  };
-}
-
-/** generate-feature-plan, configured from the process environment (docs/models.md). */
-export const generateFeaturePlan: Handler = makeGenerateFeaturePlan(() => modelConfigFromEnv(process.env));
+    return { status: "running", resource, task: planTask(app, goal) };
+  },
+});

@@ -1,48 +1,15 @@
 import { existsSync, readdirSync, readFileSync, type Dirent } from "node:fs";
 import { join } from "node:path";
-import { readStream } from "../../store/read-stream.js";
-import { ContainerRuntime } from "../../effects/docker.js";
-import { packageScripts } from "./run-script.js";
-import type { Handler, HandlerContext } from "../context.js";
+import { packageScripts } from "./workspace.js";
+import { defineHandler, type HandlerContext } from "../context.js";
+import type { InspectType } from "../../proto/capabilities/mod.js";
 import { PlatformError } from "../../proto/errors.js";
-import { appUrl } from "../../proto/formats.js";
 import { newResourceId } from "../../proto/ids.js";
 import type { PlatformEvent } from "../../proto/events.js";
+import { secretAad } from "../../proto/names.js";
 import type { Resource } from "../../proto/resources.js";
-import { STREAMS, subjects } from "../../proto/subjects.js";
-import { secretAad } from "../../store/vault.js";
 
 const RECENT = 50;
-
-async function recentEvents(ctx: HandlerContext, limit: number): Promise<PlatformEvent[]> {
-  const out: PlatformEvent[] = [];
-  for await (const m of readStream(ctx.bus, STREAMS.events, subjects.eventsOfApp(ctx.app))) {
-    out.push(m.json<PlatformEvent>());
-    if (out.length > limit) out.shift();
-  }
-  return out.reverse();
-}
-
-async function probe(
-  baseUrl: string,
-  path: string,
-  timeoutMs: number,
-): Promise<{ ok: boolean; status?: number; error?: string; ms: number }> {
-  const t0 = Date.now();
-  let url: URL;
-  try {
-    url = appUrl(baseUrl, path);
-  } catch (e) {
-    return { ok: false, error: e instanceof Error ? e.message : "bad base_url", ms: 0 };
-  }
-  try {
-    const r = await fetch(url, { signal: AbortSignal.timeout(timeoutMs), redirect: "manual" });
-    await r.body?.cancel();
-    return { ok: r.status === 200, status: r.status, ms: Date.now() - t0 };
-  } catch (e) {
-    return { ok: false, error: e instanceof Error ? e.name : "error", ms: Date.now() - t0 };
-  }
-}
 
 /** The fields of an event an inspection lists (never its data, which may be large). */
 function eventRow({ id, type, resource_type, resource_id, timestamp, actor }: PlatformEvent) {
@@ -146,7 +113,8 @@ export function scanRoutes(
   );
 }
 
-export const readers: Partial<Record<string, (ctx: HandlerContext) => Promise<unknown>>> = {
+/** The built inspect types (proto/capabilities/runtime.ts INSPECT_TYPES says which), each a reader of state and facts. */
+export const readers: Partial<Record<InspectType, (ctx: HandlerContext) => Promise<unknown>>> = {
   async routes(ctx) {
     const app = (await ctx.state.getApp())!;
     const routes = scanRoutes(join(ctx.workspaceRoot, app.workspace));
@@ -166,13 +134,11 @@ export const readers: Partial<Record<string, (ctx: HandlerContext) => Promise<un
     };
   },
   async docker(ctx) {
-    const rt = ContainerRuntime.fromEnv();
-    if (!(await rt.available()))
-      return { available: false, message: "no container engine is reachable; run-dev-server answers 503" };
-    return await rt.describe(ctx.app);
+    // the engine's view of the app, read before this turn (a fact)
+    return ctx.facts.engineDescription ?? { available: false, message: "the engine was not asked" };
   },
   async notifications(ctx) {
-    const items = (await recentEvents(ctx, 500)).filter((e) => NOTIFYING.test(e.type)).slice(0, RECENT);
+    const items = (await ctx.state.recentEvents(500)).filter((e) => NOTIFYING.test(e.type)).slice(0, RECENT);
     return {
       items: items.map((e) => ({
         ...eventRow(e),
@@ -216,7 +182,7 @@ export const readers: Partial<Record<string, (ctx: HandlerContext) => Promise<un
     };
   },
   async events(ctx) {
-    const items = await recentEvents(ctx, RECENT);
+    const items = await ctx.state.recentEvents(RECENT);
     return { items: items.map(eventRow) };
   },
   async jobs(ctx) {
@@ -259,7 +225,8 @@ export const readers: Partial<Record<string, (ctx: HandlerContext) => Promise<un
   },
   async health(ctx) {
     const app = (await ctx.state.getApp())!;
-    const appHealth = app.base_url ? await probe(app.base_url, "/health", 1000) : null;
+    // the probe of <base_url>/health, made before this turn (a fact; null without a base_url)
+    const appHealth = app.base_url ? (ctx.facts.appHealth ?? null) : null;
     return {
       platform: { bus: "connected", node: ctx.nodeId, vault_key_id: ctx.vault.activeKeyId },
       app: app.base_url
@@ -271,25 +238,33 @@ export const readers: Partial<Record<string, (ctx: HandlerContext) => Promise<un
 };
 
 /** inspect: reads application state into an Inspection resource. */
-export const inspect: Handler = async (ctx, input) => {
-  const type = input.type as string;
-  const reader = readers[type];
-  if (!reader) throw new PlatformError("not_implemented", `inspect type ${type} is not implemented yet`);
-  if (!(await ctx.state.getApp())) throw new PlatformError("unknown_app", `app ${ctx.app} does not exist`);
-  const result = await reader(ctx);
-  const iso = ctx.now.toISOString();
-  const resource: Resource = {
-    type: "Inspection",
-    id: newResourceId("Inspection"),
-    app_id: ctx.app,
-    status: "succeeded",
-    created_at: iso,
-    updated_at: iso,
-    inspected: type,
-    result,
-  };
-  if (typeof input.owner === "string") resource.owner = input.owner;
-  ctx.putResource(resource);
-  ctx.emit("InspectionCreated", resource, { inspected: type });
-  return { status: "succeeded", resource };
-};
+export const inspect = defineHandler("inspect", {
+  facts: (input) =>
+    input.type === "health"
+      ? [{ kind: "app-health", path: "/health" }]
+      : input.type === "docker"
+        ? [{ kind: "engine-description", app: input.app }]
+        : [],
+  handle: async (ctx, input) => {
+    const type = input.type;
+    const reader = readers[type];
+    if (!reader) throw new PlatformError("not_implemented", `inspect type ${type} is not implemented yet`);
+    if (!(await ctx.state.getApp())) throw new PlatformError("unknown_app", `app ${ctx.app} does not exist`);
+    const result = await reader(ctx);
+    const iso = ctx.now.toISOString();
+    const resource: Resource = {
+      type: "Inspection",
+      id: newResourceId("Inspection"),
+      app_id: ctx.app,
+      status: "succeeded",
+      created_at: iso,
+      updated_at: iso,
+      inspected: type,
+      result,
+    };
+    if (input.owner !== undefined) resource.owner = input.owner;
+    ctx.putResource(resource);
+    ctx.emit("InspectionCreated", resource, { inspected: type });
+    return { status: "succeeded", resource };
+  },
+});

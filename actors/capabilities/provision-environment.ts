@@ -1,11 +1,12 @@
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import type { Handler } from "../context.js";
+import { defineHandler } from "../context.js";
+import type { HandlerInput } from "../../proto/capabilities/mod.js";
 import { PlatformError } from "../../proto/errors.js";
 import { newResourceId } from "../../proto/ids.js";
 import type { Resource } from "../../proto/resources.js";
-import { requireApp, workspaceOf } from "./run-script.js";
+import { requireApp, workspaceOf } from "./workspace.js";
 
 /**
  * provision-environment: converges three files of the app's workspace from
@@ -67,7 +68,7 @@ function readJson(file: string): Record<string, unknown> | undefined {
 /** The wanted infra: the input over what the last run wrote, over the defaults. */
 export function wantedInfra(
   app: string,
-  input: Record<string, unknown>,
+  input: HandlerInput<"provision-environment">,
   previous: Partial<Infra> | undefined,
   vaultNames: readonly string[],
   appDefaults: { platform: string; framework: string },
@@ -77,17 +78,17 @@ export function wantedInfra(
   const hadCache = prev?.cache != null;
   const db = input.without_db === true ? false : input.with_db === true ? true : hadDb;
   const cache = input.without_cache === true ? false : input.with_cache === true ? true : hadCache;
-  const num = (v: unknown, p: number | undefined, d: number) => (typeof v === "number" ? v : (p ?? d));
+  const num = (v: number | undefined, p: number | undefined, d: number) => v ?? p ?? d;
   const secrets = new Set<string>([
     ...(Array.isArray(previous?.secrets) ? previous.secrets : []),
-    ...((input.secrets as string[] | undefined) ?? []),
+    ...(input.secrets ?? []),
     ...vaultNames,
   ]);
   return {
     app,
-    platform: (input.platform as string | undefined) ?? previous?.platform ?? appDefaults.platform,
-    framework: (input.framework as string | undefined) ?? previous?.framework ?? appDefaults.framework,
-    platform_store: (input.platform_store as string | undefined) ?? previous?.platform_store ?? "nats",
+    platform: input.platform ?? previous?.platform ?? appDefaults.platform,
+    framework: input.framework ?? previous?.framework ?? appDefaults.framework,
+    platform_store: input.platform_store ?? previous?.platform_store ?? "nats",
     services: {
       web: { port: num(input.web_port, prev?.web?.port, DEFAULTS.web) },
       db: db
@@ -172,86 +173,88 @@ export function renderEnvironment(infra: Infra): Record<(typeof PROVISIONED_FILE
   };
 }
 
-export const provisionEnvironment: Handler = async (ctx, input) => {
-  const app = await requireApp(ctx);
-  const workspace = workspaceOf(ctx.workspaceRoot, app);
-  const existing = (await ctx.state.listResources("Environment"))[0];
-  const written = (existing?.files ?? {}) as Record<string, string>;
-  const previous = readJson(join(workspace, "platform.app.json")) as Partial<Infra> | undefined;
-  const infra = wantedInfra(ctx.app, input, previous, await ctx.state.listVaultNames(), app);
-  const files = renderEnvironment(infra);
-  const changed: string[] = [];
-  const unchanged: string[] = [];
-  const handEdited: string[] = [];
-  const kept: string[] = [];
-  for (const path of PROVISIONED_FILES) {
-    const file = join(workspace, path);
-    const current = existsSync(file) ? readFileSync(file, "utf8") : undefined;
-    if (current === files[path]) {
-      unchanged.push(path);
-      continue;
+export const provisionEnvironment = defineHandler("provision-environment", {
+  handle: async (ctx, input) => {
+    const app = await requireApp(ctx);
+    const workspace = workspaceOf(ctx.workspaceRoot, app);
+    const existing = (await ctx.state.listResources("Environment"))[0];
+    const written = (existing?.files ?? {}) as Record<string, string>;
+    const previous = readJson(join(workspace, "platform.app.json")) as Partial<Infra> | undefined;
+    const infra = wantedInfra(ctx.app, input, previous, await ctx.state.listVaultNames(), app);
+    const files = renderEnvironment(infra);
+    const changed: string[] = [];
+    const unchanged: string[] = [];
+    const handEdited: string[] = [];
+    const kept: string[] = [];
+    for (const path of PROVISIONED_FILES) {
+      const file = join(workspace, path);
+      const current = existsSync(file) ? readFileSync(file, "utf8") : undefined;
+      if (current === files[path]) {
+        unchanged.push(path);
+        continue;
+      }
+      const edited =
+        current !== undefined && (written[path] === undefined || sha256(current) !== written[path]);
+      if (edited && written[path] === sha256(files[path]) && input.force !== true) {
+        // the platform would write what it wrote last time: the hand edit is kept
+        kept.push(path);
+        continue;
+      }
+      if (edited) handEdited.push(path);
+      changed.push(path);
     }
-    const edited =
-      current !== undefined && (written[path] === undefined || sha256(current) !== written[path]);
-    if (edited && written[path] === sha256(files[path]) && input.force !== true) {
-      // the platform would write what it wrote last time: the hand edit is kept
-      kept.push(path);
-      continue;
-    }
-    if (edited) handEdited.push(path);
-    changed.push(path);
-  }
-  if (handEdited.length && input.force !== true)
-    throw new PlatformError(
-      "conflict",
-      `hand edits in ${handEdited.join(", ")} would be overwritten; keep them by leaving those files alone, or run again with force to regenerate`,
-      {
-        details: handEdited.map((p) => ({
-          path: `/${p}`,
-          message: "edited by hand since the platform wrote it",
-        })),
+    if (handEdited.length && input.force !== true)
+      throw new PlatformError(
+        "conflict",
+        `hand edits in ${handEdited.join(", ")} would be overwritten; keep them by leaving those files alone, or run again with force to regenerate`,
+        {
+          details: handEdited.map((p) => ({
+            path: `/${p}`,
+            message: "edited by hand since the platform wrote it",
+          })),
+        },
+      );
+    for (const path of changed as Array<(typeof PROVISIONED_FILES)[number]>)
+      ctx.outbox.files.push({ path: `${app.workspace}/${path}`, content: files[path] });
+    const iso = ctx.now.toISOString();
+    const hashes = Object.fromEntries(PROVISIONED_FILES.map((p) => [p, sha256(files[p])]));
+    // a kept hand edit stays recorded as the platform's version, so the next change of the file is refused too
+    const resource: Resource = {
+      type: "Environment",
+      id: existing?.id ?? newResourceId("Environment"),
+      app_id: ctx.app,
+      status: "succeeded",
+      created_at: existing?.created_at ?? iso,
+      updated_at: iso,
+      platform: infra.platform,
+      framework: infra.framework,
+      platform_store: infra.platform_store,
+      services: {
+        web: infra.services.web,
+        db: infra.services.db ? { engine: "postgres", port: infra.services.db.port } : null,
+        cache: infra.services.cache ? { engine: "redis", port: infra.services.cache.port } : null,
       },
+      secrets: infra.secrets,
+      files: hashes,
+      changed,
+      kept,
+      overwritten: input.force === true ? handEdited : [],
+    };
+    ctx.putResource(resource, existing);
+    ctx.log(
+      resource.id,
+      changed.length
+        ? `converged ${changed.join(", ")}${handEdited.length ? ` (hand edits overwritten: ${handEdited.join(", ")})` : ""}`
+        : "nothing to change",
     );
-  for (const path of changed as Array<(typeof PROVISIONED_FILES)[number]>)
-    ctx.outbox.files.push({ path: `${app.workspace}/${path}`, content: files[path] });
-  const iso = ctx.now.toISOString();
-  const hashes = Object.fromEntries(PROVISIONED_FILES.map((p) => [p, sha256(files[p])]));
-  // a kept hand edit stays recorded as the platform's version, so the next change of the file is refused too
-  const resource: Resource = {
-    type: "Environment",
-    id: existing?.id ?? newResourceId("Environment"),
-    app_id: ctx.app,
-    status: "succeeded",
-    created_at: existing?.created_at ?? iso,
-    updated_at: iso,
-    platform: infra.platform,
-    framework: infra.framework,
-    platform_store: infra.platform_store,
-    services: {
-      web: infra.services.web,
-      db: infra.services.db ? { engine: "postgres", port: infra.services.db.port } : null,
-      cache: infra.services.cache ? { engine: "redis", port: infra.services.cache.port } : null,
-    },
-    secrets: infra.secrets,
-    files: hashes,
-    changed,
-    kept,
-    overwritten: input.force === true ? handEdited : [],
-  };
-  ctx.putResource(resource, existing);
-  ctx.log(
-    resource.id,
-    changed.length
-      ? `converged ${changed.join(", ")}${handEdited.length ? ` (hand edits overwritten: ${handEdited.join(", ")})` : ""}`
-      : "nothing to change",
-  );
-  ctx.emit("EnvironmentProvisioned", resource, {
-    changed,
-    unchanged,
-    kept,
-    overwritten: resource.overwritten,
-    db: infra.services.db !== null,
-    cache: infra.services.cache !== null,
-  });
-  return { status: "succeeded", resource };
-};
+    ctx.emit("EnvironmentProvisioned", resource, {
+      changed,
+      unchanged,
+      kept,
+      overwritten: resource.overwritten,
+      db: infra.services.db !== null,
+      cache: infra.services.cache !== null,
+    });
+    return { status: "succeeded", resource };
+  },
+});

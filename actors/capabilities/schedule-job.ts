@@ -1,19 +1,12 @@
-import type { Handler, HandlerContext } from "../context.js";
+import { defineHandler, type HandlerContext, type InternalHandler } from "../context.js";
 import { check } from "../../proto/codec.js";
 import { PlatformError } from "../../proto/errors.js";
 import { newResourceId } from "../../proto/ids.js";
-import { JobDefinitionSchema, JobRanSchema, type JobDefinition } from "../../proto/records.js";
+import { JobRanSchema, type JobDefinition } from "../../proto/records.js";
 import type { Resource } from "../../proto/resources.js";
-import { isJobToggle } from "../../proto/refine.js";
+import { isJobToggle } from "../../proto/capabilities/mod.js";
 import { nextTick, scheduleOf, type Schedule } from "../../proto/schedule.js";
 import { keys } from "../../proto/subjects.js";
-
-async function definition(ctx: HandlerContext, name: string): Promise<JobDefinition | undefined> {
-  const e = await ctx.bus.kv.jobs.get(keys.job(ctx.app, name));
-  return e && e.operation === "PUT"
-    ? check(JobDefinitionSchema, e.json(), `job ${ctx.app}.${name}`)
-    : undefined;
-}
 
 /** Jobs one app may define (docs/scheduler.md); `SLIPWAY_JOB_QUOTA` on the node changes it. */
 export const JOB_QUOTA_DEFAULT = 100;
@@ -26,9 +19,7 @@ function jobQuota(): number {
 /** 409 quota_exceeded when the app already has as many jobs as it may. */
 async function checkQuota(ctx: HandlerContext): Promise<void> {
   const quota = jobQuota();
-  let n = 0;
-  // `<app>.*` matches definitions (`<app>.<job>`), not run states (`<app>.<job>.state`)
-  for await (const _ of await ctx.bus.kv.jobs.keys(`${ctx.app}.*`)) n++;
+  const n = await ctx.state.countJobs();
   if (n >= quota)
     throw new PlatformError(
       "quota_exceeded",
@@ -53,105 +44,110 @@ function scheduleView(s: Schedule): Record<string, string> {
  * schedule-job: registers, updates, pauses or removes a durable job. The
  * definition goes to `slipway_jobs`; the scheduler leader fires its ticks.
  */
-export const scheduleJob: Handler = async (ctx, input) => {
-  if (!(await ctx.state.getApp())) throw new PlatformError("unknown_app", `app ${ctx.app} does not exist`);
-  const name = input.name as string;
-  const existing = await definition(ctx, name);
-  const iso = ctx.now.toISOString();
-  const previous = existing ? await ctx.state.getResource("ScheduledJob", existing.resource_id) : undefined;
-  if (input.remove === true) {
-    if (!existing) throw new PlatformError("not_found", `job ${name} of app ${ctx.app} does not exist`);
-    const resource: Resource = {
-      ...(previous ?? { type: "ScheduledJob", id: existing.resource_id, app_id: ctx.app, created_at: iso }),
-      status: "succeeded",
-      updated_at: iso,
-    } as Resource;
-    ctx.outbox.jobs = [{ key: keys.job(ctx.app, name), def: null }];
-    ctx.deleteResource(resource);
-    ctx.log(resource.id, `removed job ${name}`);
-    ctx.emit("JobUnscheduled", resource, { name });
-    return { status: "succeeded", resource };
-  }
-  let def: JobDefinition;
-  let schedule: Schedule;
-  const id = existing?.resource_id ?? newResourceId("ScheduledJob");
-  if (isJobToggle(input)) {
-    // pause or resume by name: the stored definition, re-anchored now so a resumed job does not catch up
-    if (!existing)
-      throw new PlatformError("not_found", `job ${name} of app ${ctx.app} does not exist; register it first`);
-    schedule = scheduleOfDefinition(existing);
-    def = {
-      ...existing,
-      disabled: input.disabled === true,
-      anchor: iso,
-      generation: existing.generation + 1,
-      updated_at: iso,
-    };
-  } else {
-    if (input.target_path === undefined) {
-      throw new PlatformError("invalid_input", "target_path: is required", {
-        details: [{ path: "/target_path", message: "is required" }],
-      });
+export const scheduleJob = defineHandler("schedule-job", {
+  handle: async (ctx, input) => {
+    if (!(await ctx.state.getApp())) throw new PlatformError("unknown_app", `app ${ctx.app} does not exist`);
+    const name = input.name;
+    const existing = await ctx.state.getJob(name);
+    const iso = ctx.now.toISOString();
+    const previous = existing ? await ctx.state.getResource("ScheduledJob", existing.resource_id) : undefined;
+    if (input.remove === true) {
+      if (!existing) throw new PlatformError("not_found", `job ${name} of app ${ctx.app} does not exist`);
+      const resource: Resource = {
+        ...(previous ?? { type: "ScheduledJob", id: existing.resource_id, app_id: ctx.app, created_at: iso }),
+        status: "succeeded",
+        updated_at: iso,
+      } as Resource;
+      ctx.outbox.jobs = [{ key: keys.job(ctx.app, name), def: null }];
+      ctx.deleteResource(resource);
+      ctx.log(resource.id, `removed job ${name}`);
+      ctx.emit("JobUnscheduled", resource, { name });
+      return { status: "succeeded", resource };
     }
-    if (!existing) await checkQuota(ctx);
-    schedule = scheduleOf(input as { every?: string; cron?: string; at?: string });
-    def = {
-      app: ctx.app,
-      name,
-      resource_id: id,
-      target_path: input.target_path as string,
-      method: (input.method as string | undefined) ?? "POST",
-      ...scheduleView(schedule),
-      disabled: input.disabled === true,
-      anchor: iso,
-      generation: (existing?.generation ?? 0) + 1,
+    let def: JobDefinition;
+    let schedule: Schedule;
+    const id = existing?.resource_id ?? newResourceId("ScheduledJob");
+    if (isJobToggle(input)) {
+      // pause or resume by name: the stored definition, re-anchored now so a resumed job does not catch up
+      if (!existing)
+        throw new PlatformError(
+          "not_found",
+          `job ${name} of app ${ctx.app} does not exist; register it first`,
+        );
+      schedule = scheduleOfDefinition(existing);
+      def = {
+        ...existing,
+        disabled: input.disabled === true,
+        anchor: iso,
+        generation: existing.generation + 1,
+        updated_at: iso,
+      };
+    } else {
+      if (input.target_path === undefined) {
+        throw new PlatformError("invalid_input", "target_path: is required", {
+          details: [{ path: "/target_path", message: "is required" }],
+        });
+      }
+      if (!existing) await checkQuota(ctx);
+      schedule = scheduleOf(input);
+      def = {
+        app: ctx.app,
+        name,
+        resource_id: id,
+        target_path: input.target_path,
+        method: input.method ?? "POST",
+        ...scheduleView(schedule),
+        disabled: input.disabled === true,
+        anchor: iso,
+        generation: (existing?.generation ?? 0) + 1,
+        updated_at: iso,
+      };
+      delete (def as Record<string, unknown>).time_zone;
+    }
+    const disabled = def.disabled;
+    const next = disabled ? null : nextTick(schedule, ctx.now.getTime(), ctx.now.getTime());
+    const resource: Resource = {
+      type: "ScheduledJob",
+      id,
+      app_id: ctx.app,
+      status: "succeeded",
+      created_at: previous?.created_at ?? iso,
       updated_at: iso,
+      name,
+      target_path: def.target_path,
+      method: def.method,
+      schedule: scheduleView(schedule),
+      disabled,
+      next_due_at: next === null ? null : new Date(next).toISOString(),
+      last_fired_at: previous?.last_fired_at ?? null,
+      last_status: previous?.last_status ?? null,
+      runs: previous?.runs ?? 0,
+      failures: previous?.failures ?? 0,
+      skipped_overlap: previous?.skipped_overlap ?? 0,
+      missed: previous?.missed ?? 0,
     };
-    delete (def as Record<string, unknown>).time_zone;
-  }
-  const disabled = def.disabled;
-  const next = disabled ? null : nextTick(schedule, ctx.now.getTime(), ctx.now.getTime());
-  const resource: Resource = {
-    type: "ScheduledJob",
-    id,
-    app_id: ctx.app,
-    status: "succeeded",
-    created_at: previous?.created_at ?? iso,
-    updated_at: iso,
-    name,
-    target_path: def.target_path,
-    method: def.method,
-    schedule: scheduleView(schedule),
-    disabled,
-    next_due_at: next === null ? null : new Date(next).toISOString(),
-    last_fired_at: previous?.last_fired_at ?? null,
-    last_status: previous?.last_status ?? null,
-    runs: previous?.runs ?? 0,
-    failures: previous?.failures ?? 0,
-    skipped_overlap: previous?.skipped_overlap ?? 0,
-    missed: previous?.missed ?? 0,
-  };
-  ctx.outbox.jobs = [{ key: keys.job(ctx.app, name), def }];
-  ctx.putResource(resource, previous);
-  ctx.log(
-    id,
-    `${existing ? "updated" : "registered"} job ${name}: ${def.method} ${def.target_path} ${JSON.stringify(scheduleView(schedule))}${disabled ? " (disabled)" : ""}`,
-  );
-  ctx.emit("JobScheduled", resource, {
-    name,
-    schedule: scheduleView(schedule),
-    target_path: def.target_path,
-    method: def.method,
-    disabled,
-    next_due_at: resource.next_due_at,
-  });
-  return { status: "succeeded", resource };
-};
+    ctx.outbox.jobs = [{ key: keys.job(ctx.app, name), def }];
+    ctx.putResource(resource, previous);
+    ctx.log(
+      id,
+      `${existing ? "updated" : "registered"} job ${name}: ${def.method} ${def.target_path} ${JSON.stringify(scheduleView(schedule))}${disabled ? " (disabled)" : ""}`,
+    );
+    ctx.emit("JobScheduled", resource, {
+      name,
+      schedule: scheduleView(schedule),
+      target_path: def.target_path,
+      method: def.method,
+      disabled,
+      next_due_at: resource.next_due_at,
+    });
+    return { status: "succeeded", resource };
+  },
+});
 
 /** `_job_ran` (internal, from the scheduler): records a tick's outcome on the job and emits JobRan or JobRunFailed. */
-export const jobRan: Handler = async (ctx, input) => {
+export const jobRan: InternalHandler = async (ctx, input) => {
   const r = check(JobRanSchema, input, "job tick");
-  const def = await definition(ctx, r.name);
+  const def = await ctx.state.getJob(r.name);
   if (!def) throw new PlatformError("not_found", `job ${r.name} is gone`);
   const previous = await ctx.state.getResource("ScheduledJob", def.resource_id);
   if (!previous) throw new PlatformError("not_found", `job resource ${def.resource_id} is gone`);

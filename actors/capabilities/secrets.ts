@@ -1,74 +1,78 @@
-import type { Handler } from "../context.js";
+import { defineHandler, type HandlerContext } from "../context.js";
 import { PlatformError } from "../../proto/errors.js";
 import { newResourceId } from "../../proto/ids.js";
 import { keys } from "../../proto/subjects.js";
 import type { Resource } from "../../proto/resources.js";
-import { commandFieldAad, secretAad } from "../../store/vault.js";
+import { commandFieldAad, secretAad } from "../../proto/names.js";
 
-async function requireApp(ctx: Parameters<Handler>[0]): Promise<void> {
+async function requireApp(ctx: HandlerContext): Promise<void> {
   if (!(await ctx.state.getApp())) throw new PlatformError("unknown_app", `app ${ctx.app} does not exist`);
 }
 
 /** set-secret: seals the value into the vault; the Secret resource carries the name only. */
-export const setSecret: Handler = async (ctx, input) => {
-  await requireApp(ctx);
-  const name = input.name as string;
-  const sealedIn = ctx.cmd.sealed?.value;
-  if (!sealedIn)
-    throw new PlatformError("invalid_input", "value: is required", {
-      details: [{ path: "/value", message: "is required" }],
+export const setSecret = defineHandler("set-secret", {
+  handle: async (ctx, input) => {
+    await requireApp(ctx);
+    const name = input.name;
+    const sealedIn = ctx.cmd.sealed?.value;
+    if (!sealedIn)
+      throw new PlatformError("invalid_input", "value: is required", {
+        details: [{ path: "/value", message: "is required" }],
+      });
+    const value = ctx.vault.open(sealedIn, commandFieldAad(ctx.cmd.id, "value"));
+    const existing = await ctx.state.getVaultEntry(name);
+    const iso = ctx.now.toISOString();
+    const previous = existing ? await ctx.state.getResource("Secret", existing.resource_id) : undefined;
+    const id = existing?.resource_id ?? newResourceId("Secret");
+    const version = (existing?.version ?? 0) + 1;
+    const sealed = ctx.vault.seal(value, secretAad(ctx.app, name));
+    value.fill(0);
+    const resource: Resource = {
+      type: "Secret",
+      id,
+      app_id: ctx.app,
+      status: "succeeded",
+      created_at: previous?.created_at ?? iso,
+      updated_at: iso,
+      name,
+      key_id: sealed.kid,
+      version,
+    };
+    ctx.outbox.vault.push({
+      key: keys.vault(ctx.app, name),
+      entry: { sealed, resource_id: id, version, updated_at: iso },
     });
-  const value = ctx.vault.open(sealedIn, commandFieldAad(ctx.cmd.id, "value"));
-  const existing = await ctx.state.getVaultEntry(name);
-  const iso = ctx.now.toISOString();
-  const previous = existing ? await ctx.state.getResource("Secret", existing.resource_id) : undefined;
-  const id = existing?.resource_id ?? newResourceId("Secret");
-  const version = (existing?.version ?? 0) + 1;
-  const sealed = ctx.vault.seal(value, secretAad(ctx.app, name));
-  value.fill(0);
-  const resource: Resource = {
-    type: "Secret",
-    id,
-    app_id: ctx.app,
-    status: "succeeded",
-    created_at: previous?.created_at ?? iso,
-    updated_at: iso,
-    name,
-    key_id: sealed.kid,
-    version,
-  };
-  ctx.outbox.vault.push({
-    key: keys.vault(ctx.app, name),
-    entry: { sealed, resource_id: id, version, updated_at: iso },
-  });
-  ctx.putResource(resource, previous);
-  ctx.log(id, `sealed ${name} (version ${version}, key ${sealed.kid})`);
-  ctx.emit("SecretSet", resource, { name, version, key_id: sealed.kid });
-  return { status: "succeeded", resource };
-};
+    ctx.putResource(resource, previous);
+    ctx.log(id, `sealed ${name} (version ${version}, key ${sealed.kid})`);
+    ctx.emit("SecretSet", resource, { name, version, key_id: sealed.kid });
+    return { status: "succeeded", resource };
+  },
+});
 
 /** unset-secret: removes the value from the vault and deletes the Secret resource. */
-export const unsetSecret: Handler = async (ctx, input) => {
-  await requireApp(ctx);
-  const name = input.name as string;
-  const existing = await ctx.state.getVaultEntry(name);
-  if (!existing) throw new PlatformError("not_found", `secret ${name} of app ${ctx.app} does not exist`);
-  const iso = ctx.now.toISOString();
-  const previous = await ctx.state.getResource("Secret", existing.resource_id);
-  const resource: Resource = {
-    type: "Secret",
-    id: existing.resource_id,
-    app_id: ctx.app,
-    status: "succeeded",
-    created_at: previous?.created_at ?? iso,
-    updated_at: iso,
-    name,
-    key_id: existing.sealed.kid,
-    version: existing.version,
-  };
-  ctx.outbox.vault.push({ key: keys.vault(ctx.app, name), entry: null });
-  ctx.deleteResource(resource);
-  ctx.log(resource.id, `removed ${name} from the vault`);
-  ctx.emit("SecretUnset", resource, { name });
-  return { status: "succeeded", resource };
-};
+export const unsetSecret = defineHandler("unset-secret", {
+  handle: async (ctx, input) => {
+    await requireApp(ctx);
+    const name = input.name;
+    const existing = await ctx.state.getVaultEntry(name);
+    if (!existing) throw new PlatformError("not_found", `secret ${name} of app ${ctx.app} does not exist`);
+    const iso = ctx.now.toISOString();
+    const previous = await ctx.state.getResource("Secret", existing.resource_id);
+    const resource: Resource = {
+      type: "Secret",
+      id: existing.resource_id,
+      app_id: ctx.app,
+      status: "succeeded",
+      created_at: previous?.created_at ?? iso,
+      updated_at: iso,
+      name,
+      key_id: existing.sealed.kid,
+      version: existing.version,
+    };
+    ctx.outbox.vault.push({ key: keys.vault(ctx.app, name), entry: null });
+    ctx.deleteResource(resource);
+    ctx.log(resource.id, `removed ${name} from the vault`);
+    ctx.emit("SecretUnset", resource, { name });
+    return { status: "succeeded", resource };
+  },
+});

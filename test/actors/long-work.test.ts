@@ -1,7 +1,7 @@
 import anyTest, { type TestFn } from "ava";
 import { randomUUID } from "node:crypto";
 import { startNode, type NodeHandle } from "../../actors/runtime.js";
-import { registerHandler } from "../../actors/capabilities/mod.js";
+import { registerHandler } from "../../actors/testing.js";
 import { sampleBuild } from "../helpers/sample-build.js";
 import { CommandClient } from "../../gateway/command-client.js";
 import { openBus, type Bus } from "../../store/bus.js";

@@ -1,7 +1,7 @@
 import anyTest, { type TestFn } from "ava";
 import { randomUUID } from "node:crypto";
 import { createServer, type Server } from "node:http";
-import { registerHandler } from "../../actors/capabilities/mod.js";
+import { registerHandler } from "../../actors/testing.js";
 import { startNode, type NodeHandle } from "../../actors/runtime.js";
 import { openBus, type Bus } from "../../store/bus.js";
 import { Vault } from "../../store/vault.js";
@@ -194,10 +194,11 @@ test("an unexpected error is a generic 500 internal; its cause is logged with th
   const nats = await startTestNats();
   t.teardown(() => nats.stop());
   const p = await startTestPlatform(nats.url, { log: (m) => logs.push(m), replyTimeoutMs: 10_000 });
+  let restore: (() => void) | undefined;
   try {
     // in an actor: a built capability whose handler throws something that is not a PlatformError
     // (generate-feature-plan stands in: no other test of this file calls it)
-    registerHandler("generate-feature-plan", async () => {
+    restore = registerHandler("generate-feature-plan", async () => {
       throw new Error("cause with a detail: sk_live_not_for_clients");
     });
     const app = `x${randomUUID().slice(0, 8)}`;
@@ -224,8 +225,7 @@ test("an unexpected error is a generic 500 internal; its cause is logged with th
     );
     t.is((await get(p.controlUrl, "/healthz")).status, 200, "and the process goes on");
   } finally {
-    const { generateFeaturePlan } = await import("../../actors/capabilities/generate-feature-plan.js");
-    registerHandler("generate-feature-plan", generateFeaturePlan);
+    restore?.();
     await p.close().catch(() => {});
   }
 });

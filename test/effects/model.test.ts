@@ -4,7 +4,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Type from "typebox";
 import { makeContext, type AppState, type TaskContext } from "../../actors/context.js";
-import { listWorkspace, makeGenerateFeaturePlan } from "../../actors/capabilities/generate-feature-plan.js";
+import { generateFeaturePlan } from "../../actors/capabilities/generate-feature-plan.js";
+import { listWorkspace, planTask } from "../../actors/tasks/plan.js";
+import type { Facts } from "../../actors/facts/types.js";
 import {
   DEFAULT_MODEL,
   describeModelConfig,
@@ -295,13 +297,16 @@ test("scrubSecrets masks secret-looking values only", (t) => {
 
 /* generate-feature-plan with a minimal handler context */
 
-function fakeCtx(app: AppRecord | undefined, workspaceRoot: string) {
+function fakeCtx(app: AppRecord | undefined, workspaceRoot: string, facts: Facts = { containers: {} }) {
   const state: AppState = {
     getApp: async () => app,
     getVaultEntry: async () => undefined,
     getResource: async () => undefined,
     listResources: async () => [],
     listVaultNames: async () => [],
+    getJob: async () => undefined,
+    countJobs: async () => 0,
+    recentEvents: async () => [],
   };
   const cmd = {
     id: "cmd_1",
@@ -322,9 +327,9 @@ function fakeCtx(app: AppRecord | undefined, workspaceRoot: string) {
     now: new Date(),
     nodeId: "n1",
     vault: {} as Vault,
-    bus: {} as Bus,
     workspaceRoot,
     state,
+    facts,
   });
 }
 
@@ -367,6 +372,7 @@ function taskContext(ctxRoot: string, resource: any, lines: string[], signal = n
     log: async (line) => {
       lines.push(line);
     },
+    sideEffect: async () => {},
   };
   return t;
 }
@@ -392,23 +398,28 @@ test("generate-feature-plan: unknown app, no model, then a running Plan whose ta
     const root = workspace();
     try {
       const cfg = configFor(api);
-      const handler = makeGenerateFeaturePlan(() => cfg);
-      await t.throwsAsync(handler(fakeCtx(undefined, root), { app: "ghost", goal: "x" }), {
+      // whether a model is configured is a fact the node reads before the turn
+      const model: Facts = { containers: {}, model: { configured: true, model: cfg.model } };
+      const handler = generateFeaturePlan.handle;
+      t.deepEqual(generateFeaturePlan.facts?.({ app: "todo", goal: "x" }), [{ kind: "model" }]);
+      await t.throwsAsync(handler(fakeCtx(undefined, root, model), { app: "ghost", goal: "x" }), {
         instanceOf: PlatformError,
         message: /app ghost does not exist/,
       });
-      const noModelCtx = fakeCtx(APP, root);
-      const noModel = await t.throwsAsync(
-        makeGenerateFeaturePlan(() => undefined)(noModelCtx, { app: "todo", goal: "todos" }),
-        { instanceOf: PlatformError },
-      );
+      const noModelCtx = fakeCtx(APP, root, {
+        containers: {},
+        model: { configured: false, message: "no model: set ANTHROPIC_API_KEY" },
+      });
+      const noModel = await t.throwsAsync(handler(noModelCtx, { app: "todo", goal: "todos" }), {
+        instanceOf: PlatformError,
+      });
       t.is(noModel?.code, "model_unavailable");
       t.is(noModelCtx.outbox.resources.length, 0);
-      await t.throwsAsync(handler(fakeCtx(APP, root), { app: "todo", goal: "   " }), {
+      await t.throwsAsync(handler(fakeCtx(APP, root, model), { app: "todo", goal: "   " }), {
         message: /goal: must not be empty/,
       });
 
-      const ctx = fakeCtx(APP, root);
+      const ctx = fakeCtx(APP, root, model);
       const effect = await handler(ctx, { app: "todo", goal: "Add a todo list" });
       t.is(effect.status, "running");
       t.like(effect.resource, {
@@ -426,7 +437,10 @@ test("generate-feature-plan: unknown app, no model, then a running Plan whose ta
 
       api.script({ kind: "tool", input: SAMPLE_PLAN });
       const lines: string[] = [];
-      const done = await effect.task!.run(taskContext(root, effect.resource, lines));
+      // the task the handler hands out reads the model's configuration from the environment; the
+      // same task body with this test's configuration:
+      const task = planTask(APP, "Add a todo list", () => cfg);
+      const done = await task.run(taskContext(root, effect.resource, lines));
       t.is(done.status, "succeeded");
       t.like(done.fields, { summary: SAMPLE_PLAN.summary, model: DEFAULT_MODEL });
       t.is((done.fields?.steps as unknown[] | undefined)?.length, 2);
@@ -444,7 +458,7 @@ test("generate-feature-plan: unknown app, no model, then a running Plan whose ta
       t.false(prompt.includes("slw_do_not_send_this_value"));
 
       api.script({ kind: "tool", input: { ...SAMPLE_PLAN, steps: "do it" } });
-      const failed = await effect.task!.run(taskContext(root, effect.resource, lines));
+      const failed = await task.run(taskContext(root, effect.resource, lines));
       t.is(failed.status, "failed");
       t.like(failed.fields, { error_code: "model_malformed" });
       t.regex(String(failed.fields?.error), /malformed model answer \(invalid_input\).*\/steps/);
@@ -452,7 +466,7 @@ test("generate-feature-plan: unknown app, no model, then a running Plan whose ta
       t.false("steps" in (failed.fields ?? {}));
 
       api.script({ kind: "error", status: 401 });
-      const denied = await effect.task!.run(taskContext(root, effect.resource, lines));
+      const denied = await task.run(taskContext(root, effect.resource, lines));
       t.is(denied.status, "failed");
       t.like(denied.fields, { error_code: "model_auth" });
     } finally {

@@ -4,7 +4,7 @@
  * Prints `READY <node id>` once started and `PARTITIONS <list>` when its set changes.
  */
 import { startPlatform } from "../../bin/platform.js";
-import { registerHandler } from "../../actors/capabilities/mod.js";
+import { registerHandler } from "../../actors/testing.js";
 import { sampleBuild } from "./sample-build.js";
 
 if (process.env.SLIPWAY_TEST_SAMPLE_BUILD === "1") {

@@ -1,4 +1,4 @@
-import type { Handler, TaskContext, TaskResult } from "../../actors/context.js";
+import type { Effect, HandlerContext, TaskContext, TaskResult } from "../../actors/context.js";
 import { newResourceId } from "../../proto/ids.js";
 
 /**
@@ -6,7 +6,9 @@ import { newResourceId } from "../../proto/ids.js";
  * own feature): it makes a running Build, emits BuildStarted and runs `work`
  * as the task.
  */
-export function sampleBuild(work: (t: TaskContext) => Promise<TaskResult>): Handler {
+export function sampleBuild(
+  work: (t: TaskContext) => Promise<TaskResult>,
+): (ctx: HandlerContext) => Promise<Effect> {
   return async (ctx) => {
     const iso = ctx.now.toISOString();
     const resource = {

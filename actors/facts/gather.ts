@@ -1,0 +1,96 @@
+import { ContainerRuntime } from "../../effects/docker.js";
+import { describeModelConfig, modelConfigFromEnv, NO_MODEL_MESSAGE } from "../../effects/model.js";
+import { freePort } from "../../effects/net.js";
+import type { Bus } from "../../store/bus.js";
+import { check } from "../../proto/codec.js";
+import { appUrl } from "../../proto/formats.js";
+import { AppRecordSchema } from "../../proto/records.js";
+import { keys } from "../../proto/subjects.js";
+import type { FactRequest, Facts, ProbeFact } from "./types.js";
+
+/**
+ * Reads the facts a command's handler asked for (actors/facts/types.ts), on the
+ * node, before the command's turn: the engine, containers, a free port, the
+ * app's health, whether a model is configured. Reads only, each with a time
+ * bound; a read that fails is a fact too (the engine is not there).
+ */
+
+/** Time bound of the app health probe. */
+const PROBE_MS = 1000;
+
+async function probe(baseUrl: string, path: string): Promise<ProbeFact> {
+  const t0 = Date.now();
+  let url: URL;
+  try {
+    // the origin check again: a stored base URL never sends the probe elsewhere
+    url = appUrl(baseUrl, path);
+  } catch (e) {
+    return { ok: false, error: e instanceof Error ? e.message : "bad base_url", ms: 0 };
+  }
+  try {
+    const r = await fetch(url, { signal: AbortSignal.timeout(PROBE_MS), redirect: "manual" });
+    await r.body?.cancel();
+    return { ok: r.status === 200, status: r.status, ms: Date.now() - t0 };
+  } catch (e) {
+    return { ok: false, error: e instanceof Error ? e.name : "error", ms: Date.now() - t0 };
+  }
+}
+
+async function baseUrlOf(bus: Bus, app: string): Promise<string | null> {
+  const e = await bus.kv.apps.get(keys.app(app));
+  if (e?.operation !== "PUT") return null;
+  return check(AppRecordSchema, e.json(), `app ${app}`).base_url;
+}
+
+/** Reads the requested facts of one command (of `app`). */
+export async function gatherFacts(bus: Bus, app: string, requests: readonly FactRequest[]): Promise<Facts> {
+  const facts: Facts = { containers: {} };
+  if (requests.length === 0) return facts;
+  const rt = ContainerRuntime.fromEnv();
+  const engineUp = async () => {
+    try {
+      await rt.require();
+      return true;
+    } catch (e) {
+      facts.engine = { available: false, message: e instanceof Error ? e.message : String(e) };
+      return false;
+    }
+  };
+  await Promise.all(
+    requests.map(async (r) => {
+      switch (r.kind) {
+        case "engine":
+          if (await engineUp()) facts.engine = { available: true };
+          return;
+        case "container":
+          facts.containers[r.name] = (await rt.available()) ? ((await rt.status(r.name)) ?? null) : null;
+          return;
+        case "engine-description":
+          facts.engineDescription = (await rt.available())
+            ? ((await rt.describe(r.app)) as unknown as Record<string, unknown>)
+            : { available: false, message: "no container engine is reachable; run-dev-server answers 503" };
+          return;
+        case "free-port":
+          facts.freePort = await freePort();
+          return;
+        case "app-health": {
+          const base = await baseUrlOf(bus, app);
+          facts.appHealth = base ? await probe(base, r.path) : null;
+          return;
+        }
+        case "model": {
+          try {
+            const cfg = modelConfigFromEnv();
+            facts.model = cfg
+              ? { configured: true, model: describeModelConfig(cfg).model }
+              : { configured: false, message: NO_MODEL_MESSAGE };
+          } catch (e) {
+            facts.model = { configured: false, message: e instanceof Error ? e.message : String(e) };
+          }
+          return;
+        }
+      }
+    }),
+  );
+  return facts;
+}

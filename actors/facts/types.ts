@@ -1,0 +1,52 @@
+/**
+ * Facts: what a handler needs to know of the world outside NATS (is a container
+ * engine there, does a container run, does the app answer its health check).
+ * A handler names them (`facts` of its declaration in actors/capabilities/);
+ * the node reads them before the command's turn (actors/facts/gather.ts), with
+ * a time bound, and the handler gets the answers in `ctx.facts`. Reading is
+ * all: nothing outside changes until the commit (side effects, DESIGN §2).
+ */
+
+export type FactRequest =
+  /** Is a container engine reachable (with the reason when not). */
+  | { kind: "engine" }
+  /** The state of a container by name. */
+  | { kind: "container"; name: string }
+  /** What the engine runs for an app (inspect docker). */
+  | { kind: "engine-description"; app: string }
+  /** A free 127.0.0.1 port (a dev server's). */
+  | { kind: "free-port" }
+  /** `GET <base_url><path>` of the app, 1 s time bound (inspect health). */
+  | { kind: "app-health"; path: string }
+  /** Is a model configured (generate-feature-plan), without its key. */
+  | { kind: "model" };
+
+export interface ContainerFact {
+  running: boolean;
+  containerId: string;
+  exitCode?: number | null;
+}
+
+export interface ProbeFact {
+  ok: boolean;
+  status?: number;
+  error?: string;
+  ms: number;
+}
+
+export interface Facts {
+  /** `engine`: reachable, or the 503 message that says why not. */
+  engine?: { available: true } | { available: false; message: string };
+  /** `container`: by name; null when there is none. */
+  containers: Record<string, ContainerFact | null>;
+  /** `engine-description`: the engine's view of the app (JSON, shown as is). */
+  engineDescription?: Record<string, unknown>;
+  /** `free-port`. */
+  freePort?: number;
+  /** `app-health`: null when the app has no base URL. */
+  appHealth?: ProbeFact | null;
+  /** `model`: the model a call would use, or the 503 message when none is configured. */
+  model?: { configured: true; model: string } | { configured: false; message: string };
+}
+
+export const NO_FACTS: Facts = { containers: {} };

@@ -1,0 +1,109 @@
+import { chmod, mkdir, stat, writeFile } from "node:fs/promises";
+import { dirname, join, resolve, sep } from "node:path";
+import type { Bus } from "../store/bus.js";
+import { appendLog } from "../store/logs.js";
+import { encode } from "../proto/codec.js";
+import { PlatformError } from "../proto/errors.js";
+import type { Outbox, SideEffect } from "../proto/records.js";
+import { BUCKETS, keys, kvStream, kvSubject, subjects } from "../proto/subjects.js";
+import type { AppStateStore } from "./app-state.js";
+import type { Sealer } from "./sealer.js";
+
+/** What applying an outbox needs of its node. */
+export interface OutboxHost {
+  readonly bus: Bus;
+  readonly vault: Sealer;
+  readonly workspaceRoot: string;
+  /** Carries out a side effect after the commit (actors/side-effects.ts). */
+  sideEffect(e: SideEffect): Promise<void>;
+}
+
+/**
+ * Applies a committed outbox (DESIGN §2), idempotently: KV puts, events and log
+ * lines with message ids derived from the command, workspace files; then, once
+ * all of that is written, the side effects. Returns the KV revision of each
+ * resource written (a gateway applies the answer to its read index with it).
+ */
+export async function applyOutbox(
+  host: OutboxHost,
+  state: AppStateStore,
+  app: string,
+  outbox: Outbox,
+): Promise<Map<string, number>> {
+  const { bus } = host;
+  const revisions = new Map<string, number>();
+  const jobs: Promise<unknown>[] = [];
+  for (const r of outbox.resources) {
+    state.wroteResource(r.key, r.doc);
+    const write = r.doc
+      ? bus.kv.resources.put(r.key, encode(r.doc))
+      : bus.kv.resources.delete(r.key).then(async () => {
+          // the delete marker's stream sequence is the revision of the deletion
+          const m = await bus.jsm.streams.getMessage(kvStream(BUCKETS.resources), {
+            last_by_subj: kvSubject(BUCKETS.resources, r.key),
+          });
+          return m?.seq;
+        });
+    jobs.push(
+      write.then((rev) => {
+        if (typeof rev === "number") revisions.set(r.key, rev);
+      }),
+    );
+  }
+  for (const v of outbox.vault) {
+    state.wroteVault(v.key.slice(app.length + 1), v.entry);
+    jobs.push(v.entry ? bus.kv.vault.put(v.key, encode(v.entry)) : bus.kv.vault.delete(v.key));
+  }
+  for (const a of outbox.apps) {
+    state.wroteApp(a.record);
+    jobs.push(a.record ? bus.kv.apps.put(a.key, encode(a.record)) : bus.kv.apps.delete(a.key));
+  }
+  outbox.events.forEach((ev, i) => {
+    jobs.push(
+      bus.js.publish(subjects.event(ev.app_id, ev.resource_type, ev.type), encode(ev), {
+        msgID: `${outbox.command_id}/${i}`,
+      }),
+    );
+  });
+  outbox.logs.forEach((l, i) => {
+    jobs.push(
+      appendLog(
+        bus,
+        l.resource_id,
+        { ts: l.ts, stream: l.stream, line: l.line },
+        `${outbox.command_id}/log/${i}`,
+      ),
+    );
+  });
+  for (const f of outbox.files) jobs.push(writeWorkspaceFile(host, f));
+  for (const j of outbox.jobs ?? []) {
+    jobs.push(
+      j.def
+        ? bus.kv.jobs.put(j.key, encode(j.def))
+        : Promise.all([bus.kv.jobs.delete(j.key), bus.kv.jobs.delete(keys.jobStateOf(j.key))]),
+    );
+  }
+  await Promise.all(jobs);
+  // outside work only once the commit's writes are in: a turn that was fenced out changed nothing
+  for (const e of outbox.effects ?? []) await host.sideEffect(e);
+  return revisions;
+}
+
+async function writeWorkspaceFile(host: OutboxHost, f: Outbox["files"][number]): Promise<void> {
+  const root = resolve(host.workspaceRoot);
+  const path = resolve(join(root, f.path));
+  if (!path.startsWith(root + sep))
+    throw new PlatformError("internal", "outbox file outside the workspace root");
+  if (f.keep_existing) {
+    try {
+      await stat(path);
+      return;
+    } catch {
+      /* not there yet */
+    }
+  }
+  await mkdir(dirname(path), { recursive: true });
+  const content = f.sealed ? host.vault.open(f.sealed, f.aad ?? "") : (f.content ?? "");
+  await writeFile(path, content, { mode: f.mode ?? 0o644 });
+  if (f.mode !== undefined) await chmod(path, f.mode);
+}

@@ -1,0 +1,80 @@
+import { ContainerRuntime } from "../../effects/docker.js";
+import type { VaultEntry } from "../../proto/records.js";
+import { openSecrets } from "./secrets.js";
+import type { TaskSpec } from "./types.js";
+
+/**
+ * run-dev-server start's long work: the platform's base image (built from the
+ * host's Node when missing), the container with the workspace at /app on host
+ * networking, the vault secrets injected at start (never written to disk or
+ * logs), its log followed, and `GET /health` awaited; a dev server that does
+ * not become healthy is stopped. Ends with DevServerStarted and the app's base
+ * URL.
+ */
+
+/** How long a started dev server may take to answer `GET /health` with 200. */
+const HEALTH_TIMEOUT_MS = Number(process.env.SLIPWAY_DEV_HEALTH_TIMEOUT_S ?? 90) * 1000;
+
+/** Turns a `dev` script into the container's command (busybox `sh` runs it in the base image). */
+export function devCommand(script: string): string[] {
+  return ["sh", "-c", script];
+}
+
+export function devServerTask(o: {
+  app: string;
+  name: string;
+  workspace: string;
+  port: number;
+  url: string;
+  script: string;
+  serviceKey: string;
+  sealed: ReadonlyArray<[string, VaultEntry]>;
+  platformUrls: { control?: string; data?: string };
+}): TaskSpec {
+  return {
+    onSuccess: "DevServerStarted",
+    async run(t) {
+      const rt = ContainerRuntime.fromEnv();
+      const { env } = openSecrets(t, o.sealed);
+      const image = await rt.ensureBaseImage((line) => void t.log(line, "platform"));
+      await t.log(`image ${image}; starting container ${o.name}`, "platform");
+      const { containerId } = await rt.startDevServer({
+        app: o.app,
+        name: o.name,
+        workspaceDir: o.workspace,
+        port: o.port,
+        env: {
+          ...env,
+          SLIPWAY_APP: o.app,
+          SLIPWAY_SERVICE_KEY: o.serviceKey,
+          ...(o.platformUrls.control ? { SLIPWAY_CONTROL_URL: o.platformUrls.control } : {}),
+          ...(o.platformUrls.data ? { SLIPWAY_DATA_URL: o.platformUrls.data } : {}),
+          NODE_ENV: "development",
+          PATH: "/app/node_modules/.bin:/usr/local/bin:/usr/bin:/bin",
+        },
+        command: devCommand(o.script),
+      });
+      await t.sideEffect({
+        kind: "container.follow",
+        app: o.app,
+        resource_id: t.resource.id,
+        container_id: containerId,
+      });
+      try {
+        await rt.waitHealthy(`${o.url}/health`, HEALTH_TIMEOUT_MS, t.signal, { containerId });
+      } catch (e) {
+        const message = e instanceof Error ? e.message : String(e);
+        await t.log(`the dev server did not become healthy: ${message}; stopping it`, "platform");
+        await rt.stop(o.name).catch(() => false);
+        return { status: "failed", fields: { error: `not healthy: ${message}` }, data: { error: message } };
+      }
+      await t.log(`dev server ready at ${o.url}`, "platform");
+      return {
+        status: "succeeded",
+        fields: { container_id: containerId, image, ready_at: new Date().toISOString() },
+        data: { url: o.url, port: o.port, image, container: o.name },
+        app: { base_url: o.url },
+      };
+    },
+  };
+}

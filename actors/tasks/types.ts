@@ -1,0 +1,41 @@
+import type { Bus } from "../../store/bus.js";
+import type { SideEffect } from "../../proto/records.js";
+import type { Resource } from "../../proto/resources.js";
+import type { Sealer } from "../sealer.js";
+
+/**
+ * Long work (DESIGN §2): it runs outside the actor's turn, after the commit
+ * that made its resource `running`, on the node that applied the command; its
+ * end comes back as a `_task_done` command the actor applies in order. The
+ * bodies live in actors/tasks/; a handler only returns one (a TaskSpec).
+ */
+
+/** What long work may use while it runs (it never touches the app's state directly). */
+export interface TaskContext {
+  readonly app: string;
+  readonly resource: Resource;
+  readonly bus: Bus;
+  readonly vault: Sealer;
+  readonly workspaceRoot: string;
+  readonly signal: AbortSignal;
+  /** Appends a line to the resource's log at once (live logs). */
+  log(line: string, stream?: string): Promise<void>;
+  /** Outside work of the node that runs the task (a dev server's log followed). */
+  sideEffect(effect: SideEffect): Promise<void>;
+}
+
+/** How long work ends: the resource status, fields to merge, data of the closing event. */
+export interface TaskResult {
+  status: "succeeded" | "failed";
+  fields?: Record<string, unknown>;
+  data?: Record<string, unknown>;
+  /** Changes to the app record applied with the end (e.g. the dev server's base URL). */
+  app?: { base_url?: string | null };
+}
+
+export interface TaskSpec {
+  /** Event emitted when the work succeeds, and when it fails (none when the catalogue has no failure event). */
+  onSuccess: string;
+  onFailure?: string;
+  run(t: TaskContext): Promise<TaskResult>;
+}

@@ -1,0 +1,22 @@
+/**
+ * Names that are not subjects (those are in subjects.ts): what the vault binds
+ * each sealed value to (its AAD), and the containers the platform runs. Built
+ * here only, so that a sealed value opens wherever it is read and a container
+ * is found by whoever looks for it.
+ */
+
+/** AAD of a secret in the vault. */
+export const secretAad = (app: string, name: string) => `${app}/${name}`;
+/** AAD of an app's sealed service key. */
+export const serviceKeyAad = (app: string) => `${app}/$service`;
+/** AAD of a sensitive command field sealed by the gateway. */
+export const commandFieldAad = (commandId: string, field: string) => `cmd/${commandId}/${field}`;
+/** AAD of the `.env` an initialize-app command writes (sealed in its outbox). */
+export const envFileAad = (app: string, commandId: string) => `${app}/.env/${commandId}`;
+/** AAD of a recorded command outcome that holds a credential. */
+export const outcomeAad = (commandId: string) => `outcome/${commandId}`;
+
+/** The dev server container of an app: `slipway-dev-<app>` (characters docker refuses become `-`). */
+export function devContainerName(app: string): string {
+  return `slipway-dev-${app.replace(/[^a-zA-Z0-9_.-]/g, "-")}`;
+}
