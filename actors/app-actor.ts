@@ -1,12 +1,15 @@
-import type { Bus } from "../store/bus.js";
-import { isCasConflict, isTransientBusError } from "../store/bus-errors.js";
-import { check, encode } from "../proto/codec.js";
-import type { Command, Reply } from "../proto/command.js";
-import { ReplySchema } from "../proto/command.js";
-import { capability } from "../proto/catalogue.js";
-import { isPlatformError, PlatformError, toWireError } from "../proto/errors.js";
-import { outcomeAad } from "../proto/names.js";
+import { type Bus, isCasConflict, isTransientBusError } from "../store/mod.js";
 import {
+  check,
+  encode,
+  type Command,
+  type Reply,
+  ReplySchema,
+  capability,
+  isPlatformError,
+  PlatformError,
+  toWireError,
+  outcomeAad,
   CommitRecordSchema,
   IdempotencyRecordSchema,
   type CommitRecord,
@@ -16,11 +19,12 @@ import {
   type SideEffect,
   type TaskDone,
   TaskDoneSchema,
-} from "../proto/records.js";
-import type { Resource } from "../proto/resources.js";
-import { keys, subjects } from "../proto/subjects.js";
+  type Resource,
+  keys,
+  subjects,
+} from "../proto/mod.js";
 import { AppStateStore } from "./app-state.js";
-import { handlerOf, internalHandlerOf } from "./capabilities/mod.js";
+import { handlerOf, internalHandlerOf } from "./handlers.js";
 import {
   makeContext,
   type Effect,
@@ -31,6 +35,7 @@ import {
 import { NO_FACTS, type Facts } from "./facts/types.js";
 import { applyOutbox } from "./outbox.js";
 import type { Sealer } from "./sealer.js";
+import { workspaceFiles } from "./workspace-files.js";
 
 /** How many recent outcomes a commit record keeps. */
 const OUTCOMES_KEPT = 4;
@@ -236,7 +241,7 @@ export class AppActor {
       now: new Date(),
       nodeId: this.host.nodeId,
       vault: this.host.vault,
-      workspaceRoot: this.host.workspaceRoot,
+      workspace: (app) => workspaceFiles(this.host.workspaceRoot, app.workspace),
       platformUrls: this.host.platformUrls,
       state: this.state,
       facts: await facts,

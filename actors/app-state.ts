@@ -1,17 +1,19 @@
-import type { Bus } from "../store/bus.js";
-import { readStream } from "../store/read-stream.js";
-import { check } from "../proto/codec.js";
-import type { PlatformEvent } from "../proto/events.js";
+import { type Bus, readStream } from "../store/mod.js";
 import {
+  check,
+  type PlatformEvent,
   AppRecordSchema,
   JobDefinitionSchema,
   VaultEntrySchema,
   type AppRecord,
   type JobDefinition,
   type VaultEntry,
-} from "../proto/records.js";
-import { ResourceSchema, type Resource } from "../proto/resources.js";
-import { keys, STREAMS, subjects } from "../proto/subjects.js";
+  ResourceSchema,
+  type Resource,
+  keys,
+  STREAMS,
+  subjects,
+} from "../proto/mod.js";
 import type { AppState } from "./context.js";
 
 /** Most resources an actor keeps in memory. */

@@ -1,11 +1,20 @@
-import type { CapabilityName, HandlerInput } from "../proto/capabilities/mod.js";
-import type { Command } from "../proto/command.js";
-import type { PlatformEvent } from "../proto/events.js";
-import { newId } from "../proto/ids.js";
-import type { AppRecord, JobDefinition, Outbox, SideEffect, VaultEntry } from "../proto/records.js";
-import type { Resource, ResourceStatus } from "../proto/resources.js";
-import { assertTransition } from "../proto/resources.js";
-import { keys } from "../proto/subjects.js";
+import {
+  type CapabilityName,
+  type HandlerInput,
+  type Command,
+  type PlatformEvent,
+  newId,
+  newResourceId,
+  type AppRecord,
+  type JobDefinition,
+  type Outbox,
+  type SideEffect,
+  type VaultEntry,
+  type Resource,
+  type ResourceStatus,
+  assertTransition,
+  keys,
+} from "../proto/mod.js";
 import type { FactRequest, Facts } from "./facts/types.js";
 import type { Sealer } from "./sealer.js";
 import type { TaskSpec } from "./tasks/types.js";
@@ -33,6 +42,24 @@ export interface AppState {
   recentEvents(limit: number): Promise<PlatformEvent[]>;
 }
 
+/** An entry of a workspace folder. */
+export interface WorkspaceEntry {
+  name: string;
+  dir: boolean;
+  file: boolean;
+}
+
+/** One app's workspace as a handler sees it: read-only, paths relative to it (actors/workspace-files.ts). */
+export interface Workspace {
+  /** Absolute path, for the specs of long work (tasks run there). */
+  readonly path: string;
+  exists(path: string): boolean;
+  /** The file's text; undefined when it is missing, unreadable or too large. */
+  read(path: string): string | undefined;
+  /** The entries of a folder; [] when it is missing. */
+  list(path?: string): WorkspaceEntry[];
+}
+
 /** Where apps reach the platform's planes (injected into dev servers); unknown parts are absent. */
 export interface PlatformUrls {
   control?: string;
@@ -48,13 +75,23 @@ export interface HandlerContext {
   readonly nodeId: string;
   /** Seals and opens values in memory (no I/O). */
   readonly vault: Sealer;
-  /** Root of the app workspaces (files there are the app's own state). */
-  readonly workspaceRoot: string;
+  /** An app's workspace, read-only (its files are the app's own state; writes go into the outbox). */
+  workspace(app: AppRecord): Workspace;
   readonly platformUrls: PlatformUrls;
   readonly state: AppState;
   /** What the handler's declaration asked to know of the outside, read before this turn. */
   readonly facts: Facts;
   readonly outbox: Outbox;
+  /**
+   * A resource of this app, built (not queued): a new id, or `previous`'s id and creation time;
+   * `updated_at` is this turn's time.
+   */
+  resource(
+    type: string,
+    status: ResourceStatus,
+    fields?: Record<string, unknown>,
+    previous?: Pick<Resource, "id" | "created_at">,
+  ): Resource;
   /** Builds a platform event with the command's actor and queues it. */
   emit(type: string, resource: Resource, data?: Record<string, unknown>): PlatformEvent;
   /** Queues a resource write (validated status move). */
@@ -104,13 +141,27 @@ export function emptyOutbox(commandId: string): Outbox {
 }
 
 export function makeContext(
-  base: Omit<HandlerContext, "emit" | "putResource" | "deleteResource" | "log" | "outbox" | "after">,
+  base: Omit<
+    HandlerContext,
+    "emit" | "putResource" | "deleteResource" | "log" | "outbox" | "after" | "resource"
+  >,
 ): HandlerContext {
   const outbox = emptyOutbox(base.cmd.id);
   const iso = base.now.toISOString();
   return {
     ...base,
     outbox,
+    resource(type, status, fields = {}, previous) {
+      return {
+        type,
+        id: previous?.id ?? newResourceId(type),
+        app_id: base.app,
+        status,
+        created_at: previous?.created_at ?? iso,
+        updated_at: iso,
+        ...fields,
+      };
+    },
     emit(type, resource, data = {}) {
       const ev: PlatformEvent = {
         id: newId("evt"),

@@ -1,11 +1,17 @@
 import { chmod, mkdir, stat, writeFile } from "node:fs/promises";
 import { dirname, join, resolve, sep } from "node:path";
-import type { Bus } from "../store/bus.js";
-import { appendLog } from "../store/logs.js";
-import { encode } from "../proto/codec.js";
-import { PlatformError } from "../proto/errors.js";
-import type { Outbox, SideEffect } from "../proto/records.js";
-import { BUCKETS, keys, kvStream, kvSubject, subjects } from "../proto/subjects.js";
+import { type Bus, appendLog } from "../store/mod.js";
+import {
+  encode,
+  PlatformError,
+  type Outbox,
+  type SideEffect,
+  BUCKETS,
+  keys,
+  kvStream,
+  kvSubject,
+  subjects,
+} from "../proto/mod.js";
 import type { AppStateStore } from "./app-state.js";
 import type { Sealer } from "./sealer.js";
 

@@ -1,21 +1,26 @@
 import type { KvEntry } from "@nats-io/kv";
-import type { Bus } from "../store/bus.js";
-import type { Vault } from "../store/vault.js";
-import { serviceKeyAad } from "../store/vault.js";
-import { check, encode } from "../proto/codec.js";
-import type { Command } from "../proto/command.js";
+import { type Bus, isCasConflict, type Vault, serviceKeyAad } from "../store/mod.js";
 import {
+  check,
+  encode,
+  type Command,
   AppRecordSchema,
   JobDefinitionSchema,
   JobStateSchema,
   type JobDefinition,
   type JobRan,
   type JobState,
-} from "../proto/records.js";
-import { appUrl } from "../proto/formats.js";
-import { latestDue, nextTick, scheduleOf, ticksBetween, type Schedule } from "../proto/schedule.js";
-import { signServiceToken } from "../proto/service-token.js";
-import { keys, LEASE_TTL_MS, subjects } from "../proto/subjects.js";
+  appUrl,
+  latestDue,
+  nextTick,
+  scheduleOf,
+  ticksBetween,
+  type Schedule,
+  signServiceToken,
+  keys,
+  LEASE_TTL_MS,
+  subjects,
+} from "../proto/mod.js";
 import { JOB_RAN } from "./capabilities/mod.js";
 
 export interface SchedulerOptions {
@@ -27,7 +32,11 @@ export interface SchedulerOptions {
   /** How long a tick's callback may take before it counts as failed (default 30 s, `SLIPWAY_JOB_TIMEOUT_MS`). */
   tickTimeoutMs?: number;
   log?: (msg: string) => void;
-  /** Instrumentation (bench/scheduler.ts counts fires with it; NodeOptions.instrument passes it): a tick is about to call the app. */
+}
+
+/** The scheduler's test and benchmark hooks (actors/instrument.ts; never in its options). */
+export interface SchedulerHooks {
+  /** A tick is about to call the app (bench/scheduler.ts counts fires with it). */
   onFire?: (e: { app: string; job: string; tick: string; refire: boolean; node: string }) => void;
 }
 
@@ -49,11 +58,6 @@ interface Job {
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 const now = () => Date.now();
 
-/** A compare-and-set that lost: another writer changed the key. */
-function isStale(e: unknown): boolean {
-  return /wrong last sequence|key exists/i.test(e instanceof Error ? e.message : String(e));
-}
-
 /**
  * The scheduler actor (DESIGN §6): one leader by lease; timers in memory,
  * rebuilt from a watch on `slipway_jobs`; a tick fires only after a
@@ -61,7 +65,8 @@ function isStale(e: unknown): boolean {
  * ticks of a job never overlap, even across two leaders.
  */
 class Scheduler {
-  private readonly o: Required<Omit<SchedulerOptions, "onFire">> & Pick<SchedulerOptions, "onFire">;
+  private readonly o: Required<SchedulerOptions>;
+  private readonly hooks: SchedulerHooks;
   private readonly jobs = new Map<string, Job>();
   private leaseRev = 0;
   private leaseValidUntil = 0;
@@ -72,7 +77,8 @@ class Scheduler {
   private tickTimer: NodeJS.Timeout | undefined;
   private readonly inflight = new Set<Promise<void>>();
 
-  constructor(opts: SchedulerOptions) {
+  constructor(opts: SchedulerOptions, hooks: SchedulerHooks) {
+    this.hooks = hooks;
     this.o = {
       leaseTtlMs: LEASE_TTL_MS,
       tickTimeoutMs: Number(process.env.SLIPWAY_JOB_TIMEOUT_MS) || 30_000,
@@ -252,7 +258,7 @@ class Scheduler {
       job.state = next;
       return true;
     } catch (e) {
-      if (!isStale(e)) throw e;
+      if (!isCasConflict(e)) throw e;
       job.stateRev = 0;
       job.state = undefined;
       await this.loadState(job);
@@ -370,7 +376,7 @@ class Scheduler {
   ): Promise<{ ok: boolean; status_code?: number; error?: string; duration_ms: number }> {
     const t0 = performance.now();
     const { app, name } = job.def;
-    this.o.onFire?.({ app, job: name, tick: new Date(tick).toISOString(), refire, node: this.o.nodeId });
+    this.hooks.onFire?.({ app, job: name, tick: new Date(tick).toISOString(), refire, node: this.o.nodeId });
     try {
       const e = await this.o.bus.kv.apps.get(keys.app(app));
       if (e?.operation !== "PUT") return { ok: false, error: "app not found", duration_ms: 0 };
@@ -477,7 +483,12 @@ class Scheduler {
 
 /** Starts the scheduler candidate of a node; it leads when it holds the lease. */
 export function startScheduler(opts: SchedulerOptions): SchedulerHandle {
-  const s = new Scheduler(opts);
+  return launchScheduler(opts, {});
+}
+
+/** {@link startScheduler} with hooks (the test seam: actors/testing.ts). */
+export function launchScheduler(opts: SchedulerOptions, hooks: SchedulerHooks): SchedulerHandle {
+  const s = new Scheduler(opts, hooks);
   s.start();
   return { isLeader: () => s.isLeader(), close: () => s.close() };
 }

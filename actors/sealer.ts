@@ -1,4 +1,4 @@
-import type { Sealed } from "../proto/command.js";
+import type { Sealed } from "../proto/mod.js";
 
 /**
  * The vault as a handler or a task sees it: sealing and opening values in

@@ -1,11 +1,6 @@
-import { ContainerRuntime } from "../effects/docker.js";
-import { appendLog } from "../store/logs.js";
-import type { Bus } from "../store/bus.js";
-import { check } from "../proto/codec.js";
-import { secretAad } from "../proto/names.js";
-import { VaultEntrySchema, type SideEffect } from "../proto/records.js";
-import { keys } from "../proto/subjects.js";
-import { Masker } from "../effects/process.js";
+import { ContainerRuntime, Masker } from "../effects/mod.js";
+import { appendLog, type Bus } from "../store/mod.js";
+import { check, secretAad, VaultEntrySchema, type SideEffect, keys } from "../proto/mod.js";
 import type { Sealer } from "./sealer.js";
 
 /**

@@ -1,12 +1,13 @@
-import type { Bus } from "../store/bus.js";
-import type { SideEffect } from "../proto/records.js";
+import { type Bus, appendLog } from "../store/mod.js";
+import {
+  type SideEffect,
+  encode,
+  type Command,
+  type TaskDone,
+  type Resource,
+  subjects,
+} from "../proto/mod.js";
 import type { Sealer } from "./sealer.js";
-import { appendLog } from "../store/logs.js";
-import { encode } from "../proto/codec.js";
-import type { Command } from "../proto/command.js";
-import type { TaskDone } from "../proto/records.js";
-import type { Resource } from "../proto/resources.js";
-import { subjects } from "../proto/subjects.js";
 import { TASK_DONE } from "./app-actor.js";
 import type { TaskContext, TaskSpec } from "./tasks/types.js";
 import { sleep, within } from "./timing.js";

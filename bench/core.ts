@@ -22,11 +22,11 @@ import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
-import { type EventLoopUtilization, performance } from "node:perf_hooks";
-import { Worker } from "node:worker_threads";
+import { performance } from "node:perf_hooks";
 import { jetstream, jetstreamManager, StorageType } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import uWS from "uWebSockets.js";
+import { startInstrumentedNode } from "../actors/testing.js";
 import { type PlatformHandle, startPlatform } from "../bin/platform.js";
 import { uwsIsNative } from "../gateway/server.js";
 import { type EmbeddedNats, startEmbeddedNats } from "../store/embedded-nats.js";
@@ -36,10 +36,8 @@ import {
   freePort,
   guardProcess,
   machineInfo,
-  machineTicks,
   makeProgress,
   post,
-  procCpuS,
   rssMiB,
   runMain,
   sleep,
@@ -47,6 +45,16 @@ import {
   table,
   waitReady,
 } from "./common.js";
+import {
+  type ActorTurns,
+  type CpuShare,
+  CpuMeter,
+  LoadGen,
+  loopUsPerOp,
+  type Measured,
+  measure,
+  TurnTimer,
+} from "./core-meter.js";
 import type { LoadResult, LoadTask, SecretMix } from "./loadgen.js";
 
 // ---- parameters ----
@@ -83,120 +91,6 @@ const TARGETS = {
 const asJson = process.argv.includes("--json");
 const t0 = Date.now();
 const progress = makeProgress("bench", t0);
-
-/** The load generator worker (loadgen.ts, loaded through tsx inside the worker). */
-class LoadGen {
-  readonly worker: Worker;
-  private nextId = 0;
-  private readonly waiting = new Map<
-    number,
-    { resolve: (r: LoadResult) => void; reject: (e: Error) => void }
-  >();
-
-  constructor() {
-    const api = import.meta.resolve("tsx/esm/api");
-    const target = new URL("./loadgen.ts", import.meta.url).href;
-    const boot = `import(${JSON.stringify(api)}).then((m) => { m.register(); return import(${JSON.stringify(target)}); });`;
-    this.worker = new Worker(boot, { eval: true });
-    this.worker.on("message", (m: { id: number; result?: LoadResult; error?: string }) => {
-      const w = this.waiting.get(m.id);
-      if (!w) return;
-      this.waiting.delete(m.id);
-      if (m.result) w.resolve(m.result);
-      else w.reject(new Error(`load generator: ${m.error}`));
-    });
-    this.worker.on("error", (e) => {
-      for (const w of this.waiting.values()) w.reject(e);
-      this.waiting.clear();
-    });
-  }
-
-  run(task: LoadTask): Promise<LoadResult> {
-    const id = this.nextId++;
-    return new Promise((resolve, reject) => {
-      this.waiting.set(id, { resolve, reject });
-      this.worker.postMessage({ id, task });
-    });
-  }
-
-  async close(): Promise<void> {
-    await this.worker.terminate();
-  }
-}
-
-// ---- where the CPU goes during a phase ----
-/** CPU use in percent of one core (so up to 100 × cores), and event-loop busy shares (0-1). */
-interface CpuShare {
-  wallS: number;
-  /** Everything on the machine. */
-  machine: number;
-  /** This process: platform + load generator (+ libuv and GC threads). */
-  process: number;
-  natsServer: number;
-  /** Other processes on the machine (e.g. concurrent test runs): noise. */
-  other: number;
-  /** Busy share of this process's main event loop: gateways, actors, read index, NATS client. */
-  platformLoop: number;
-  /** Busy share of the load generator's event loop. */
-  loadgenLoop: number;
-}
-
-interface CpuMark {
-  wall: number;
-  machineBusy: number;
-  machineTotal: number;
-  self: NodeJS.CpuUsage;
-  nats: number;
-  elu: EventLoopUtilization;
-  loadgenElu: EventLoopUtilization | undefined;
-}
-
-class CpuMeter {
-  private readonly natsPid: number;
-  private readonly gen: LoadGen | undefined;
-  private readonly cores = cpus().length;
-
-  constructor(natsPid: number, gen?: LoadGen) {
-    this.natsPid = natsPid;
-    this.gen = gen;
-  }
-
-  mark(): CpuMark {
-    const m = machineTicks();
-    return {
-      wall: performance.now(),
-      machineBusy: m.busy,
-      machineTotal: m.total,
-      self: process.cpuUsage(),
-      nats: procCpuS(this.natsPid),
-      elu: performance.eventLoopUtilization(),
-      loadgenElu: this.gen?.worker.performance.eventLoopUtilization(),
-    };
-  }
-
-  since(a: CpuMark): CpuShare {
-    const b = this.mark();
-    const wallS = (b.wall - a.wall) / 1000;
-    const dt = b.machineTotal - a.machineTotal;
-    const machine = dt > 0 ? ((b.machineBusy - a.machineBusy) / dt) * 100 * this.cores : 0;
-    const self = process.cpuUsage(a.self);
-    const proc = ((self.user + self.system) / 1e6 / wallS) * 100;
-    const nats = ((b.nats - a.nats) / wallS) * 100;
-    const loadgen =
-      this.gen && a.loadgenElu
-        ? this.gen.worker.performance.eventLoopUtilization(a.loadgenElu).utilization
-        : 0;
-    return {
-      wallS,
-      machine,
-      process: proc,
-      natsServer: nats,
-      other: Math.max(0, machine - proc - nats),
-      platformLoop: performance.eventLoopUtilization(a.elu).utilization,
-      loadgenLoop: loadgen,
-    };
-  }
-}
 
 // ---- 1. raw JetStream ----
 interface RawRun {
@@ -296,14 +190,6 @@ const SAMPLE_DOC = {
   version: 1,
 };
 
-type Measured = LoadResult & { cpu: CpuShare };
-
-async function measure(meter: CpuMeter, gen: LoadGen, task: LoadTask): Promise<Measured> {
-  const mark = meter.mark();
-  const r = await gen.run(task);
-  return { ...r, cpu: meter.since(mark) };
-}
-
 async function bareUws(gen: LoadGen, meter: CpuMeter): Promise<Measured> {
   const app = uWS.App();
   app.get("/*", (res) => {
@@ -376,46 +262,6 @@ async function measureWrites(
   };
 }
 
-/**
- * Times each command's actor turn (from taking the command to just before the reply: reads, commit-record
- * CAS, outbox writes) through the node's apply trace, to split end-to-end latency into actor and the rest.
- */
-class TurnTimer {
-  private readonly open = new Map<string, number>();
-  private ms: number[] = [];
-  on = false;
-
-  readonly hook = (e: { command_id: string; phase: "enter" | "exit"; t: number }) => {
-    if (!this.on) return;
-    if (e.phase === "enter") this.open.set(e.command_id, e.t);
-    else {
-      const start = this.open.get(e.command_id);
-      if (start !== undefined) {
-        this.open.delete(e.command_id);
-        this.ms.push(e.t - start);
-      }
-    }
-  };
-
-  /** Starts timing; returns a function that stops and gives the turn percentiles. */
-  start(): () => ActorTurns {
-    this.ms = [];
-    this.open.clear();
-    this.on = true;
-    return () => {
-      this.on = false;
-      return summary(this.ms.slice().sort((a, b) => a - b));
-    };
-  }
-}
-
-interface ActorTurns {
-  n: number;
-  p50: number;
-  p99: number;
-  mean: number;
-}
-
 // ---- report ----
 interface Target {
   what: string;
@@ -464,11 +310,6 @@ function statusSummary(r: LoadResult): string {
   return `non-2xx ${r.non2xx}, errors ${r.errors}${r.non2xx ? ` ${JSON.stringify(r.statusCodes)}` : ""}`;
 }
 
-/** Microseconds of the platform's (main) event loop per operation: what one request costs the server side. */
-function loopUsPerOp(c: CpuShare, ops: number): number {
-  return ops > 0 ? (c.platformLoop * c.wallS * 1e6) / ops : 0;
-}
-
 function cpuRow(what: string, c: CpuShare, ops: number): string[] {
   const n = (x: number) => `${x.toFixed(0)} %`;
   return [
@@ -484,14 +325,34 @@ function cpuRow(what: string, c: CpuShare, ops: number): string[] {
 }
 
 function printReport(r: Report): void {
+  const out: string[] = [
+    ...headerLines(r),
+    "",
+    resultsTable(r),
+    "",
+    table([
+      ["target", "wanted", "measured", "met"],
+      ...r.targets.map((t) => [t.what, t.target, t.value, t.met ? "yes" : "NO"]),
+    ]),
+    "",
+    ...cpuLines(r),
+    "",
+    ...costLines(r),
+  ];
+  process.stdout.write(`${out.join("\n")}\n`);
+}
+
+function headerLines(r: Report): string[] {
   const m = r.machine;
-  const out: string[] = [];
-  out.push(`Slipway core benchmark, ${r.date}`);
-  out.push(
+  return [
+    `Slipway core benchmark, ${r.date}`,
     `machine: ${m.cores} cores (${m.cpu}), ${m.memGiB.toFixed(0)} GiB, Node ${m.node}, ${m.natsServer}, uWS native: ${m.uwsNative ? "yes" : "NO"}, load average before: ${m.loadAvgBefore.map((x) => x.toFixed(2)).join(" ")}`,
-  );
-  out.push(`note: ${r.note}`);
-  out.push("");
+    `note: ${r.note}`,
+  ];
+}
+
+/** The main table: each measure, how it was taken, its ratio to the raw part and its target. */
+function resultsTable(r: Report): string {
   const raw = r.rawJetStream;
   const w1 = r.setSecretAt1000;
   const wl = r.setSecretLight;
@@ -499,75 +360,75 @@ function printReport(r: Report): void {
   const rd = r.getResource;
   const lat = (x: LoadResult) =>
     `p50 ${f2(x.latency.p50)} ms, p99 ${f2(x.latency.p99)} ms (max ${f2(x.latency.max)})`;
-  out.push(
-    table([
-      ["measure", "result", "how", "ratio", "target"],
-      [
-        "raw JetStream publish+ack",
-        `${f0(raw.windowed.msgsPerS)} msg/s`,
-        `bare nats.js client (default options, as the platform's), window ${raw.window}, ${raw.payloadBytes} B, file stream, ${f2(raw.windowed.durationS)} s, ${raw.windowed.failed} failed`,
-        "",
-        "",
-      ],
-      [
-        "  same, noAsyncTraces client",
-        `${f0(raw.windowedNoAsyncTraces.msgsPerS)} msg/s`,
-        `connect({ noAsyncTraces: true }), ${f2(raw.windowedNoAsyncTraces.durationS)} s`,
-        "",
-        "",
-      ],
-      [
-        "raw JetStream sequential publish",
-        `p50 ${f2(raw.sequential.p50)} ms, p99 ${f2(raw.sequential.p99)} ms`,
-        `${raw.sequential.n} publishes one at a time`,
-        "",
-        "",
-      ],
-      [
-        "bare uWS JSON GET",
-        `${f0(r.bareUws.rps)} req/s`,
-        `autocannon ${r.bareUws.connections} conns, ${f2(r.bareUws.durationS)} s, ${statusSummary(r.bareUws)}`,
-        "",
-        "",
-      ],
-      [
-        `set-secret @ ${wl.rate} rps (light)`,
-        lat(wl),
-        `open loop, issued ${f0(wl.issuedRps ?? 0)}/s, ${wl.ok2xx} ok, ${statusSummary(wl)}`,
-        "",
-        "",
-      ],
-      [
-        `set-secret @ ${w1.rate} rps`,
-        lat(w1),
-        `open loop, issued ${f0(w1.issuedRps ?? 0)}/s, ${w1.ok2xx} ok, ${statusSummary(w1)}, ${w1.apps} apps x ${w1.namesPerApp} names`,
-        "",
-        `p50 <= ${TARGETS.writeP50Ms} ms, p99 <= ${TARGETS.writeP99Ms} ms`,
-      ],
-      [
-        "set-secret max sustained",
-        `${f0(wm.rps)} req/s`,
-        `autocannon ${wm.connections} conns, ${f2(wm.durationS)} s, ${statusSummary(wm)}, p50 ${wm.latency.p50} ms, p99 ${wm.latency.p99} ms`,
-        `${pc(r.ratios.writesOverRawJetStream)} of raw (${pc(r.ratios.writesOverRawNoAsyncTraces)} of noAsyncTraces raw)`,
-        `>= ${f0(TARGETS.writesPerS)}/s, >= ${pc(TARGETS.writesOverRaw)} of raw`,
-      ],
-      [
-        "GET /resources/Secret/<id>",
-        `${f0(rd.rps)} req/s`,
-        `autocannon ${rd.connections} conns, ${f2(rd.durationS)} s, ${statusSummary(rd)}, p50 ${rd.latency.p50} ms, p99 ${rd.latency.p99} ms`,
-        `${pc(r.ratios.readsOverBareUws)} of bare uWS`,
-        `>= ${f0(TARGETS.readsPerS)}/s, >= ${pc(TARGETS.readsOverUws)} of bare uWS`,
-      ],
-    ]),
-  );
-  out.push("");
-  out.push(
-    table([
-      ["target", "wanted", "measured", "met"],
-      ...r.targets.map((t) => [t.what, t.target, t.value, t.met ? "yes" : "NO"]),
-    ]),
-  );
-  out.push("");
+  return table([
+    ["measure", "result", "how", "ratio", "target"],
+    [
+      "raw JetStream publish+ack",
+      `${f0(raw.windowed.msgsPerS)} msg/s`,
+      `bare nats.js client (default options, as the platform's), window ${raw.window}, ${raw.payloadBytes} B, file stream, ${f2(raw.windowed.durationS)} s, ${raw.windowed.failed} failed`,
+      "",
+      "",
+    ],
+    [
+      "  same, noAsyncTraces client",
+      `${f0(raw.windowedNoAsyncTraces.msgsPerS)} msg/s`,
+      `connect({ noAsyncTraces: true }), ${f2(raw.windowedNoAsyncTraces.durationS)} s`,
+      "",
+      "",
+    ],
+    [
+      "raw JetStream sequential publish",
+      `p50 ${f2(raw.sequential.p50)} ms, p99 ${f2(raw.sequential.p99)} ms`,
+      `${raw.sequential.n} publishes one at a time`,
+      "",
+      "",
+    ],
+    [
+      "bare uWS JSON GET",
+      `${f0(r.bareUws.rps)} req/s`,
+      `autocannon ${r.bareUws.connections} conns, ${f2(r.bareUws.durationS)} s, ${statusSummary(r.bareUws)}`,
+      "",
+      "",
+    ],
+    [
+      `set-secret @ ${wl.rate} rps (light)`,
+      lat(wl),
+      `open loop, issued ${f0(wl.issuedRps ?? 0)}/s, ${wl.ok2xx} ok, ${statusSummary(wl)}`,
+      "",
+      "",
+    ],
+    [
+      `set-secret @ ${w1.rate} rps`,
+      lat(w1),
+      `open loop, issued ${f0(w1.issuedRps ?? 0)}/s, ${w1.ok2xx} ok, ${statusSummary(w1)}, ${w1.apps} apps x ${w1.namesPerApp} names`,
+      "",
+      `p50 <= ${TARGETS.writeP50Ms} ms, p99 <= ${TARGETS.writeP99Ms} ms`,
+    ],
+    [
+      "set-secret max sustained",
+      `${f0(wm.rps)} req/s`,
+      `autocannon ${wm.connections} conns, ${f2(wm.durationS)} s, ${statusSummary(wm)}, p50 ${wm.latency.p50} ms, p99 ${wm.latency.p99} ms`,
+      `${pc(r.ratios.writesOverRawJetStream)} of raw (${pc(r.ratios.writesOverRawNoAsyncTraces)} of noAsyncTraces raw)`,
+      `>= ${f0(TARGETS.writesPerS)}/s, >= ${pc(TARGETS.writesOverRaw)} of raw`,
+    ],
+    [
+      "GET /resources/Secret/<id>",
+      `${f0(rd.rps)} req/s`,
+      `autocannon ${rd.connections} conns, ${f2(rd.durationS)} s, ${statusSummary(rd)}, p50 ${rd.latency.p50} ms, p99 ${rd.latency.p99} ms`,
+      `${pc(r.ratios.readsOverBareUws)} of bare uWS`,
+      `>= ${f0(TARGETS.readsPerS)}/s, >= ${pc(TARGETS.readsOverUws)} of bare uWS`,
+    ],
+  ]);
+}
+
+/** Where the CPU went in each phase, and a warning for the phases other processes disturbed. */
+function cpuLines(r: Report): string[] {
+  const raw = r.rawJetStream;
+  const w1 = r.setSecretAt1000;
+  const wl = r.setSecretLight;
+  const wm = r.setSecretMax;
+  const rd = r.getResource;
+  const out: string[] = [];
   out.push(
     "where the CPU went (percent of one core; this process = platform + load generator; main loop = the event loop of the platform, and of the bare uWS server and the raw JetStream client in their phases; µs/op = main-loop time per request or publish):",
   );
@@ -608,7 +469,15 @@ function printReport(r: Report): void {
       `WARNING: other processes used >= ${NOISY_OTHER_PCT} % of a core during: ${noisy.map(([n, c]) => `${n} (${c.other.toFixed(0)} %)`).join(", ")}; those figures are low, run again on a quiet machine`,
     );
   }
-  out.push("");
+  return out;
+}
+
+/** Main-loop cost and NATS traffic per operation, actor turns, warm-up, memory, total time. */
+function costLines(r: Report): string[] {
+  const wl = r.setSecretLight;
+  const w1 = r.setSecretAt1000;
+  const wm = r.setSecretMax;
+  const out: string[] = [];
   out.push(
     `main-loop cost per op: a bare uWS GET costs ${pc(r.ratios.readLoopCostBareOverPlatform)} of a platform GET; a raw publish+ack costs ${pc(r.ratios.writeLoopCostRawOverPlatform)} of a platform set-secret`,
   );
@@ -634,10 +503,231 @@ function printReport(r: Report): void {
     `memory after the run: this process (platform + load generator) RSS ${r.memory.processRssMiB.toFixed(0)} MiB (heap used ${r.memory.heapUsedMiB.toFixed(0)} MiB); nats-server RSS ${r.memory.natsServerRssMiB?.toFixed(0) ?? "?"} MiB`,
   );
   out.push(`total ${r.totalSeconds.toFixed(0)} s`);
-  process.stdout.write(`${out.join("\n")}\n`);
+  return out;
 }
 
 // ---- main ----
+/** What the phases measured, in the order they ran. */
+interface PhaseResults {
+  raw: RawResult;
+  bare: Measured;
+  warmup: MeasuredWrites;
+  light: MeasuredWrites;
+  lightTurns: ActorTurns;
+  paced: MeasuredWrites;
+  reads: Measured;
+  max: MeasuredWrites;
+  maxTurns: ActorTurns;
+}
+
+/** The running platform and the instruments the phases share. */
+interface Bench {
+  /** The control plane, `http://127.0.0.1:<port>`. */
+  base: string;
+  natsUrl: string;
+  platform: PlatformHandle;
+  gen: LoadGen;
+  meter: CpuMeter;
+  turns: TurnTimer;
+}
+
+/** 1. and 2.: the raw parts, without the platform in the path. */
+async function rawPhases(b: Bench): Promise<{ raw: RawResult; bare: Measured }> {
+  progress(
+    `1. raw JetStream: window ${RAW_WINDOW} for ${RAW_SECONDS} s (+${RAW_FAST_SECONDS} s noAsyncTraces), then sequential`,
+  );
+  const raw = await rawJetStream(b.natsUrl, b.meter);
+  progress(
+    `   ${f0(raw.windowed.msgsPerS)} msg/s (noAsyncTraces ${f0(raw.windowedNoAsyncTraces.msgsPerS)}); sequential p50 ${f2(raw.sequential.p50)} ms p99 ${f2(raw.sequential.p99)} ms`,
+  );
+
+  progress(`2. bare uWS JSON GET: ${UWS_CONNECTIONS} connections for ${UWS_SECONDS} s`);
+  const bare = await bareUws(b.gen, b.meter);
+  progress(`   ${f0(bare.rps)} req/s`);
+  return { raw, bare };
+}
+
+/** The apps, and a first set-secret of every name (the Secrets the later phases update). */
+async function warmUp(b: Bench): Promise<{ mix: SecretMix; apps: string[]; warmup: MeasuredWrites }> {
+  const apps = Array.from({ length: APPS }, (_, i) => `bench-${String(i).padStart(2, "0")}`);
+  await createApps(b.base, apps);
+  const mix: SecretMix = { apps, names: NAMES_PER_APP };
+  progress(
+    `created ${APPS} apps; warm-up: ${APPS * NAMES_PER_APP} set-secrets (${NAMES_PER_APP} names per app)`,
+  );
+  const warmup = await measureWrites(b.meter, b.gen, b.platform, {
+    kind: "set-secret-fill",
+    url: b.base,
+    concurrency: 32,
+    maxS: 20,
+    mix,
+  });
+  progress(`   ${f0(warmup.rps)}/s, non-2xx ${warmup.non2xx}`);
+  return { mix, apps, warmup };
+}
+
+/** 3a. and 3b.: set-secret at a light and at the target rate (open loop); actor turns at the light one. */
+async function pacedPhases(
+  b: Bench,
+  mix: SecretMix,
+): Promise<{ light: MeasuredWrites; lightTurns: ActorTurns; paced: MeasuredWrites }> {
+  progress(`3a. set-secret at ${LIGHT_RATE} rps for ${PACED_SECONDS} s`);
+  const pacedWrites = (rate: number) =>
+    measureWrites(b.meter, b.gen, b.platform, {
+      kind: "set-secret-paced",
+      url: b.base,
+      rate,
+      durationS: PACED_SECONDS,
+      maxSockets: 256,
+      mix,
+    });
+  const stopLight = b.turns.start();
+  const light = await pacedWrites(LIGHT_RATE);
+  const lightTurns = stopLight();
+  progress(`   p50 ${f2(light.latency.p50)} ms, p99 ${f2(light.latency.p99)} ms, non-2xx ${light.non2xx}`);
+
+  progress(
+    `3b. set-secret at ${PACED_RATE} rps for ${PACED_SECONDS} s (then until the answers are in, at most 15 s)`,
+  );
+  const paced = await pacedWrites(PACED_RATE);
+  progress(
+    `   p50 ${f2(paced.latency.p50)} ms, p99 ${f2(paced.latency.p99)} ms, non-2xx ${paced.non2xx}, errors ${paced.errors}`,
+  );
+  return { light, lightTurns, paced };
+}
+
+/** 4.: GET of one Secret through the gateway's read index. */
+async function readPhase(b: Bench, app: string | undefined): Promise<Measured> {
+  // 4. a Secret to read
+  const s = await post(b.base, "set-secret", { app, name: "READ_ME", value: "read-me" });
+  if (s.status !== 200) throw new Error(`set-secret READ_ME: HTTP ${s.status}`);
+  const readUrl = `${b.base}${s.body.links.resource as string}`;
+  const check = await fetch(readUrl);
+  await check.arrayBuffer();
+  if (check.status !== 200) throw new Error(`GET ${readUrl}: HTTP ${check.status}`);
+  await sleep(500);
+  progress(`4. GET ${s.body.links.resource}: ${READ_CONNECTIONS} connections for ${READ_SECONDS} s`);
+  const reads = await measure(b.meter, b.gen, {
+    kind: "get",
+    url: readUrl,
+    connections: READ_CONNECTIONS,
+    durationS: READ_SECONDS,
+  });
+  progress(`   ${f0(reads.rps)} req/s, non-2xx ${reads.non2xx}`);
+  return reads;
+}
+
+/** 3c.: set-secret as fast as MAX_CONNECTIONS closed-loop connections go; actor turns meanwhile. */
+async function maxPhase(b: Bench, mix: SecretMix): Promise<{ max: MeasuredWrites; maxTurns: ActorTurns }> {
+  progress(`3c. set-secret max: ${MAX_CONNECTIONS} connections for ${MAX_SECONDS} s`);
+  const stopMax = b.turns.start();
+  const max = await measureWrites(b.meter, b.gen, b.platform, {
+    kind: "set-secret-max",
+    url: b.base,
+    connections: MAX_CONNECTIONS,
+    durationS: MAX_SECONDS,
+    mix,
+  });
+  const maxTurns = stopMax();
+  progress(`   ${f0(max.rps)} req/s, non-2xx ${max.non2xx}, errors ${max.errors}`);
+  return { max, maxTurns };
+}
+
+/** Every phase, in the order they run: 1, 2, warm-up, 3a, 3b, 4, 3c. */
+async function runPhases(b: Bench): Promise<PhaseResults> {
+  const { raw, bare } = await rawPhases(b);
+  const { mix, apps, warmup } = await warmUp(b);
+  const { light, lightTurns, paced } = await pacedPhases(b, mix);
+  const reads = await readPhase(b, apps[0]);
+  const { max, maxTurns } = await maxPhase(b, mix);
+  return { raw, bare, warmup, light, lightTurns, paced, reads, max, maxTurns };
+}
+
+function targetsOf(p: PhaseResults, writesOverRaw: number, readsOverUws: number): Target[] {
+  const { paced, max, reads } = p;
+  return [
+    {
+      what: `set-secret p50 @ ${PACED_RATE} rps`,
+      target: `<= ${TARGETS.writeP50Ms} ms`,
+      value: `${f2(paced.latency.p50)} ms`,
+      met: paced.latency.p50 <= TARGETS.writeP50Ms && paced.non2xx === 0 && paced.errors === 0,
+    },
+    {
+      what: `set-secret p99 @ ${PACED_RATE} rps`,
+      target: `<= ${TARGETS.writeP99Ms} ms`,
+      value: `${f2(paced.latency.p99)} ms`,
+      met: paced.latency.p99 <= TARGETS.writeP99Ms && paced.non2xx === 0 && paced.errors === 0,
+    },
+    {
+      what: "set-secret sustained",
+      target: `>= ${f0(TARGETS.writesPerS)}/s, 0 non-2xx`,
+      value: `${f0(max.rps)}/s, ${max.non2xx} non-2xx`,
+      met: max.rps >= TARGETS.writesPerS && max.non2xx === 0 && max.errors === 0,
+    },
+    {
+      what: "writes / raw JetStream",
+      target: `>= ${pc(TARGETS.writesOverRaw)}`,
+      value: pc(writesOverRaw),
+      met: writesOverRaw >= TARGETS.writesOverRaw,
+    },
+    {
+      what: "GET /resources/<type>/<id>",
+      target: `>= ${f0(TARGETS.readsPerS)}/s`,
+      value: `${f0(reads.rps)}/s, ${reads.non2xx} non-2xx`,
+      met: reads.rps >= TARGETS.readsPerS && reads.non2xx === 0,
+    },
+    {
+      what: "reads / bare uWS",
+      target: `>= ${pc(TARGETS.readsOverUws)}`,
+      value: pc(readsOverUws),
+      met: readsOverUws >= TARGETS.readsOverUws,
+    },
+  ];
+}
+
+/** The report of the phases, with the memory in use now and the ratios and targets they give. */
+function makeReport(p: PhaseResults, natsPid: number, loadAvgBefore: number[]): Report {
+  const { raw, bare, warmup, light, lightTurns, paced, reads, max, maxTurns } = p;
+  const mem = process.memoryUsage();
+  const natsRss = rssMiB(natsPid);
+  const writesOverRaw = max.rps / raw.windowed.msgsPerS;
+  const writesOverRawFast = max.rps / raw.windowedNoAsyncTraces.msgsPerS;
+  const readsOverUws = reads.rps / bare.rps;
+  const targets = targetsOf(p, writesOverRaw, readsOverUws);
+  return {
+    date: new Date().toISOString(),
+    machine: {
+      ...machineInfo(),
+      uwsNative: uwsIsNative(),
+      loadAvgBefore,
+    },
+    note: `one machine: nats-server, the platform (gateways + runtime node, one Node process) and the load generator (a worker thread of that process) share these ${cpus().length} cores; all traffic on 127.0.0.1; "other processes" in the CPU table is whatever else ran meanwhile`,
+    rawJetStream: raw,
+    bareUws: { ...bare, connections: UWS_CONNECTIONS },
+    warmup,
+    setSecretLight: { ...light, rate: LIGHT_RATE, actorTurns: lightTurns },
+    setSecretAt1000: { ...paced, rate: PACED_RATE, apps: APPS, namesPerApp: NAMES_PER_APP },
+    getResource: { ...reads, connections: READ_CONNECTIONS },
+    setSecretMax: { ...max, connections: MAX_CONNECTIONS, actorTurns: maxTurns },
+    ratios: {
+      writesOverRawJetStream: writesOverRaw,
+      writesOverRawNoAsyncTraces: writesOverRawFast,
+      readsOverBareUws: readsOverUws,
+      readLoopCostBareOverPlatform:
+        loopUsPerOp(bare.cpu, bare.responses) / loopUsPerOp(reads.cpu, reads.responses),
+      writeLoopCostRawOverPlatform:
+        loopUsPerOp(raw.windowed.cpu, raw.windowed.acked) / loopUsPerOp(max.cpu, max.responses),
+    },
+    targets,
+    memory: {
+      processRssMiB: mem.rss / 2 ** 20,
+      heapUsedMiB: mem.heapUsed / 2 ** 20,
+      natsServerRssMiB: natsRss,
+    },
+    totalSeconds: (Date.now() - t0) / 1000,
+  };
+}
+
 async function main(): Promise<void> {
   const loadAvgBefore = loadavg();
   const natsDir = mkdtempSync(join(tmpdir(), "slipway-bench-nats-"));
@@ -679,7 +769,7 @@ async function main(): Promise<void> {
       dataPort: 0,
       env: { SLIPWAY_VAULT_KEY: randomBytes(32).toString("base64") },
       log: () => {},
-      node: { instrument: { onApply: turns.hook } },
+      launchNode: (o) => startInstrumentedNode(o, { onApply: turns.hook }),
     });
     const base = `http://127.0.0.1:${platform.control!.port}`;
     await waitReady(base, 15_000, "platform");
@@ -688,161 +778,8 @@ async function main(): Promise<void> {
     );
     gen = new LoadGen();
     const meter = new CpuMeter(nats.pid, gen);
-
-    progress(
-      `1. raw JetStream: window ${RAW_WINDOW} for ${RAW_SECONDS} s (+${RAW_FAST_SECONDS} s noAsyncTraces), then sequential`,
-    );
-    const raw = await rawJetStream(nats.url, meter);
-    progress(
-      `   ${f0(raw.windowed.msgsPerS)} msg/s (noAsyncTraces ${f0(raw.windowedNoAsyncTraces.msgsPerS)}); sequential p50 ${f2(raw.sequential.p50)} ms p99 ${f2(raw.sequential.p99)} ms`,
-    );
-
-    progress(`2. bare uWS JSON GET: ${UWS_CONNECTIONS} connections for ${UWS_SECONDS} s`);
-    const bare = await bareUws(gen, meter);
-    progress(`   ${f0(bare.rps)} req/s`);
-
-    const apps = Array.from({ length: APPS }, (_, i) => `bench-${String(i).padStart(2, "0")}`);
-    await createApps(base, apps);
-    const mix: SecretMix = { apps, names: NAMES_PER_APP };
-    progress(
-      `created ${APPS} apps; warm-up: ${APPS * NAMES_PER_APP} set-secrets (${NAMES_PER_APP} names per app)`,
-    );
-    const warmup = await measureWrites(meter, gen, platform, {
-      kind: "set-secret-fill",
-      url: base,
-      concurrency: 32,
-      maxS: 20,
-      mix,
-    });
-    progress(`   ${f0(warmup.rps)}/s, non-2xx ${warmup.non2xx}`);
-
-    progress(`3a. set-secret at ${LIGHT_RATE} rps for ${PACED_SECONDS} s`);
-    const pacedWrites = (rate: number) =>
-      measureWrites(meter, gen!, platform!, {
-        kind: "set-secret-paced",
-        url: base,
-        rate,
-        durationS: PACED_SECONDS,
-        maxSockets: 256,
-        mix,
-      });
-    const stopLight = turns.start();
-    const light = await pacedWrites(LIGHT_RATE);
-    const lightTurns = stopLight();
-    progress(`   p50 ${f2(light.latency.p50)} ms, p99 ${f2(light.latency.p99)} ms, non-2xx ${light.non2xx}`);
-
-    progress(
-      `3b. set-secret at ${PACED_RATE} rps for ${PACED_SECONDS} s (then until the answers are in, at most 15 s)`,
-    );
-    const paced = await pacedWrites(PACED_RATE);
-    progress(
-      `   p50 ${f2(paced.latency.p50)} ms, p99 ${f2(paced.latency.p99)} ms, non-2xx ${paced.non2xx}, errors ${paced.errors}`,
-    );
-
-    // 4. a Secret to read
-    const s = await post(base, "set-secret", { app: apps[0], name: "READ_ME", value: "read-me" });
-    if (s.status !== 200) throw new Error(`set-secret READ_ME: HTTP ${s.status}`);
-    const readUrl = `${base}${s.body.links.resource as string}`;
-    const check = await fetch(readUrl);
-    await check.arrayBuffer();
-    if (check.status !== 200) throw new Error(`GET ${readUrl}: HTTP ${check.status}`);
-    await sleep(500);
-    progress(`4. GET ${s.body.links.resource}: ${READ_CONNECTIONS} connections for ${READ_SECONDS} s`);
-    const reads = await measure(meter, gen, {
-      kind: "get",
-      url: readUrl,
-      connections: READ_CONNECTIONS,
-      durationS: READ_SECONDS,
-    });
-    progress(`   ${f0(reads.rps)} req/s, non-2xx ${reads.non2xx}`);
-
-    progress(`3c. set-secret max: ${MAX_CONNECTIONS} connections for ${MAX_SECONDS} s`);
-    const stopMax = turns.start();
-    const max = await measureWrites(meter, gen, platform, {
-      kind: "set-secret-max",
-      url: base,
-      connections: MAX_CONNECTIONS,
-      durationS: MAX_SECONDS,
-      mix,
-    });
-    const maxTurns = stopMax();
-    progress(`   ${f0(max.rps)} req/s, non-2xx ${max.non2xx}, errors ${max.errors}`);
-
-    const mem = process.memoryUsage();
-    const natsRss = rssMiB(nats.pid);
-    const writesOverRaw = max.rps / raw.windowed.msgsPerS;
-    const writesOverRawFast = max.rps / raw.windowedNoAsyncTraces.msgsPerS;
-    const readsOverUws = reads.rps / bare.rps;
-    const targets: Target[] = [
-      {
-        what: `set-secret p50 @ ${PACED_RATE} rps`,
-        target: `<= ${TARGETS.writeP50Ms} ms`,
-        value: `${f2(paced.latency.p50)} ms`,
-        met: paced.latency.p50 <= TARGETS.writeP50Ms && paced.non2xx === 0 && paced.errors === 0,
-      },
-      {
-        what: `set-secret p99 @ ${PACED_RATE} rps`,
-        target: `<= ${TARGETS.writeP99Ms} ms`,
-        value: `${f2(paced.latency.p99)} ms`,
-        met: paced.latency.p99 <= TARGETS.writeP99Ms && paced.non2xx === 0 && paced.errors === 0,
-      },
-      {
-        what: "set-secret sustained",
-        target: `>= ${f0(TARGETS.writesPerS)}/s, 0 non-2xx`,
-        value: `${f0(max.rps)}/s, ${max.non2xx} non-2xx`,
-        met: max.rps >= TARGETS.writesPerS && max.non2xx === 0 && max.errors === 0,
-      },
-      {
-        what: "writes / raw JetStream",
-        target: `>= ${pc(TARGETS.writesOverRaw)}`,
-        value: pc(writesOverRaw),
-        met: writesOverRaw >= TARGETS.writesOverRaw,
-      },
-      {
-        what: "GET /resources/<type>/<id>",
-        target: `>= ${f0(TARGETS.readsPerS)}/s`,
-        value: `${f0(reads.rps)}/s, ${reads.non2xx} non-2xx`,
-        met: reads.rps >= TARGETS.readsPerS && reads.non2xx === 0,
-      },
-      {
-        what: "reads / bare uWS",
-        target: `>= ${pc(TARGETS.readsOverUws)}`,
-        value: pc(readsOverUws),
-        met: readsOverUws >= TARGETS.readsOverUws,
-      },
-    ];
-    const report: Report = {
-      date: new Date().toISOString(),
-      machine: {
-        ...machineInfo(),
-        uwsNative: uwsIsNative(),
-        loadAvgBefore,
-      },
-      note: `one machine: nats-server, the platform (gateways + runtime node, one Node process) and the load generator (a worker thread of that process) share these ${cpus().length} cores; all traffic on 127.0.0.1; "other processes" in the CPU table is whatever else ran meanwhile`,
-      rawJetStream: raw,
-      bareUws: { ...bare, connections: UWS_CONNECTIONS },
-      warmup,
-      setSecretLight: { ...light, rate: LIGHT_RATE, actorTurns: lightTurns },
-      setSecretAt1000: { ...paced, rate: PACED_RATE, apps: APPS, namesPerApp: NAMES_PER_APP },
-      getResource: { ...reads, connections: READ_CONNECTIONS },
-      setSecretMax: { ...max, connections: MAX_CONNECTIONS, actorTurns: maxTurns },
-      ratios: {
-        writesOverRawJetStream: writesOverRaw,
-        writesOverRawNoAsyncTraces: writesOverRawFast,
-        readsOverBareUws: readsOverUws,
-        readLoopCostBareOverPlatform:
-          loopUsPerOp(bare.cpu, bare.responses) / loopUsPerOp(reads.cpu, reads.responses),
-        writeLoopCostRawOverPlatform:
-          loopUsPerOp(raw.windowed.cpu, raw.windowed.acked) / loopUsPerOp(max.cpu, max.responses),
-      },
-      targets,
-      memory: {
-        processRssMiB: mem.rss / 2 ** 20,
-        heapUsedMiB: mem.heapUsed / 2 ** 20,
-        natsServerRssMiB: natsRss,
-      },
-      totalSeconds: (Date.now() - t0) / 1000,
-    };
+    const results = await runPhases({ base, natsUrl: nats.url, platform, gen, meter, turns });
+    const report = makeReport(results, nats.pid, loadAvgBefore);
     if (asJson) process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
     else printReport(report);
   } finally {

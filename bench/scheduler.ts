@@ -9,7 +9,7 @@
  *
  * Phase 1: nats-server (child process) and one runtime node in this process
  * (`startPlatform({ role: "up" })`: gateways + node); once the jobs exist, the
- * node's scheduler is started here with `startScheduler` (as startNode does).
+ * node's scheduler is started here with `startInstrumentedScheduler` (what startNode starts, plus the hook that counts fires).
  * Phase 2: a fresh nats-server, a control gateway in this process, the jobs
  * made through a temporary scheduler-less node, then two runtime nodes as
  * child processes (test/helpers/processes.ts `spawnNode`); half-way through,
@@ -31,8 +31,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { type EventLoopUtilization, monitorEventLoopDelay, performance } from "node:perf_hooks";
-import { Worker } from "node:worker_threads";
-import { type SchedulerHandle, startScheduler } from "../actors/scheduler.js";
+import type { SchedulerHandle } from "../actors/scheduler.js";
+import { startInstrumentedScheduler } from "../actors/testing.js";
 import { type PlatformHandle, startPlatform } from "../bin/platform.js";
 import { keys, partitionOf, STREAMS, subjects } from "../proto/subjects.js";
 import type { Bus } from "../store/bus.js";
@@ -46,7 +46,6 @@ import {
   machineInfo,
   machineTicks,
   makeProgress,
-  pct,
   post as postCapability,
   procCpuS,
   rssMiB,
@@ -55,6 +54,14 @@ import {
   table,
   waitReady,
 } from "./common.js";
+import {
+  type AnalysisParams,
+  analyse,
+  type Figures,
+  type Kill,
+  type Lateness,
+} from "./scheduler-analysis.js";
+import { Target } from "./scheduler-target.js";
 
 // ---- parameters ----
 function argNum(name: string, dflt: number): number {
@@ -78,6 +85,7 @@ const SETTLE_MS = 5000;
 const GRACE_MS = 3000;
 /** A job with no tick in the last this-many ms of the window counts as silent (it stopped). */
 const SILENT_MS = 5000;
+const ANALYSIS: AnalysisParams = { jobs: JOBS, periodMs: PERIOD_MS, silentMs: SILENT_MS };
 const APP = "benchsched";
 
 const TARGETS = { latenessP99Ms: 50, overlaps: 0, lostOutsideFailover: 0 };
@@ -91,114 +99,6 @@ const progress = makeProgress("bench:scheduler", t0);
 const jobName = (i: number) => `j${String(i).padStart(4, "0")}`;
 
 const f1 = (n: number) => n.toFixed(1);
-
-// ---- the target: node:http in a worker thread ----
-const TARGET_CODE = `
-const { parentPort } = require("node:worker_threads");
-const http = require("node:http");
-const now = () => performance.timeOrigin + performance.now();
-let n = 0;
-let job = new Int32Array(1 << 16), tick = new Float64Array(1 << 16), at = new Float64Array(1 << 16), conn = new Int32Array(1 << 16);
-function grow() {
-  const g = (A, a) => { const b = new A(a.length * 2); b.set(a); return b; };
-  job = g(Int32Array, job); tick = g(Float64Array, tick); at = g(Float64Array, at); conn = g(Int32Array, conn);
-}
-const cur = new Map(), maxc = new Map(), connIds = new WeakMap();
-let overlapEvents = 0, bad = 0, connSeq = 0;
-const server = http.createServer((req, res) => {
-  const t = now();
-  const name = req.headers["x-slipway-job"];
-  const tk = Date.parse(String(req.headers["x-slipway-tick"] || ""));
-  const j = typeof name === "string" && /^j[0-9]+$/.test(name) ? Number(name.slice(1)) : -1;
-  if (j < 0 || Number.isNaN(tk)) { bad++; res.writeHead(400).end(); return; }
-  if (n === job.length) grow();
-  job[n] = j; tick[n] = tk; at[n] = t; conn[n] = connIds.get(req.socket) || 0; n++;
-  const c = (cur.get(j) || 0) + 1;
-  cur.set(j, c);
-  if (c > 1) overlapEvents++;
-  if (c > (maxc.get(j) || 0)) maxc.set(j, c);
-  let done = false;
-  const end = () => { if (!done) { done = true; cur.set(j, cur.get(j) - 1); } };
-  res.once("finish", end);
-  res.once("close", end);
-  res.writeHead(200, { "content-type": "text/plain" }).end("ok");
-});
-server.keepAliveTimeout = 10000;
-server.on("connection", (s) => { connIds.set(s, ++connSeq); });
-server.listen(0, "127.0.0.1", () => parentPort.postMessage({ type: "ready", port: server.address().port }));
-parentPort.on("message", (m) => {
-  if (m.type === "mark") parentPort.postMessage({ type: "mark", conn: connSeq, at: now() });
-  else if (m.type === "collect") {
-    const out = { type: "collect", n, job: job.slice(0, n), tick: tick.slice(0, n), at: at.slice(0, n), conn: conn.slice(0, n),
-      maxConc: [...maxc.entries()], overlapEvents, bad, connections: connSeq };
-    parentPort.postMessage(out, [out.job.buffer, out.tick.buffer, out.at.buffer, out.conn.buffer]);
-  } else if (m.type === "close") {
-    server.closeAllConnections();
-    server.close(() => parentPort.postMessage({ type: "closed" }));
-  }
-});
-`;
-
-interface Hits {
-  n: number;
-  job: Int32Array;
-  tick: Float64Array;
-  at: Float64Array;
-  conn: Int32Array;
-  maxConc: [number, number][];
-  overlapEvents: number;
-  bad: number;
-  connections: number;
-}
-
-class Target {
-  private readonly worker: Worker;
-  private readonly waiting = new Map<string, (m: any) => void>();
-  port = 0;
-
-  constructor() {
-    this.worker = new Worker(TARGET_CODE, { eval: true });
-    this.worker.on("message", (m: { type: string }) => {
-      const w = this.waiting.get(m.type);
-      this.waiting.delete(m.type);
-      w?.(m);
-    });
-  }
-
-  private ask<T>(type: string, timeoutMs = 10_000): Promise<T> {
-    return new Promise((resolve, reject) => {
-      const t = setTimeout(() => {
-        this.waiting.delete(type);
-        reject(new Error(`target: no answer to ${type} in ${timeoutMs} ms`));
-      }, timeoutMs);
-      this.waiting.set(type, (m) => {
-        clearTimeout(t);
-        resolve(m as T);
-      });
-      if (type !== "ready") this.worker.postMessage({ type });
-    });
-  }
-
-  async start(): Promise<string> {
-    const r = await this.ask<{ port: number }>("ready");
-    this.port = r.port;
-    return `http://127.0.0.1:${r.port}`;
-  }
-
-  /** The highest connection id so far: later connections were accepted after this moment. */
-  mark(): Promise<{ conn: number; at: number }> {
-    return this.ask("mark");
-  }
-
-  collect(): Promise<Hits> {
-    return this.ask("collect");
-  }
-
-  async close(): Promise<void> {
-    await this.ask("close", 3000).catch(() => {});
-    await this.worker.terminate();
-  }
-}
 
 // ---- platform calls ----
 /** A capability call, given up on after 60 s. */
@@ -420,259 +320,6 @@ class ProcMeter {
   }
 }
 
-// ---- analysis ----
-interface Failover {
-  /** The leader that was killed, and when (ms since the window started). */
-  killed: string;
-  killAtS: number;
-  /** Kill → the survivor holds the `scheduler` lease. */
-  leaseTakenMs: number | null;
-  /** Kill → the first tick the new leader fired (the failover window). */
-  windowMs: number | null;
-  /** Kill → every job has had a tick from the new leader (p50 and the last job). */
-  jobsBackP50Ms: number | null;
-  jobsBackMaxMs: number | null;
-  jobsNeverBack: number;
-  /** Nominal ticks between the kill and the first tick of the new leader (all jobs). */
-  windowTicks: number;
-  /** ... of which delivered late (the catch-up, once per job), and never delivered (counted as missed). */
-  windowTicksDelivered: number;
-  windowTicksMissed: number;
-  /** Per job, the gap from the old leader's last tick to the new leader's first: ticks, delivered, missed. */
-  gapTicks: number;
-  gapDelivered: number;
-  gapMissed: number;
-  /** Jobs whose first tick from the new leader was for a time before it took over (a catch-up or re-fire). */
-  jobsCaughtUp: number;
-  /** Same job and tick from the old and the new leader: an in-doubt tick re-fired. */
-  refireDuplicates: number;
-  /** Missing ticks outside each job's failover gap (the target is 0): before the kill, and after the job was back. */
-  lostOutsideBefore: number;
-  lostOutsideAfter: number;
-  /** Missing ticks outside the global window [kill, first new tick], whatever the job. */
-  lostOutsideGlobalWindow: number;
-  /** Lateness of the ticks not delivered by the failover (the steady state before and after). */
-  steadyLateness: Lateness;
-}
-
-interface Lateness {
-  n: number;
-  p50: number;
-  p99: number;
-  max: number;
-  mean: number;
-}
-
-interface Figures {
-  windowS: number;
-  /** Calls received whose nominal tick lies in the window. */
-  ticksReceived: number;
-  uniqueTicks: number;
-  ratePerS: number;
-  /** What a perfect scheduler would have delivered in the window (jobs × seconds). */
-  ideal: number;
-  lateness: Lateness;
-  /** The same, counting only the first delivery of each job and tick. */
-  firstDeliveryLateness: Lateness;
-  /** Jobs that had two calls in flight at once, and how often that happened. */
-  overlapJobs: number;
-  overlapEvents: number;
-  /** Ticks between a job's first and last received tick (in the window) that never arrived. */
-  lost: number;
-  /** Of them, ticks whose previous tick was delivered twice (fired again at this tick's due time instead of it). */
-  lostAfterRepeat: number;
-  /** Same job and tick received more than once (re-fires of in-doubt ticks counted apart in phase 2). */
-  duplicates: number;
-  jobsWithTicks: number;
-  /** Jobs without any tick in the last SILENT_MS of the window. */
-  jobsSilentAtEnd: number;
-  badCalls: number;
-  connections: number;
-  failover?: Failover;
-}
-
-function lateness(values: number[]): Lateness {
-  const s = Float64Array.from(values).sort();
-  let sum = 0;
-  for (const v of s) sum += v;
-  return {
-    n: s.length,
-    p50: pct(s, 50),
-    p99: pct(s, 99),
-    max: s.length ? s[s.length - 1]! : 0,
-    mean: s.length ? sum / s.length : 0,
-  };
-}
-
-function analyse(
-  h: Hits,
-  w0: number,
-  w1: number,
-  kill?: { at: number; conn: number; killed: string; leaseTakenAt: number | null },
-): Figures {
-  // per job: the arrivals with a nominal tick in the window
-  const perJob = new Map<number, { tick: number; at: number; isNew: boolean }[]>();
-  let received = 0;
-  for (let i = 0; i < h.n; i++) {
-    const tick = h.tick[i]!;
-    if (tick < w0 || tick >= w1) continue;
-    received++;
-    const j = h.job[i]!;
-    let a = perJob.get(j);
-    if (!a) {
-      a = [];
-      perJob.set(j, a);
-    }
-    a.push({ tick, at: h.at[i]!, isNew: kill ? h.conn[i]! > kill.conn : false });
-  }
-  // the failover boundaries
-  let firstNewAt = Number.POSITIVE_INFINITY;
-  const firstNewArrival = new Map<number, number>();
-  const lastOldTick = new Map<number, number>();
-  if (kill) {
-    for (let i = 0; i < h.n; i++) {
-      const j = h.job[i]!;
-      if (h.conn[i]! > kill.conn) {
-        firstNewAt = Math.min(firstNewAt, h.at[i]!);
-        firstNewArrival.set(j, Math.min(firstNewArrival.get(j) ?? Number.POSITIVE_INFINITY, h.at[i]!));
-      } else {
-        lastOldTick.set(j, Math.max(lastOldTick.get(j) ?? Number.NEGATIVE_INFINITY, h.tick[i]!));
-      }
-    }
-  }
-  const late: number[] = [];
-  const firstLate: number[] = [];
-  const steady: number[] = [];
-  let unique = 0;
-  let lost = 0;
-  let lostAfterRepeat = 0;
-  let dups = 0;
-  let refireDups = 0;
-  let silent = 0;
-  const fo = {
-    windowTicks: 0,
-    windowTicksDelivered: 0,
-    gapTicks: 0,
-    gapDelivered: 0,
-    jobsCaughtUp: 0,
-    lostOutsideBefore: 0,
-    lostOutsideAfter: 0,
-    lostOutsideGlobal: 0,
-  };
-  for (const [j, arr] of perJob) {
-    const byTick = new Map<number, { old: number; neu: number; firstAt: number }>();
-    for (const a of arr) {
-      late.push(a.at - a.tick);
-      const c = byTick.get(a.tick) ?? { old: 0, neu: 0, firstAt: a.at };
-      if (a.isNew) c.neu++;
-      else c.old++;
-      c.firstAt = Math.min(c.firstAt, a.at);
-      byTick.set(a.tick, c);
-    }
-    unique += byTick.size;
-    for (const [t, c] of byTick) firstLate.push(c.firstAt - t);
-    for (const c of byTick.values()) {
-      const n = c.old + c.neu;
-      if (n <= 1) continue;
-      if (kill && c.old > 0 && c.neu > 0) {
-        refireDups++;
-        dups += n - 2;
-      } else dups += n - 1;
-    }
-    const ticks = [...byTick.keys()].sort((a, b) => a - b);
-    const first = ticks[0]!;
-    const last = ticks[ticks.length - 1]!;
-    if (last < w1 - SILENT_MS) silent++;
-    // a missing tick whose previous tick came twice: the previous one was fired again at this one's due time
-    const repeated = (t: number) => {
-      const c = byTick.get(t - PERIOD_MS);
-      return c !== undefined && (c.old > 1 || c.neu > 1);
-    };
-    if (!kill) {
-      for (let t = first; t <= last + 1; t += PERIOD_MS) {
-        if (byTick.has(t)) continue;
-        lost++;
-        if (repeated(t)) lostAfterRepeat++;
-      }
-      continue;
-    }
-    const back = firstNewArrival.get(j) ?? Number.POSITIVE_INFINITY;
-    const lastOld = lastOldTick.get(j) ?? Number.NEGATIVE_INFINITY;
-    for (const a of arr) {
-      // delivered by the failover: after the kill, for a time before this job was back
-      if (!(a.at >= kill.at && a.tick <= back)) steady.push(a.at - a.tick);
-    }
-    const firstNewTick = arr.filter((a) => a.isNew).reduce((m, a) => Math.min(m, a.tick), Infinity);
-    if (firstNewTick < firstNewAt - PERIOD_MS / 2) fo.jobsCaughtUp++;
-    for (let t = first; t <= last + 1; t += PERIOD_MS) {
-      const have = byTick.has(t);
-      const inGlobal = t >= kill.at && t <= firstNewAt;
-      const inGap = t > lastOld && t <= back;
-      if (inGlobal) {
-        fo.windowTicks++;
-        if (have) fo.windowTicksDelivered++;
-      }
-      if (inGap) {
-        fo.gapTicks++;
-        if (have) fo.gapDelivered++;
-      }
-      if (have) continue;
-      lost++;
-      if (repeated(t)) lostAfterRepeat++;
-      if (!inGlobal) fo.lostOutsideGlobal++;
-      if (!inGap) {
-        if (t <= lastOld) fo.lostOutsideBefore++;
-        else fo.lostOutsideAfter++;
-      }
-    }
-  }
-  let overlapJobs = 0;
-  for (const [, c] of h.maxConc) if (c > 1) overlapJobs++;
-  const figures: Figures = {
-    windowS: (w1 - w0) / 1000,
-    ticksReceived: received,
-    uniqueTicks: unique,
-    ratePerS: received / ((w1 - w0) / 1000),
-    ideal: Math.round((JOBS * (w1 - w0)) / PERIOD_MS),
-    lateness: lateness(late),
-    firstDeliveryLateness: lateness(firstLate),
-    overlapJobs,
-    overlapEvents: h.overlapEvents,
-    lost,
-    lostAfterRepeat,
-    duplicates: dups,
-    jobsWithTicks: perJob.size,
-    jobsSilentAtEnd: silent + Math.max(0, JOBS - perJob.size),
-    badCalls: h.bad,
-    connections: h.connections,
-  };
-  if (kill) {
-    const backs = [...firstNewArrival.values()].map((t) => t - kill.at).sort((a, b) => a - b);
-    figures.failover = {
-      killed: kill.killed,
-      killAtS: (kill.at - w0) / 1000,
-      leaseTakenMs: kill.leaseTakenAt === null ? null : kill.leaseTakenAt - kill.at,
-      windowMs: Number.isFinite(firstNewAt) ? firstNewAt - kill.at : null,
-      jobsBackP50Ms: backs.length ? pct(backs, 50) : null,
-      jobsBackMaxMs: backs.length ? backs[backs.length - 1]! : null,
-      jobsNeverBack: JOBS - firstNewArrival.size,
-      windowTicks: fo.windowTicks,
-      windowTicksDelivered: fo.windowTicksDelivered,
-      windowTicksMissed: fo.windowTicks - fo.windowTicksDelivered,
-      gapTicks: fo.gapTicks,
-      gapDelivered: fo.gapDelivered,
-      gapMissed: fo.gapTicks - fo.gapDelivered,
-      jobsCaughtUp: fo.jobsCaughtUp,
-      refireDuplicates: refireDups,
-      lostOutsideBefore: fo.lostOutsideBefore,
-      lostOutsideAfter: fo.lostOutsideAfter,
-      lostOutsideGlobalWindow: fo.lostOutsideGlobal,
-      steadyLateness: lateness(steady),
-    };
-  }
-  return figures;
-}
-
 // ---- phases ----
 interface PhaseReport {
   name: string;
@@ -798,19 +445,23 @@ async function phase1(vaultKey: string): Promise<PhaseReport> {
   progress(`   nats ${nats.url}, control plane ${base}, target ${targetUrl}; making ${JOBS} jobs`);
   const created = await createJobs(base, targetUrl);
   // what startNode would start, with the test hook that counts fires
-  const scheduler = startScheduler({
-    bus: platform.bus,
-    vault: platform.vault,
-    nodeId: "bench-node",
-    log: (m) => {
-      if (schedulerLog.length < 200) schedulerLog.push(`${((Date.now() - t0) / 1000).toFixed(1)}s ${m}`);
+  const scheduler = startInstrumentedScheduler(
+    {
+      bus: platform.bus,
+      vault: platform.vault,
+      nodeId: "bench-node",
+      log: (m) => {
+        if (schedulerLog.length < 200) schedulerLog.push(`${((Date.now() - t0) / 1000).toFixed(1)}s ${m}`);
+      },
     },
-    onFire: (e) => {
-      const tick = Date.parse(e.tick);
-      if (tick >= window[0] && tick < window[1]) firedInWindow++;
-      if (e.refire) refires++;
+    {
+      onFire: (e) => {
+        const tick = Date.parse(e.tick);
+        if (tick >= window[0] && tick < window[1]) firedInWindow++;
+        if (e.refire) refires++;
+      },
     },
-  });
+  );
   live.schedulers.push(scheduler);
   const schedulerStart = Date.now();
   for (let i = 0; i < 300 && !scheduler.isLeader(); i++) await sleep(50);
@@ -826,7 +477,7 @@ async function phase1(vaultKey: string): Promise<PhaseReport> {
   const cpu = meter.stop();
   const stats1 = platform.bus.nc.stats();
   const hits = await target.collect();
-  const figures = analyse(hits, w.w0, w.w1);
+  const figures = analyse(hits, w.w0, w.w1, ANALYSIS);
   progress(
     `   ${f0(figures.ticksReceived)} ticks, p99 ${f1(figures.lateness.p99)} ms late, ${figures.lost} lost; reading the bus`,
   );
@@ -905,7 +556,7 @@ async function phase2(vaultKey: string): Promise<PhaseReport> {
   meter.add("bench process (control gateway; target worker)", process.pid);
   meter.add("nats-server", nats.pid);
   for (const n of nodes) meter.add(`node ${n.id}${n.id === leader ? " (leader, killed)" : ""}`, n.child.pid!);
-  let kill: { at: number; conn: number; killed: string; leaseTakenAt: number | null } | undefined;
+  let kill: Kill | undefined;
   let appPartitionAtKill: string | undefined;
   const w = await runWindow(meter, async (w0) => {
     await sleep(w0 + (SECONDS * 1000) / 2 - Date.now());
@@ -934,7 +585,7 @@ async function phase2(vaultKey: string): Promise<PhaseReport> {
   });
   const cpu = meter.stop();
   const hits = await target.collect();
-  const figures = analyse(hits, w.w0, w.w1, kill);
+  const figures = analyse(hits, w.w0, w.w1, ANALYSIS, kill);
   progress(
     `   ${f0(figures.ticksReceived)} ticks, failover window ${figures.failover?.windowMs ?? "?"} ms; reading the bus`,
   );

@@ -1,15 +1,26 @@
 import { randomBytes } from "node:crypto";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { startNode, type NodeHandle, type NodeOptions } from "../actors/runtime.js";
-import { AppDirectory, isLoopback, loadControlToken } from "../gateway/auth.js";
-import { originPolicyFromEnv } from "../gateway/origin.js";
-import { startGateway, uwsIsNative, type GatewayHandle } from "../gateway/server.js";
-import { DEFAULT_PORTS } from "../proto/catalogue.js";
-import { openBus, type Bus } from "../store/bus.js";
-import { startEmbeddedNats, type EmbeddedNats } from "../store/embedded-nats.js";
-import { ReadIndex } from "../store/read-index.js";
-import { agreeOnVaultKey, Vault } from "../store/vault.js";
+import { startNode, type NodeHandle, type NodeOptions } from "../actors/mod.js";
+import {
+  AppDirectory,
+  isLoopback,
+  loadControlToken,
+  originPolicyFromEnv,
+  startGateway,
+  uwsIsNative,
+  type GatewayHandle,
+} from "../gateway/mod.js";
+import { DEFAULT_PORTS } from "../proto/mod.js";
+import {
+  openBus,
+  type Bus,
+  startEmbeddedNats,
+  type EmbeddedNats,
+  ReadIndex,
+  agreeOnVaultKey,
+  Vault,
+} from "../store/mod.js";
 
 export type Role = "up" | "gateway" | "node";
 
@@ -42,6 +53,8 @@ export interface PlatformOptions {
    */
   platformUrls?: { control?: string; data?: string };
   node?: Partial<NodeOptions>;
+  /** How the runtime node is started (default `startNode`; tests and benchmarks pass an instrumented one, actors/testing.ts). */
+  launchNode?: (opts: NodeOptions) => Promise<NodeHandle>;
   replyTimeoutMs?: number;
   env?: NodeJS.ProcessEnv;
   log?: (msg: string) => void;
@@ -120,69 +133,10 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
     // every process of a deployment must seal and open with the same keys (DESIGN §5)
     await agreeOnVaultKey(bus.kv.meta, vault);
 
-    let index: ReadIndex | undefined;
-    let control: GatewayHandle | undefined;
-    let data: GatewayHandle | undefined;
-    if (role === "up" || role === "gateway") {
-      if (!uwsIsNative()) log("warning: uWebSockets.js is not the native build; expect far lower throughput");
-      const indexDir = join(dataDir, role === "up" ? "index" : `index-${opts.plane ?? "control"}`);
-      try {
-        index = await ReadIndex.open(indexDir);
-      } catch (e) {
-        // LevelDB's lock: another process has this read index open (the node id of `up` relies on it)
-        const cause = (e as { cause?: { code?: string } }).cause;
-        if (cause?.code === "LEVEL_LOCKED")
-          throw new Error(
-            `the read index ${indexDir} is in use by another slipwayd: stop that one first, or use another SLIPWAY_DATA_DIR`,
-          );
-        throw e;
-      }
-      const idx = index;
-      closers.push(() => idx.close());
-      await index.follow(bus, log);
-      const apps = new AppDirectory();
-      await apps.follow(bus, log);
-      closers.push(async () => apps.stop());
-      const controlHost = opts.controlHost ?? "127.0.0.1";
-      const controlPort = opts.controlPort ?? DEFAULT_PORTS.control;
-      const dataPort = opts.dataPort ?? DEFAULT_PORTS.data;
-      const tailsPerToken = Number.parseInt(env.SLIPWAY_TAILS_PER_TOKEN ?? "", 10) || undefined;
-      const common = {
-        bus,
-        vault,
-        index,
-        apps,
-        controlToken,
-        log,
-        originPolicy: originPolicyFromEnv(env),
-        ...(tailsPerToken ? { tailsPerToken } : {}),
-        ...(opts.replyTimeoutMs ? { replyTimeoutMs: opts.replyTimeoutMs } : {}),
-      };
-      if (role === "up" || opts.plane !== "data") {
-        control = await startGateway({
-          ...common,
-          plane: "control",
-          host: controlHost,
-          port: controlPort,
-          otherPort: () => data?.port ?? dataPort,
-          controlTokenRequired: opts.requireControlToken === true || !isLoopback(controlHost),
-        });
-        const c = control;
-        closers.push(() => c.close());
-      }
-      if (role === "up" || opts.plane === "data") {
-        data = await startGateway({
-          ...common,
-          plane: "data",
-          host: opts.dataHost ?? "127.0.0.1",
-          port: dataPort,
-          otherPort: () => control?.port ?? controlPort,
-          controlTokenRequired: true,
-        });
-        const d = data;
-        closers.push(() => d.close());
-      }
-    }
+    const { index, control, data } =
+      role === "up" || role === "gateway"
+        ? await startGateways(opts, { role, dataDir, env, bus, vault, controlToken, log, closers })
+        : ({} as Gateways);
     let node: NodeHandle | undefined;
     if (role === "up" || role === "node") {
       const local = (host: string | undefined, port: number | undefined) =>
@@ -196,7 +150,7 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
         ...(ownData ? { data: ownData } : {}),
         ...(opts.platformUrls ?? {}),
       };
-      node = await startNode({
+      node = await (opts.launchNode ?? startNode)({
         bus,
         vault,
         workspaceRoot,
@@ -231,6 +185,92 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
     };
   } catch (e) {
     await closeAll();
+    throw e;
+  }
+}
+
+interface Gateways {
+  index?: ReadIndex;
+  control?: GatewayHandle;
+  data?: GatewayHandle;
+}
+
+interface Started {
+  role: "up" | "gateway";
+  dataDir: string;
+  env: NodeJS.ProcessEnv;
+  bus: Bus;
+  vault: Vault;
+  controlToken: string;
+  log: (msg: string) => void;
+  /** Each part started pushes how it stops. */
+  closers: (() => Promise<void>)[];
+}
+
+/** Opens the read index, follows the app directory and starts the gateways of the role's planes. */
+async function startGateways(opts: PlatformOptions, s: Started): Promise<Gateways> {
+  const { role, bus, log, closers } = s;
+  if (!uwsIsNative()) log("warning: uWebSockets.js is not the native build; expect far lower throughput");
+  const indexDir = join(s.dataDir, role === "up" ? "index" : `index-${opts.plane ?? "control"}`);
+  const index = await openIndex(indexDir);
+  closers.push(() => index.close());
+  await index.follow(bus, log);
+  const apps = new AppDirectory();
+  await apps.follow(bus, log);
+  closers.push(async () => apps.stop());
+  const controlHost = opts.controlHost ?? "127.0.0.1";
+  const controlPort = opts.controlPort ?? DEFAULT_PORTS.control;
+  const dataPort = opts.dataPort ?? DEFAULT_PORTS.data;
+  const tailsPerToken = Number.parseInt(s.env.SLIPWAY_TAILS_PER_TOKEN ?? "", 10) || undefined;
+  const common = {
+    bus,
+    vault: s.vault,
+    index,
+    apps,
+    controlToken: s.controlToken,
+    log,
+    originPolicy: originPolicyFromEnv(s.env),
+    ...(tailsPerToken ? { tailsPerToken } : {}),
+    ...(opts.replyTimeoutMs ? { replyTimeoutMs: opts.replyTimeoutMs } : {}),
+  };
+  const out: Gateways = { index };
+  if (role === "up" || opts.plane !== "data") {
+    const control = await startGateway({
+      ...common,
+      plane: "control",
+      host: controlHost,
+      port: controlPort,
+      otherPort: () => out.data?.port ?? dataPort,
+      controlTokenRequired: opts.requireControlToken === true || !isLoopback(controlHost),
+    });
+    out.control = control;
+    closers.push(() => control.close());
+  }
+  if (role === "up" || opts.plane === "data") {
+    const data = await startGateway({
+      ...common,
+      plane: "data",
+      host: opts.dataHost ?? "127.0.0.1",
+      port: dataPort,
+      otherPort: () => out.control?.port ?? controlPort,
+      controlTokenRequired: true,
+    });
+    out.data = data;
+    closers.push(() => data.close());
+  }
+  return out;
+}
+
+async function openIndex(indexDir: string): Promise<ReadIndex> {
+  try {
+    return await ReadIndex.open(indexDir);
+  } catch (e) {
+    // LevelDB's lock: another process has this read index open (the node id of `up` relies on it)
+    const cause = (e as { cause?: { code?: string } }).cause;
+    if (cause?.code === "LEVEL_LOCKED")
+      throw new Error(
+        `the read index ${indexDir} is in use by another slipwayd: stop that one first, or use another SLIPWAY_DATA_DIR`,
+      );
     throw e;
   }
 }

@@ -5,9 +5,10 @@ import { parseArgs } from "node:util";
 import { resolve } from "node:path";
 import { optionsFromEnv } from "./options.js";
 import type { PlatformHandle } from "./platform.js";
-import { DEFAULT_PORTS, PLATFORM_MODEL } from "../proto/catalogue.js";
+import { DEFAULT_PORTS, PLATFORM_MODEL } from "../proto/mod.js";
+import type { Bus } from "../store/mod.js";
+// biome-ignore lint/style/noRestrictedImports: only the nats-server launcher up front; store/mod.js (NATS client, LevelDB) loads while the server starts
 import { startEmbeddedNats, type EmbeddedNats } from "../store/embedded-nats.js";
-import type { Bus } from "../store/bus.js";
 
 const USAGE = `slipwayd: the Slipway platform (model ${PLATFORM_MODEL})
 
@@ -56,11 +57,7 @@ async function run(argv: string[]): Promise<void> {
   if (cmd === "vault") {
     if (sub !== "rotate") fail(`unknown vault command ${sub ?? ""}; try: slipwayd vault rotate`, 2);
     const dataDir = resolve(base.dataDir ?? ".slipway");
-    const [{ openBus }, { addKeyToFile, agreeOnVaultKey, Vault }, { resealAll }] = await Promise.all([
-      import("../store/bus.js"),
-      import("../store/vault.js"),
-      import("../store/vault-rotate.js"),
-    ]);
+    const { openBus, addKeyToFile, agreeOnVaultKey, Vault, resealAll } = await import("../store/mod.js");
     // With SLIPWAY_VAULT_KEY the keys live in the environment: put the new key first in that list
     // (old ones after it), restart the processes, then run this to re-seal under it.
     const fromEnv = Boolean(process.env.SLIPWAY_VAULT_KEY);

@@ -1,5 +1,5 @@
 import os from "node:os";
-import { DEFAULT_PORTS } from "../proto/catalogue.js";
+import { DEFAULT_PORTS } from "../proto/mod.js";
 import { UsageError } from "./usage-error.js";
 
 /** Environment variables the client reads. */

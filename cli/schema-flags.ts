@@ -1,5 +1,4 @@
-import { capability } from "../proto/catalogue.js";
-import { type CapabilityName, INPUT_SCHEMAS } from "../proto/inputs.js";
+import { capability, type CapabilityName, INPUT_SCHEMAS } from "../proto/mod.js";
 import { type FlagSpec, FlagKind, type PositionalSpec, type VerbSpec } from "./verb-types.js";
 
 /** The JSON Schema keywords the client reads from an input schema. */

@@ -1,5 +1,4 @@
-import type { Plane } from "../proto/catalogue.js";
-import type { CapabilityName } from "../proto/inputs.js";
+import type { Plane, CapabilityName } from "../proto/mod.js";
 
 /** How the text of a flag becomes the value of its field. */
 export const FlagKind = {

@@ -1,8 +1,6 @@
 import type Anthropic from "@anthropic-ai/sdk";
 import Type, { type Static, type TSchema } from "typebox";
-import { check, CodecError } from "../proto/codec.js";
-import type { ErrorDetail } from "../proto/errors.js";
-import { PlatformError } from "../proto/errors.js";
+import { check, CodecError, type ErrorDetail, PlatformError } from "../proto/mod.js";
 import { FailureReadingSchema, type FailureReading } from "./model-schemas.js";
 
 export {

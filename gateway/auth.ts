@@ -1,10 +1,8 @@
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
-import type { Bus } from "../store/bus.js";
-import { check } from "../proto/codec.js";
-import { PlatformError } from "../proto/errors.js";
-import { AppRecordSchema, type AppRecord } from "../proto/records.js";
+import type { Bus } from "../store/mod.js";
+import { check, PlatformError, AppRecordSchema, type AppRecord } from "../proto/mod.js";
 
 /** True for loopback addresses (127.0.0.0/8, ::1, localhost). */
 export function isLoopback(host: string): boolean {

@@ -1,15 +1,17 @@
-import type { Bus } from "../store/bus.js";
-import type { Vault } from "../store/vault.js";
-import type { ReadIndex } from "../store/read-index.js";
-import { commandFieldAad } from "../store/vault.js";
-import { acceptedOn, declarationOf } from "../proto/catalogue.js";
-import { canonicalJson, validateInput } from "../proto/codec.js";
-import type { Command, Reply } from "../proto/command.js";
-import { busUnavailable } from "../store/bus-errors.js";
-import { PlatformError } from "../proto/errors.js";
-import type { Actor } from "../proto/events.js";
-import { newId } from "../proto/ids.js";
-import { sensitiveFields, type CapabilityName } from "../proto/inputs.js";
+import { type Bus, type Vault, type ReadIndex, commandFieldAad, busUnavailable } from "../store/mod.js";
+import {
+  acceptedOn,
+  declarationOf,
+  canonicalJson,
+  validateInput,
+  type Command,
+  type Reply,
+  PlatformError,
+  type Actor,
+  newId,
+  sensitiveFields,
+  type CapabilityName,
+} from "../proto/mod.js";
 import { requireScope, type Principal } from "./auth.js";
 import type { CommandClient } from "./command-client.js";
 import { isJsonContentType, parseJsonObject, type Res } from "./http.js";

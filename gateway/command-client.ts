@@ -1,13 +1,19 @@
 import type { Subscription } from "@nats-io/transport-node";
-import type { Bus } from "../store/bus.js";
-import { check, decode, encode } from "../proto/codec.js";
-import { ReplySchema, type Command, type Reply } from "../proto/command.js";
-import { PlatformError } from "../proto/errors.js";
-import { IdempotencyRecordSchema, type IdempotencyRecord } from "../proto/records.js";
-import { outcomeAad } from "../proto/names.js";
-import { keys, subjects } from "../proto/subjects.js";
-import type { Vault } from "../store/vault.js";
-import { busUnavailable, isTransientBusError } from "../store/bus-errors.js";
+import { type Bus, type Vault, busUnavailable, isTransientBusError } from "../store/mod.js";
+import {
+  check,
+  decode,
+  encode,
+  ReplySchema,
+  type Command,
+  type Reply,
+  PlatformError,
+  IdempotencyRecordSchema,
+  type IdempotencyRecord,
+  outcomeAad,
+  keys,
+  subjects,
+} from "../proto/mod.js";
 
 /**
  * The gateway's side of the command bus: puts a command on the stream (its id

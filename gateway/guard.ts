@@ -1,7 +1,6 @@
 import type { HttpRequest, HttpResponse } from "uWebSockets.js";
-import { PlatformError } from "../proto/errors.js";
-import { newId } from "../proto/ids.js";
-import { busUnavailable, isTransientBusError } from "../store/bus-errors.js";
+import { PlatformError, newId } from "../proto/mod.js";
+import { busUnavailable, isTransientBusError } from "../store/mod.js";
 import { Res } from "./http.js";
 import { checkHostAndOrigin, type OriginPolicy } from "./origin.js";
 import { readRequest, type Req } from "./request.js";

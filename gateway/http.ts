@@ -1,6 +1,5 @@
 import type { HttpResponse } from "uWebSockets.js";
-import { PLATFORM_MODEL } from "../proto/catalogue.js";
-import { PlatformError, toWireError } from "../proto/errors.js";
+import { PLATFORM_MODEL, PlatformError, toWireError } from "../proto/mod.js";
 
 /** Largest accepted request body. */
 export const MAX_BODY = 1024 * 1024;
@@ -113,6 +112,23 @@ export class Res {
   }
 }
 
+function payloadTooLarge(): PlatformError {
+  return new PlatformError("payload_too_large", `request body is larger than ${MAX_BODY} bytes`);
+}
+
+/**
+ * Takes a POST's body: refused at once when its declared length is over MAX_BODY, else read (it
+ * must be taken before the route handler returns: uWS drops data nobody listens to). Undefined for
+ * other methods.
+ */
+export function takeBody(req: { method: string; headers: Record<string, string> }, res: Res) {
+  if (req.method !== "POST") return undefined;
+  if (Number(req.headers["content-length"] ?? "0") > MAX_BODY) throw payloadTooLarge();
+  const body = readBody(res);
+  body.catch(() => {});
+  return body;
+}
+
 /** Reads the whole body, refusing more than MAX_BODY bytes. */
 export function readBody(res: Res): Promise<Buffer> {
   return new Promise((resolve, reject) => {
@@ -125,7 +141,7 @@ export function readBody(res: Res): Promise<Buffer> {
       size += ab.byteLength;
       if (size > MAX_BODY) {
         failed = true;
-        reject(new PlatformError("payload_too_large", `request body is larger than ${MAX_BODY} bytes`));
+        reject(payloadTooLarge());
         return;
       }
       chunks.push(Buffer.from(new Uint8Array(ab).slice()));

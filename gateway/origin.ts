@@ -1,5 +1,5 @@
 import { isIP } from "node:net";
-import { PlatformError } from "../proto/errors.js";
+import { PlatformError } from "../proto/mod.js";
 
 /**
  * Which `Host` and `Origin` headers a gateway answers (docs/security.md).

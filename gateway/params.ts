@@ -1,8 +1,4 @@
-import { PLATFORM_APP } from "../proto/catalogue.js";
-import { PlatformError } from "../proto/errors.js";
-import { isEventType } from "../proto/events.js";
-import { isAppName } from "../proto/inputs.js";
-import { isResourceType } from "../proto/resources.js";
+import { PLATFORM_APP, PlatformError, isEventType, isAppName, isResourceType } from "../proto/mod.js";
 import type { Query } from "./request.js";
 
 /**

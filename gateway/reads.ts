@@ -1,5 +1,4 @@
-import type { ReadIndex } from "../store/read-index.js";
-import { formatLogLine, readLog } from "../store/logs.js";
+import { type ReadIndex, formatLogLine, readLog, busUnavailable } from "../store/mod.js";
 import {
   acceptedOn,
   API_VERSION,
@@ -7,10 +6,9 @@ import {
   CAPABILITIES,
   PLANNED_ROUTES,
   PLATFORM_MODEL,
-} from "../proto/catalogue.js";
-import { busUnavailable } from "../store/bus-errors.js";
-import { PlatformError } from "../proto/errors.js";
-import { TERMINAL } from "../proto/resources.js";
+  PlatformError,
+  TERMINAL,
+} from "../proto/mod.js";
 import type { AppDirectory, Principal } from "./auth.js";
 import type { Res } from "./http.js";
 import {

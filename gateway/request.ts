@@ -1,5 +1,5 @@
 import type { HttpRequest } from "uWebSockets.js";
-import { PlatformError } from "../proto/errors.js";
+import { PlatformError } from "../proto/mod.js";
 
 /**
  * What a handler needs of a request, copied out of uWS's stack-allocated

@@ -1,20 +1,20 @@
 import { randomBytes } from "node:crypto";
 import uWS from "uWebSockets.js";
-import type { Bus } from "../store/bus.js";
-import type { Vault } from "../store/vault.js";
-import type { ReadIndex } from "../store/read-index.js";
-import { DEFAULT_PORTS, PLANNED_ROUTES } from "../proto/catalogue.js";
-import { check } from "../proto/codec.js";
-import type { Reply } from "../proto/command.js";
-import { busUnavailable } from "../store/bus-errors.js";
-import { PlatformError } from "../proto/errors.js";
-import { AppRecordSchema } from "../proto/records.js";
-import { keys } from "../proto/subjects.js";
+import { type Bus, type Vault, type ReadIndex, busUnavailable } from "../store/mod.js";
+import {
+  DEFAULT_PORTS,
+  PLANNED_ROUTES,
+  check,
+  type Reply,
+  PlatformError,
+  AppRecordSchema,
+  keys,
+} from "../proto/mod.js";
 import { authenticate, type AppDirectory, type Principal } from "./auth.js";
 import { capabilityRoute, type CapabilityDeps } from "./capability-route.js";
 import { CommandClient } from "./command-client.js";
 import { guard, type GuardOptions } from "./guard.js";
-import { MAX_BODY, readBody, type Res } from "./http.js";
+import { takeBody, type Res } from "./http.js";
 import { openApiDocument } from "./openapi.js";
 import { DEFAULT_ORIGIN_POLICY, type OriginPolicy } from "./origin.js";
 import { decodeComponent, type Req } from "./request.js";
@@ -58,6 +58,31 @@ function methodNotAllowed(allow: string[]): PlatformError {
   return new PlatformError("method_not_allowed", `use ${allow.join(" or ")}`, {
     headers: { allow: allow.join(", ") },
   });
+}
+
+/** Applies an answer's resource and events to the local read index at once (read your writes). */
+function answerLearner(opts: GatewayOptions, log: (msg: string) => void) {
+  const { plane, bus, index, apps } = opts;
+  return async (reply: Reply): Promise<void> => {
+    if (!reply.ok || !reply.body) return;
+    const r = reply.body.resource;
+    try {
+      if (reply.resource_revision !== undefined) {
+        await index.applyResource(
+          keys.resource(r.app_id, r.type, r.id),
+          reply.resource_deleted ? null : r,
+          reply.resource_revision,
+        );
+      }
+      for (const ev of reply.body.events) await index.applyEvent(ev);
+      if (r.type === "Application") {
+        const e = await bus.kv.apps.get(keys.app(r.app_id));
+        if (e && e.operation === "PUT") apps.put(check(AppRecordSchema, e.json(), "app record"));
+      }
+    } catch (e) {
+      log(`gateway ${plane}: could not apply an answer to the read index: ${String(e)}`);
+    }
+  };
 }
 
 /** Starts one plane's gateway. */
@@ -104,27 +129,7 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
     open,
   };
 
-  /** Applies an answer's resource and events to the local read index at once (read your writes). */
-  const learn = async (reply: Reply) => {
-    if (!reply.ok || !reply.body) return;
-    const r = reply.body.resource;
-    try {
-      if (reply.resource_revision !== undefined) {
-        await index.applyResource(
-          keys.resource(r.app_id, r.type, r.id),
-          reply.resource_deleted ? null : r,
-          reply.resource_revision,
-        );
-      }
-      for (const ev of reply.body.events) await index.applyEvent(ev);
-      if (r.type === "Application") {
-        const e = await bus.kv.apps.get(keys.app(r.app_id));
-        if (e && e.operation === "PUT") apps.put(check(AppRecordSchema, e.json(), "app record"));
-      }
-    } catch (e) {
-      log(`gateway ${plane}: could not apply an answer to the read index: ${String(e)}`);
-    }
-  };
+  const learn = answerLearner(opts, log);
   const caps: CapabilityDeps = {
     plane,
     bus,
@@ -142,16 +147,7 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
     const cm = /^\/capabilities\/([^/]+)$/.exec(path);
     if (cm) {
       const name = decodeComponent(cm[1]!, "capability name");
-      const len = Number(req.headers["content-length"] ?? "0");
-      if (req.method === "POST" && len > MAX_BODY)
-        throw new PlatformError("payload_too_large", `request body is larger than ${MAX_BODY} bytes`);
-      // the body must be taken before the handler returns (uWS drops data nobody listens to)
-      let body: Promise<Buffer> | undefined;
-      if (req.method === "POST") {
-        body = readBody(res);
-        body.catch(() => {});
-      }
-      return capabilityRoute(caps, req, res, name, body, methodNotAllowed);
+      return capabilityRoute(caps, req, res, name, takeBody(req, res), methodNotAllowed);
     }
     if (PLANNED_ROUTES.some((r) => r.test(path))) {
       if (!bus.connected()) throw busUnavailable();

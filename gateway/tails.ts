@@ -1,17 +1,21 @@
 import type { TemplatedApp, WebSocket } from "uWebSockets.js";
 import { DeliverPolicy } from "@nats-io/jetstream";
-import type { Bus } from "../store/bus.js";
-import { check } from "../proto/codec.js";
-import { PlatformError } from "../proto/errors.js";
-import { PlatformEventSchema, type PlatformEvent } from "../proto/events.js";
-import { STREAMS, subjects } from "../proto/subjects.js";
+import type { Bus } from "../store/mod.js";
+import {
+  check,
+  PlatformError,
+  PlatformEventSchema,
+  type PlatformEvent,
+  STREAMS,
+  subjects,
+  newId,
+} from "../proto/mod.js";
 import type { Principal } from "./auth.js";
 import { answerError, type GuardOptions } from "./guard.js";
 import { Res } from "./http.js";
 import { checkHostAndOrigin } from "./origin.js";
 import { appParam, eventTypeParam, intParam } from "./params.js";
 import { readRequest, type Req } from "./request.js";
-import { newId } from "../proto/ids.js";
 
 /** Concurrent tails (event streams and followed logs) one token may hold (docs/http.md). */
 export const TAILS_PER_TOKEN_DEFAULT = 32;

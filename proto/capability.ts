@@ -49,6 +49,8 @@ export interface Capability<N extends string = string, S extends TObject = TObje
   readonly built: boolean;
   /** Exactly the input fields of spec 4.1; `sensitive: true` fields are sealed by the gateway. */
   readonly input: S;
+  /** A valid input (OpenAPI's example, the docs; tests call every capability with it). */
+  readonly example: Static<S>;
   /** Rules across fields the schema cannot state; throws PlatformError `invalid_input` (400). */
   readonly refine: (input: Static<S>) => void;
   /** Why a valid call cannot be served yet (an inspect type not built): 501 with this reason. */
@@ -71,6 +73,8 @@ export interface CapabilitySpec<N extends string, S extends TObject> {
   app_less?: boolean;
   built: boolean;
   input: S;
+  /** A valid input: it must pass the schema and `refine` (test/proto/declarations.test.ts). */
+  example: Static<S>;
   refine?: (input: Static<S>) => void;
   unavailable?: (input: Static<S>) => string | undefined;
   /** Default: the input's `app` (the platform pseudo-app when `app_less`). */
@@ -95,6 +99,7 @@ export function declareCapability<const N extends string, S extends TObject>(
     app_less: appLess,
     built: spec.built,
     input: spec.input,
+    example: spec.example,
     refine: spec.refine ?? (() => {}),
     unavailable: spec.unavailable ?? (() => undefined),
     target:
@@ -105,18 +110,19 @@ export function declareCapability<const N extends string, S extends TObject>(
 }
 
 /** The row of `GET /capabilities` and of the catalogue (no functions, no schema). */
-export interface CapabilityInfo {
-  readonly name: string;
-  readonly plane: Plane;
-  readonly resource_type: string;
-  readonly c_number: string | null;
-  readonly events: readonly string[];
-  readonly skill_action_planned: boolean;
-  readonly requires_container_runtime: boolean;
-  readonly long_running: boolean;
-  readonly busy_group: BusyGroup | null;
-  readonly app_less: boolean;
-}
+export type CapabilityInfo = Pick<
+  Capability,
+  | "name"
+  | "plane"
+  | "resource_type"
+  | "c_number"
+  | "events"
+  | "skill_action_planned"
+  | "requires_container_runtime"
+  | "long_running"
+  | "busy_group"
+  | "app_less"
+>;
 
 export function infoOf(c: Capability): CapabilityInfo {
   return {

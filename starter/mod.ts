@@ -2,7 +2,7 @@ import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { chmod, mkdir, writeFile } from "node:fs/promises";
 import { dirname, join, resolve, sep } from "node:path";
 import { fileURLToPath } from "node:url";
-import { PlatformError } from "../proto/errors.js";
+import { PlatformError } from "../proto/mod.js";
 import { CLIENT_PATH_IN_APP, clientBundle } from "./client-bundle.js";
 
 export { CLIENT_PATH_IN_APP, clientBundle } from "./client-bundle.js";

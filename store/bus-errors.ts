@@ -7,7 +7,7 @@ import {
   RequestError,
   TimeoutError,
 } from "@nats-io/transport-node";
-import { PlatformError } from "../proto/errors.js";
+import { PlatformError } from "../proto/mod.js";
 
 /**
  * The NATS client's errors, recognised by their classes and JetStream API

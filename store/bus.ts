@@ -17,7 +17,7 @@ import {
   LEASE_TTL_MS,
   STREAMS,
   subjects,
-} from "../proto/subjects.js";
+} from "../proto/mod.js";
 
 /** Everything a process needs from NATS: the connection, JetStream and the KV buckets. */
 export interface Bus {

@@ -1,5 +1,5 @@
 import type { Bus } from "./bus.js";
-import { STREAMS, subjects } from "../proto/subjects.js";
+import { STREAMS, subjects } from "../proto/mod.js";
 import { readStream } from "./read-stream.js";
 
 /** One log line of a resource (stream SLIPWAY_LOGS). */

@@ -1,10 +1,16 @@
 import { Level } from "level";
 import { DeliverPolicy } from "@nats-io/jetstream";
 import type { Bus } from "./bus.js";
-import { check, CodecError } from "../proto/codec.js";
-import { PlatformEventSchema, type PlatformEvent } from "../proto/events.js";
-import { ResourceSchema, type Resource } from "../proto/resources.js";
-import { parseResourceKey, STREAMS } from "../proto/subjects.js";
+import {
+  check,
+  CodecError,
+  PlatformEventSchema,
+  type PlatformEvent,
+  ResourceSchema,
+  type Resource,
+  parseResourceKey,
+  STREAMS,
+} from "../proto/mod.js";
 
 /**
  * The local read index (LevelDB) of a process that serves reads: resources by

@@ -1,6 +1,5 @@
 import type { Bus } from "./bus.js";
-import { check, encode } from "../proto/codec.js";
-import { AppRecordSchema, VaultEntrySchema } from "../proto/records.js";
+import { check, encode, AppRecordSchema, VaultEntrySchema } from "../proto/mod.js";
 import { secretAad, serviceKeyAad, type Vault, VaultTamperedError } from "./vault.js";
 
 export interface RotateReport {

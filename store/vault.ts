@@ -2,7 +2,7 @@ import { createCipheriv, createDecipheriv, createHash, createHmac, randomBytes }
 import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import type { KV } from "@nats-io/kv";
-import type { Sealed } from "../proto/command.js";
+import type { Sealed } from "../proto/mod.js";
 
 /**
  * The vault's cipher: AES-256-GCM, a random 96-bit nonce per seal, the AAD
@@ -270,4 +270,4 @@ export async function agreeOnVaultKey(meta: KV, vault: Vault): Promise<"recorded
   );
 }
 
-export { commandFieldAad, secretAad, serviceKeyAad } from "../proto/names.js";
+export { commandFieldAad, secretAad, serviceKeyAad } from "../proto/mod.js";

@@ -1,11 +1,7 @@
-import { existsSync } from "node:fs";
-import { join } from "node:path";
 import { defineHandler, type HandlerContext } from "../context.js";
 import { npmTask } from "../tasks/npm.js";
-import { PlatformError } from "../../proto/errors.js";
-import { newResourceId } from "../../proto/ids.js";
-import type { Resource } from "../../proto/resources.js";
-import { packageScripts, requireApp, sealedSecrets, workspaceOf } from "./workspace.js";
+import { PlatformError, type Resource } from "../../proto/mod.js";
+import { packageScripts, requireApp, sealedSecrets } from "./workspace.js";
 
 /**
  * build, test and lint: run the app's own `npm run <script>` as long work in
@@ -20,28 +16,22 @@ interface Kind {
 
 async function runScript(ctx: HandlerContext, kind: Kind) {
   const app = await requireApp(ctx);
-  const workspace = workspaceOf(ctx.workspaceRoot, app);
+  const workspace = ctx.workspace(app);
   const scripts = packageScripts(workspace);
   if (!scripts[kind.script])
     throw new PlatformError("precondition_failed", `the app's package.json has no "${kind.script}" script`);
-  if (!existsSync(join(workspace, "node_modules")))
+  if (!workspace.exists("node_modules"))
     throw new PlatformError(
       "precondition_failed",
       `dependencies are not installed; run: slipway install --app ${ctx.app}`,
     );
   const iso = ctx.now.toISOString();
   const command = `npm run ${kind.script}`;
-  const resource: Resource = {
-    type: kind.type,
-    id: newResourceId(kind.type),
-    app_id: ctx.app,
-    status: "running",
-    created_at: iso,
-    updated_at: iso,
+  const resource: Resource = ctx.resource(kind.type, "running", {
     script: kind.script,
     command,
     started_at: iso,
-  };
+  });
   ctx.putResource(resource);
   ctx.log(resource.id, `${kind.type} started: ${command}`);
   ctx.emit(`${kind.type}Started`, resource, { script: kind.script, command });
@@ -49,7 +39,7 @@ async function runScript(ctx: HandlerContext, kind: Kind) {
     status: "running" as const,
     resource,
     task: npmTask({
-      workspace,
+      workspace: workspace.path,
       args: ["run", kind.script],
       sealed: await sealedSecrets(ctx),
       kind: kind.script,

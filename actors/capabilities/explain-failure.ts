@@ -1,9 +1,7 @@
 import { defineHandler } from "../context.js";
 import { explainTask } from "../tasks/explain.js";
-import { PlatformError } from "../../proto/errors.js";
-import { newResourceId } from "../../proto/ids.js";
-import type { Resource } from "../../proto/resources.js";
-import { requireApp, workspaceOf } from "./workspace.js";
+import { PlatformError, type Resource } from "../../proto/mod.js";
+import { requireApp } from "./workspace.js";
 
 /**
  * explain-failure: an Analysis of a failed run. Findings are parsed from the
@@ -45,18 +43,11 @@ export const explainFailure = defineHandler("explain-failure", {
         "precondition_failed",
         `${subject.type} ${subject.id} is ${subject.status}; explain-failure reads failed runs`,
       );
-    const workspace = workspaceOf(ctx.workspaceRoot, app);
-    const iso = ctx.now.toISOString();
-    const resource: Resource = {
-      type: "Analysis",
-      id: newResourceId("Analysis"),
-      app_id: ctx.app,
-      status: "running",
-      created_at: iso,
-      updated_at: iso,
+    const workspace = ctx.workspace(app).path;
+    const resource: Resource = ctx.resource("Analysis", "running", {
       subject_type: subject.type,
       subject_id: subject.id,
-    };
+    });
     ctx.putResource(resource);
     ctx.log(resource.id, `analysing ${subject.type} ${subject.id}`);
     return {

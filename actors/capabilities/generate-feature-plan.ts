@@ -1,8 +1,6 @@
 import { defineHandler } from "../context.js";
 import { planTask } from "../tasks/plan.js";
-import { PlatformError } from "../../proto/errors.js";
-import { newResourceId } from "../../proto/ids.js";
-import type { Resource } from "../../proto/resources.js";
+import { PlatformError, type Resource } from "../../proto/mod.js";
 
 /**
  * generate-feature-plan: the app must exist and a model must be configured
@@ -24,17 +22,10 @@ export const generateFeaturePlan = defineHandler("generate-feature-plan", {
     const model = ctx.facts.model;
     if (!model?.configured)
       throw new PlatformError("model_unavailable", model?.message ?? "no model is configured");
-    const iso = ctx.now.toISOString();
-    const resource: Resource = {
-      type: "Plan",
-      id: newResourceId("Plan"),
-      app_id: ctx.app,
-      status: "running",
-      created_at: iso,
-      updated_at: iso,
+    const resource: Resource = ctx.resource("Plan", "running", {
       goal,
       model: model.model,
-    };
+    });
     ctx.putResource(resource);
     ctx.log(
       resource.id,

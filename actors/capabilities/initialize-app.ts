@@ -1,14 +1,17 @@
 import { createHash, randomBytes } from "node:crypto";
 import { defineHandler } from "../context.js";
-import { PlatformError } from "../../proto/errors.js";
-import { newResourceId } from "../../proto/ids.js";
-import { partitionOf } from "../../proto/subjects.js";
-import type { AppRecord } from "../../proto/records.js";
-import type { Resource } from "../../proto/resources.js";
-import { newServiceKey } from "../../proto/service-token.js";
+import {
+  PlatformError,
+  newResourceId,
+  partitionOf,
+  type AppRecord,
+  type Resource,
+  newServiceKey,
+  keys,
+  envFileAad,
+  serviceKeyAad,
+} from "../../proto/mod.js";
 import { renderStarter } from "../../starter/mod.js";
-import { keys } from "../../proto/subjects.js";
-import { envFileAad, serviceKeyAad } from "../../proto/names.js";
 
 /** Hash under which a data-plane token is stored (the token itself never is). */
 export function tokenHash(token: string): string {

@@ -1,13 +1,12 @@
-import { existsSync, readdirSync, readFileSync, type Dirent } from "node:fs";
-import { join } from "node:path";
 import { packageScripts } from "./workspace.js";
-import { defineHandler, type HandlerContext } from "../context.js";
-import type { InspectType } from "../../proto/capabilities/mod.js";
-import { PlatformError } from "../../proto/errors.js";
-import { newResourceId } from "../../proto/ids.js";
-import type { PlatformEvent } from "../../proto/events.js";
-import { secretAad } from "../../proto/names.js";
-import type { Resource } from "../../proto/resources.js";
+import { defineHandler, type HandlerContext, type Workspace } from "../context.js";
+import {
+  type InspectType,
+  PlatformError,
+  type PlatformEvent,
+  secretAad,
+  type Resource,
+} from "../../proto/mod.js";
 
 const RECENT = 50;
 
@@ -38,23 +37,17 @@ const ROUTE_PATTERNS: Array<{ re: RegExp; method?: number; path: number; prefix?
   { re: /(?:under\(\s*path\s*,|startsWith\()\s*["'](\/[^"'\s]*)["']/g, path: 1, prefix: true },
 ];
 
-function sourceFiles(dir: string, rel = "", out: string[] = []): string[] {
+function sourceFiles(ws: Workspace, rel: string, out: string[] = []): string[] {
   if (out.length >= 500) return out;
-  let entries: Dirent[];
-  try {
-    entries = readdirSync(join(dir, rel), { withFileTypes: true });
-  } catch {
-    return out;
-  }
-  for (const e of entries) {
+  for (const e of ws.list(rel)) {
     const path = rel ? `${rel}/${e.name}` : e.name;
     if (
-      e.isDirectory() &&
+      e.dir &&
       !["node_modules", "dist", ".git", "test", "tests"].includes(e.name) &&
       !e.name.startsWith(".")
     )
-      sourceFiles(dir, path, out);
-    else if (e.isFile() && /\.(ts|js|mjs|tsx|jsx)$/.test(e.name) && !/\.(test|spec)\./.test(e.name))
+      sourceFiles(ws, path, out);
+    else if (e.file && /\.(ts|js|mjs|tsx|jsx)$/.test(e.name) && !/\.(test|spec)\./.test(e.name))
       out.push(path);
   }
   return out;
@@ -62,19 +55,13 @@ function sourceFiles(dir: string, rel = "", out: string[] = []): string[] {
 
 /** Routes the app's source declares, by a static scan of `src/` (method, path, file:line). */
 export function scanRoutes(
-  workspace: string,
+  workspace: Workspace,
 ): Array<{ method: string; path: string; prefix: boolean; source: string }> {
   const found = new Map<string, { method: string; path: string; prefix: boolean; source: string }>();
-  const root = existsSync(join(workspace, "src")) ? join(workspace, "src") : workspace;
-  const base = root === workspace ? "" : "src/";
-  for (const file of sourceFiles(root)) {
-    let text: string;
-    try {
-      text = readFileSync(join(root, file), "utf8");
-    } catch {
-      continue;
-    }
-    if (text.length > 1_000_000) continue;
+  const base = workspace.exists("src") ? "src" : "";
+  for (const file of sourceFiles(workspace, base)) {
+    const text = workspace.read(file);
+    if (text === undefined || text.length > 1_000_000) continue;
     const lineAt = (i: number) => text.slice(0, i).split("\n").length;
     for (const p of ROUTE_PATTERNS) {
       for (const m of text.matchAll(p.re)) {
@@ -102,7 +89,7 @@ export function scanRoutes(
               method,
               path,
               prefix: p.prefix === true,
-              source: `${base}${file}:${lineAt(m.index!)}`,
+              source: `${file}:${lineAt(m.index!)}`,
             });
         }
       }
@@ -117,19 +104,19 @@ export function scanRoutes(
 export const readers: Partial<Record<InspectType, (ctx: HandlerContext) => Promise<unknown>>> = {
   async routes(ctx) {
     const app = (await ctx.state.getApp())!;
-    const routes = scanRoutes(join(ctx.workspaceRoot, app.workspace));
+    const routes = scanRoutes(ctx.workspace(app));
     return { source: "static scan of the app's src/", total: routes.length, items: routes };
   },
   async scripts(ctx) {
     const app = (await ctx.state.getApp())!;
-    const workspace = join(ctx.workspaceRoot, app.workspace);
+    const workspace = ctx.workspace(app);
     const scripts = packageScripts(workspace);
-    const lockfile = existsSync(join(workspace, "package-lock.json"));
+    const lockfile = workspace.exists("package-lock.json");
     return {
       items: Object.entries(scripts).map(([name, command]) => ({ name, command })),
       package_manager: "npm",
       lockfile,
-      dependencies_installed: existsSync(join(workspace, "node_modules")),
+      dependencies_installed: workspace.exists("node_modules"),
       capabilities: { build: "build", test: "test", lint: "lint", dev: "run-dev-server" },
     };
   },
@@ -251,17 +238,10 @@ export const inspect = defineHandler("inspect", {
     if (!reader) throw new PlatformError("not_implemented", `inspect type ${type} is not implemented yet`);
     if (!(await ctx.state.getApp())) throw new PlatformError("unknown_app", `app ${ctx.app} does not exist`);
     const result = await reader(ctx);
-    const iso = ctx.now.toISOString();
-    const resource: Resource = {
-      type: "Inspection",
-      id: newResourceId("Inspection"),
-      app_id: ctx.app,
-      status: "succeeded",
-      created_at: iso,
-      updated_at: iso,
+    const resource: Resource = ctx.resource("Inspection", "succeeded", {
       inspected: type,
       result,
-    };
+    });
     if (input.owner !== undefined) resource.owner = input.owner;
     ctx.putResource(resource);
     ctx.emit("InspectionCreated", resource, { inspected: type });

@@ -1,10 +1,7 @@
-import { existsSync } from "node:fs";
-import { join } from "node:path";
 import { defineHandler } from "../context.js";
 import { npmTask } from "../tasks/npm.js";
-import { newResourceId } from "../../proto/ids.js";
-import type { Resource } from "../../proto/resources.js";
-import { packageScripts, requireApp, sealedSecrets, workspaceOf } from "./workspace.js";
+import type { Resource } from "../../proto/mod.js";
+import { packageScripts, requireApp, sealedSecrets } from "./workspace.js";
 
 /**
  * install-dependencies: `npm ci` when the workspace has a lockfile, else
@@ -16,24 +13,17 @@ import { packageScripts, requireApp, sealedSecrets, workspaceOf } from "./worksp
 export const installDependencies = defineHandler("install-dependencies", {
   handle: async (ctx) => {
     const app = await requireApp(ctx);
-    const workspace = workspaceOf(ctx.workspaceRoot, app);
+    const workspace = ctx.workspace(app);
     packageScripts(workspace); // 422 without a package.json
-    const lockfile =
-      existsSync(join(workspace, "package-lock.json")) || existsSync(join(workspace, "npm-shrinkwrap.json"));
+    const lockfile = workspace.exists("package-lock.json") || workspace.exists("npm-shrinkwrap.json");
     const args = lockfile ? ["ci", "--no-audit", "--no-fund"] : ["install", "--no-audit", "--no-fund"];
     const sealed = await sealedSecrets(ctx);
     const iso = ctx.now.toISOString();
-    const resource: Resource = {
-      type: "DependencyInstall",
-      id: newResourceId("DependencyInstall"),
-      app_id: ctx.app,
-      status: "running",
-      created_at: iso,
-      updated_at: iso,
+    const resource: Resource = ctx.resource("DependencyInstall", "running", {
       command: `npm ${args[0]}`,
       lockfile,
       started_at: iso,
-    };
+    });
     ctx.putResource(resource);
     ctx.log(
       resource.id,
@@ -45,14 +35,14 @@ export const installDependencies = defineHandler("install-dependencies", {
       // the closed catalogue has no failure event for an install: DependenciesInstalled ends
       // every install, with data.status "succeeded" or "failed" (docs/events.md)
       task: npmTask({
-        workspace,
+        workspace: workspace.path,
         args,
         sealed,
         kind: "install",
         onSuccess: "DependenciesInstalled",
         onFailure: "DependenciesInstalled",
         extra: { command: `npm ${args[0]}`, lockfile },
-        afterSuccess: () => ({ lockfile_written: existsSync(join(workspace, "package-lock.json")) }),
+        afterSuccess: () => ({ lockfile_written: workspace.exists("package-lock.json") }),
       }),
     };
   },

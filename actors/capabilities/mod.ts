@@ -34,32 +34,5 @@ export const HANDLERS: readonly CapabilityHandler[] = [
   scheduleJob,
 ] as unknown as readonly CapabilityHandler[];
 
-const byName = new Map<string, CapabilityHandler>(HANDLERS.map((h) => [h.capability, h]));
-
 /** Handlers of internal commands (never accepted from a gateway). */
-const INTERNAL: Record<string, InternalHandler> = { [JOB_RAN]: jobRan };
-
-/** The handler of a capability, undefined when it is not built. */
-export function handlerOf(name: string): CapabilityHandler | undefined {
-  return byName.get(name);
-}
-
-/** The handler of an internal command. */
-export function internalHandlerOf(name: string): InternalHandler | undefined {
-  return INTERNAL[name];
-}
-
-/** Names of the capabilities that have a handler (must equal the declarations' built ones). */
-export function builtHandlers(): string[] {
-  return [...byName.keys()];
-}
-
-/** The test seam (actors/testing.ts): replaces the handler of a capability in this process. */
-export function replaceHandler(h: CapabilityHandler): () => void {
-  const before = byName.get(h.capability);
-  byName.set(h.capability, h);
-  return () => {
-    if (before) byName.set(h.capability, before);
-    else byName.delete(h.capability);
-  };
-}
+export const INTERNAL_HANDLERS: Readonly<Record<string, InternalHandler>> = { [JOB_RAN]: jobRan };

@@ -1,12 +1,7 @@
 import { createHash } from "node:crypto";
-import { existsSync, readFileSync } from "node:fs";
-import { join } from "node:path";
 import { defineHandler } from "../context.js";
-import type { HandlerInput } from "../../proto/capabilities/mod.js";
-import { PlatformError } from "../../proto/errors.js";
-import { newResourceId } from "../../proto/ids.js";
-import type { Resource } from "../../proto/resources.js";
-import { requireApp, workspaceOf } from "./workspace.js";
+import { type HandlerInput, PlatformError } from "../../proto/mod.js";
+import { requireApp } from "./workspace.js";
 
 /**
  * provision-environment: converges three files of the app's workspace from
@@ -56,9 +51,10 @@ export const PROVISIONED_FILES = ["compose.yaml", "platform.app.json", ".env.exa
 
 const sha256 = (s: string) => createHash("sha256").update(s).digest("hex");
 
-function readJson(file: string): Record<string, unknown> | undefined {
+function parseObject(text: string | undefined): Record<string, unknown> | undefined {
+  if (text === undefined) return undefined;
   try {
-    const v = JSON.parse(readFileSync(file, "utf8")) as unknown;
+    const v = JSON.parse(text) as unknown;
     return v && typeof v === "object" && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
   } catch {
     return undefined;
@@ -176,10 +172,10 @@ export function renderEnvironment(infra: Infra): Record<(typeof PROVISIONED_FILE
 export const provisionEnvironment = defineHandler("provision-environment", {
   handle: async (ctx, input) => {
     const app = await requireApp(ctx);
-    const workspace = workspaceOf(ctx.workspaceRoot, app);
+    const workspace = ctx.workspace(app);
     const existing = (await ctx.state.listResources("Environment"))[0];
     const written = (existing?.files ?? {}) as Record<string, string>;
-    const previous = readJson(join(workspace, "platform.app.json")) as Partial<Infra> | undefined;
+    const previous = parseObject(workspace.read("platform.app.json")) as Partial<Infra> | undefined;
     const infra = wantedInfra(ctx.app, input, previous, await ctx.state.listVaultNames(), app);
     const files = renderEnvironment(infra);
     const changed: string[] = [];
@@ -187,8 +183,7 @@ export const provisionEnvironment = defineHandler("provision-environment", {
     const handEdited: string[] = [];
     const kept: string[] = [];
     for (const path of PROVISIONED_FILES) {
-      const file = join(workspace, path);
-      const current = existsSync(file) ? readFileSync(file, "utf8") : undefined;
+      const current = workspace.read(path);
       if (current === files[path]) {
         unchanged.push(path);
         continue;
@@ -216,30 +211,28 @@ export const provisionEnvironment = defineHandler("provision-environment", {
       );
     for (const path of changed as Array<(typeof PROVISIONED_FILES)[number]>)
       ctx.outbox.files.push({ path: `${app.workspace}/${path}`, content: files[path] });
-    const iso = ctx.now.toISOString();
     const hashes = Object.fromEntries(PROVISIONED_FILES.map((p) => [p, sha256(files[p])]));
     // a kept hand edit stays recorded as the platform's version, so the next change of the file is refused too
-    const resource: Resource = {
-      type: "Environment",
-      id: existing?.id ?? newResourceId("Environment"),
-      app_id: ctx.app,
-      status: "succeeded",
-      created_at: existing?.created_at ?? iso,
-      updated_at: iso,
-      platform: infra.platform,
-      framework: infra.framework,
-      platform_store: infra.platform_store,
-      services: {
-        web: infra.services.web,
-        db: infra.services.db ? { engine: "postgres", port: infra.services.db.port } : null,
-        cache: infra.services.cache ? { engine: "redis", port: infra.services.cache.port } : null,
+    const resource = ctx.resource(
+      "Environment",
+      "succeeded",
+      {
+        platform: infra.platform,
+        framework: infra.framework,
+        platform_store: infra.platform_store,
+        services: {
+          web: infra.services.web,
+          db: infra.services.db ? { engine: "postgres", port: infra.services.db.port } : null,
+          cache: infra.services.cache ? { engine: "redis", port: infra.services.cache.port } : null,
+        },
+        secrets: infra.secrets,
+        files: hashes,
+        changed,
+        kept,
+        overwritten: input.force === true ? handEdited : [],
       },
-      secrets: infra.secrets,
-      files: hashes,
-      changed,
-      kept,
-      overwritten: input.force === true ? handEdited : [],
-    };
+      existing,
+    );
     ctx.putResource(resource, existing);
     ctx.log(
       resource.id,

@@ -1,13 +1,7 @@
-import { existsSync } from "node:fs";
-import { join } from "node:path";
 import { defineHandler, type Effect, type HandlerContext } from "../context.js";
 import { devServerTask } from "../tasks/dev-server.js";
-import { PlatformError } from "../../proto/errors.js";
-import { newResourceId } from "../../proto/ids.js";
-import { devContainerName, serviceKeyAad } from "../../proto/names.js";
-import type { Resource } from "../../proto/resources.js";
-import { keys } from "../../proto/subjects.js";
-import { packageScripts, requireApp, sealedSecrets, workspaceOf } from "./workspace.js";
+import { PlatformError, devContainerName, serviceKeyAad, type Resource, keys } from "../../proto/mod.js";
+import { packageScripts, requireApp, sealedSecrets } from "./workspace.js";
 
 /**
  * run-dev-server: the app's `dev` script in a container of the platform's own
@@ -20,7 +14,7 @@ import { packageScripts, requireApp, sealedSecrets, workspaceOf } from "./worksp
  * What the engine runs is a fact read before the turn; the handler only decides.
  */
 
-const ACTIVE = new Set(["running", "succeeded"]);
+const ACTIVE: ReadonlySet<string> = new Set(["running", "succeeded"]);
 
 async function current(ctx: HandlerContext): Promise<Resource | undefined> {
   const all = (await ctx.state.listResources("DevServer")).filter((r) => ACTIVE.has(r.status));
@@ -40,7 +34,7 @@ function requireEngine(ctx: HandlerContext): void {
 
 async function start(ctx: HandlerContext): Promise<Effect> {
   const app = await requireApp(ctx);
-  const workspace = workspaceOf(ctx.workspaceRoot, app);
+  const workspace = ctx.workspace(app);
   requireEngine(ctx);
   const name = devContainerName(ctx.app);
   const existing = await current(ctx);
@@ -51,7 +45,7 @@ async function start(ctx: HandlerContext): Promise<Effect> {
   const scripts = packageScripts(workspace);
   const script = scripts.dev ?? scripts.start;
   if (!script) throw new PlatformError("precondition_failed", `the app's package.json has no "dev" script`);
-  if (!existsSync(join(workspace, "node_modules")))
+  if (!workspace.exists("node_modules"))
     throw new PlatformError(
       "precondition_failed",
       `dependencies are not installed; run: slipway install --app ${ctx.app}`,
@@ -60,19 +54,13 @@ async function start(ctx: HandlerContext): Promise<Effect> {
   if (port === undefined) throw new Error("run-dev-server start: no free port was read before the turn");
   const url = `http://127.0.0.1:${port}`;
   const iso = ctx.now.toISOString();
-  const resource: Resource = {
-    type: "DevServer",
-    id: newResourceId("DevServer"),
-    app_id: ctx.app,
-    status: "running",
-    created_at: iso,
-    updated_at: iso,
+  const resource: Resource = ctx.resource("DevServer", "running", {
     action: "start",
     container: name,
     port,
     url,
     command: `npm run ${scripts.dev ? "dev" : "start"}`,
-  };
+  });
   if (existing && existing.status === "succeeded") {
     // the container of the earlier dev server is gone: record that it stopped
     const stopped: Resource = {
@@ -92,7 +80,7 @@ async function start(ctx: HandlerContext): Promise<Effect> {
     task: devServerTask({
       app: ctx.app,
       name,
-      workspace,
+      workspace: workspace.path,
       port,
       url,
       script,

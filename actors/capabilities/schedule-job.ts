@@ -1,12 +1,17 @@
 import { defineHandler, type HandlerContext, type InternalHandler } from "../context.js";
-import { check } from "../../proto/codec.js";
-import { PlatformError } from "../../proto/errors.js";
-import { newResourceId } from "../../proto/ids.js";
-import { JobRanSchema, type JobDefinition } from "../../proto/records.js";
-import type { Resource } from "../../proto/resources.js";
-import { isJobToggle } from "../../proto/capabilities/mod.js";
-import { nextTick, scheduleOf, type Schedule } from "../../proto/schedule.js";
-import { keys } from "../../proto/subjects.js";
+import {
+  check,
+  PlatformError,
+  newResourceId,
+  JobRanSchema,
+  type JobDefinition,
+  type Resource,
+  isJobToggle,
+  nextTick,
+  scheduleOf,
+  type Schedule,
+  keys,
+} from "../../proto/mod.js";
 
 /** Jobs one app may define (docs/scheduler.md); `SLIPWAY_JOB_QUOTA` on the node changes it. */
 export const JOB_QUOTA_DEFAULT = 100;
@@ -106,26 +111,25 @@ export const scheduleJob = defineHandler("schedule-job", {
     }
     const disabled = def.disabled;
     const next = disabled ? null : nextTick(schedule, ctx.now.getTime(), ctx.now.getTime());
-    const resource: Resource = {
-      type: "ScheduledJob",
-      id,
-      app_id: ctx.app,
-      status: "succeeded",
-      created_at: previous?.created_at ?? iso,
-      updated_at: iso,
-      name,
-      target_path: def.target_path,
-      method: def.method,
-      schedule: scheduleView(schedule),
-      disabled,
-      next_due_at: next === null ? null : new Date(next).toISOString(),
-      last_fired_at: previous?.last_fired_at ?? null,
-      last_status: previous?.last_status ?? null,
-      runs: previous?.runs ?? 0,
-      failures: previous?.failures ?? 0,
-      skipped_overlap: previous?.skipped_overlap ?? 0,
-      missed: previous?.missed ?? 0,
-    };
+    const resource = ctx.resource(
+      "ScheduledJob",
+      "succeeded",
+      {
+        name,
+        target_path: def.target_path,
+        method: def.method,
+        schedule: scheduleView(schedule),
+        disabled,
+        next_due_at: next === null ? null : new Date(next).toISOString(),
+        last_fired_at: previous?.last_fired_at ?? null,
+        last_status: previous?.last_status ?? null,
+        runs: previous?.runs ?? 0,
+        failures: previous?.failures ?? 0,
+        skipped_overlap: previous?.skipped_overlap ?? 0,
+        missed: previous?.missed ?? 0,
+      },
+      { id, created_at: previous?.created_at ?? iso },
+    );
     ctx.outbox.jobs = [{ key: keys.job(ctx.app, name), def }];
     ctx.putResource(resource, previous);
     ctx.log(

@@ -1,9 +1,5 @@
 import { defineHandler, type HandlerContext } from "../context.js";
-import { PlatformError } from "../../proto/errors.js";
-import { newResourceId } from "../../proto/ids.js";
-import { keys } from "../../proto/subjects.js";
-import type { Resource } from "../../proto/resources.js";
-import { commandFieldAad, secretAad } from "../../proto/names.js";
+import { PlatformError, newResourceId, keys, commandFieldAad, secretAad } from "../../proto/mod.js";
 
 async function requireApp(ctx: HandlerContext): Promise<void> {
   if (!(await ctx.state.getApp())) throw new PlatformError("unknown_app", `app ${ctx.app} does not exist`);
@@ -27,17 +23,12 @@ export const setSecret = defineHandler("set-secret", {
     const version = (existing?.version ?? 0) + 1;
     const sealed = ctx.vault.seal(value, secretAad(ctx.app, name));
     value.fill(0);
-    const resource: Resource = {
-      type: "Secret",
-      id,
-      app_id: ctx.app,
-      status: "succeeded",
-      created_at: previous?.created_at ?? iso,
-      updated_at: iso,
-      name,
-      key_id: sealed.kid,
-      version,
-    };
+    const resource = ctx.resource(
+      "Secret",
+      "succeeded",
+      { name, key_id: sealed.kid, version },
+      { id, created_at: previous?.created_at ?? iso },
+    );
     ctx.outbox.vault.push({
       key: keys.vault(ctx.app, name),
       entry: { sealed, resource_id: id, version, updated_at: iso },
@@ -58,17 +49,12 @@ export const unsetSecret = defineHandler("unset-secret", {
     if (!existing) throw new PlatformError("not_found", `secret ${name} of app ${ctx.app} does not exist`);
     const iso = ctx.now.toISOString();
     const previous = await ctx.state.getResource("Secret", existing.resource_id);
-    const resource: Resource = {
-      type: "Secret",
-      id: existing.resource_id,
-      app_id: ctx.app,
-      status: "succeeded",
-      created_at: previous?.created_at ?? iso,
-      updated_at: iso,
-      name,
-      key_id: existing.sealed.kid,
-      version: existing.version,
-    };
+    const resource = ctx.resource(
+      "Secret",
+      "succeeded",
+      { name, key_id: existing.sealed.kid, version: existing.version },
+      { id: existing.resource_id, created_at: previous?.created_at ?? iso },
+    );
     ctx.outbox.vault.push({ key: keys.vault(ctx.app, name), entry: null });
     ctx.deleteResource(resource);
     ctx.log(resource.id, `removed ${name} from the vault`);

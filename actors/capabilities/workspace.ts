@@ -1,8 +1,5 @@
-import { existsSync, readFileSync } from "node:fs";
-import { join } from "node:path";
-import type { HandlerContext } from "../context.js";
-import { PlatformError } from "../../proto/errors.js";
-import type { AppRecord, VaultEntry } from "../../proto/records.js";
+import type { HandlerContext, Workspace } from "../context.js";
+import { PlatformError, type AppRecord, type VaultEntry } from "../../proto/mod.js";
 
 /**
  * What the handlers of the builder's loop share: the app, its workspace and
@@ -21,18 +18,13 @@ export async function requireApp(ctx: HandlerContext): Promise<AppRecord> {
   return app;
 }
 
-/** Absolute path of an app's workspace. */
-export function workspaceOf(root: string, app: AppRecord): string {
-  return join(root, app.workspace);
-}
-
 /** The app's `package.json` scripts, or 422 precondition_failed when there is no package.json. */
-export function packageScripts(workspace: string): Record<string, string> {
-  const file = join(workspace, "package.json");
-  if (!existsSync(file))
+export function packageScripts(workspace: Workspace): Record<string, string> {
+  const text = workspace.read("package.json");
+  if (text === undefined)
     throw new PlatformError("precondition_failed", "the app's workspace has no package.json");
   try {
-    const pkg = JSON.parse(readFileSync(file, "utf8")) as { scripts?: Record<string, unknown> };
+    const pkg = JSON.parse(text) as { scripts?: Record<string, unknown> };
     const out: Record<string, string> = {};
     for (const [k, v] of Object.entries(pkg.scripts ?? {})) if (typeof v === "string") out[k] = v;
     return out;

@@ -1,11 +1,12 @@
-import { ContainerRuntime } from "../../effects/docker.js";
-import { describeModelConfig, modelConfigFromEnv, NO_MODEL_MESSAGE } from "../../effects/model.js";
-import { freePort } from "../../effects/net.js";
-import type { Bus } from "../../store/bus.js";
-import { check } from "../../proto/codec.js";
-import { appUrl } from "../../proto/formats.js";
-import { AppRecordSchema } from "../../proto/records.js";
-import { keys } from "../../proto/subjects.js";
+import {
+  ContainerRuntime,
+  describeModelConfig,
+  modelConfigFromEnv,
+  NO_MODEL_MESSAGE,
+  freePort,
+} from "../../effects/mod.js";
+import type { Bus } from "../../store/mod.js";
+import { check, appUrl, AppRecordSchema, keys } from "../../proto/mod.js";
 import type { FactRequest, Facts, ProbeFact } from "./types.js";
 
 /**

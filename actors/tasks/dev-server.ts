@@ -1,5 +1,5 @@
-import { ContainerRuntime } from "../../effects/docker.js";
-import type { VaultEntry } from "../../proto/records.js";
+import { ContainerRuntime } from "../../effects/mod.js";
+import type { VaultEntry } from "../../proto/mod.js";
 import { openSecrets } from "./secrets.js";
 import type { TaskSpec } from "./types.js";
 

@@ -1,6 +1,6 @@
-import type { Resource } from "../../proto/resources.js";
-import { readLog } from "../../store/logs.js";
-import { isModelError, modelConfigFromEnv, readFailure } from "../../effects/model.js";
+import type { Resource } from "../../proto/mod.js";
+import { readLog } from "../../store/mod.js";
+import { isModelError, modelConfigFromEnv, readFailure } from "../../effects/mod.js";
 import { describeFinding, nextStep, parseFindings, summarize } from "../findings.js";
 import type { TaskSpec } from "./types.js";
 

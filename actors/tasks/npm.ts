@@ -1,5 +1,5 @@
-import type { VaultEntry } from "../../proto/records.js";
-import { runProcess, toolEnv, type RunOutcome } from "../../effects/process.js";
+import type { VaultEntry } from "../../proto/mod.js";
+import { runProcess, toolEnv, type RunOutcome } from "../../effects/mod.js";
 import { openSecrets } from "./secrets.js";
 import { parseFindings, parseTestCounts, summarize, type Finding } from "../findings.js";
 import type { TaskContext, TaskResult, TaskSpec } from "./types.js";

@@ -12,8 +12,8 @@ import {
   type ModelConfig,
   type Plan,
   type StructuredResult,
-} from "../../effects/model.js";
-import type { AppRecord } from "../../proto/records.js";
+} from "../../effects/mod.js";
+import type { AppRecord } from "../../proto/mod.js";
 
 /** Most workspace paths listed in the prompt. */
 export const PLAN_MAX_PATHS = 200;

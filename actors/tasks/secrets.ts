@@ -1,6 +1,5 @@
-import type { VaultEntry } from "../../proto/records.js";
-import { secretAad } from "../../proto/names.js";
-import { Masker } from "../../effects/process.js";
+import { type VaultEntry, secretAad } from "../../proto/mod.js";
+import { Masker } from "../../effects/mod.js";
 import type { Sealer } from "../sealer.js";
 
 /** Opens sealed secrets inside a task: the values as environment, and a masker for every log line. */

@@ -1,6 +1,5 @@
-import type { Bus } from "../../store/bus.js";
-import type { SideEffect } from "../../proto/records.js";
-import type { Resource } from "../../proto/resources.js";
+import type { Bus } from "../../store/mod.js";
+import type { SideEffect, Resource } from "../../proto/mod.js";
 import type { Sealer } from "../sealer.js";
 
 /**

@@ -25,6 +25,7 @@ export const initializeApp = declareCapability({
   events: ["ApplicationInitialized"],
   skill_action_planned: false,
   built: true,
+  example: { name: "shop" },
   input: Obj({
     name: App,
     platform,
@@ -44,6 +45,7 @@ export const provisionEnvironment = declareCapability({
   skill_action_planned: false,
   busy_group: BusyGroup.workspace,
   built: true,
+  example: { app: "shop" },
   input: Obj({
     app: App,
     platform,
@@ -87,6 +89,7 @@ export const installDependencies = declareCapability({
   skill_action_planned: false,
   ...workspace,
   built: true,
+  example: { app: "shop" },
   input: Obj({ app: App }),
 });
 
@@ -99,6 +102,7 @@ export const runDevServer = declareCapability({
   long_running: true,
   requires_container_runtime: true,
   built: true,
+  example: { app: "shop" },
   input: Obj({
     app: App,
     platform,
@@ -109,38 +113,23 @@ export const runDevServer = declareCapability({
   }),
 });
 
-export const build = declareCapability({
-  name: "build",
-  plane: "control",
-  resource_type: "Build",
-  events: ["BuildStarted", "BuildSucceeded", "BuildFailed"],
-  skill_action_planned: false,
-  ...workspace,
-  built: true,
-  input: Obj({ app: App }),
-});
+/** build, test and lint: the app's own npm script as long work, in the busy group `workspace`. */
+const scriptRun = <const N extends string>(name: N, resource_type: string, events: readonly string[]) =>
+  declareCapability({
+    name,
+    plane: "control",
+    resource_type,
+    events,
+    skill_action_planned: false,
+    ...workspace,
+    built: true,
+    example: { app: "shop" },
+    input: Obj({ app: App }),
+  });
 
-export const test = declareCapability({
-  name: "test",
-  plane: "control",
-  resource_type: "TestRun",
-  events: ["TestRunStarted", "TestRunSucceeded", "TestRunFailed"],
-  skill_action_planned: false,
-  ...workspace,
-  built: true,
-  input: Obj({ app: App }),
-});
-
-export const lint = declareCapability({
-  name: "lint",
-  plane: "control",
-  resource_type: "CheckRun",
-  events: ["CheckRunStarted", "CheckRunSucceeded", "CheckRunFailed"],
-  skill_action_planned: false,
-  ...workspace,
-  built: true,
-  input: Obj({ app: App }),
-});
+export const build = scriptRun("build", "Build", ["BuildStarted", "BuildSucceeded", "BuildFailed"]);
+export const test = scriptRun("test", "TestRun", ["TestRunStarted", "TestRunSucceeded", "TestRunFailed"]);
+export const lint = scriptRun("lint", "CheckRun", ["CheckRunStarted", "CheckRunSucceeded", "CheckRunFailed"]);
 
 export const explainFailure = declareCapability({
   name: "explain-failure",
@@ -150,6 +139,7 @@ export const explainFailure = declareCapability({
   skill_action_planned: false,
   long_running: true,
   built: true,
+  example: { resource: "bld_01jd4x8m2k9q7r3t5v6w8y0z1a" },
   input: Obj({
     app: Type.Optional(App),
     resource: Str("id of the failed resource", 128),
@@ -166,5 +156,6 @@ export const generateFeaturePlan = declareCapability({
   skill_action_planned: false,
   long_running: true,
   built: true,
+  example: { app: "shop", goal: "let signed-in users keep a wish list" },
   input: Obj({ app: App, goal: Str("what the feature should do", 8000) }),
 });

@@ -28,6 +28,7 @@ export const provisionMonitoring = declareCapability({
   requires_container_runtime: true,
   app_less: true,
   built: false,
+  example: { dir: "monitoring", public_host: "status.example.com" },
   input: Obj({
     dir: FilePath("directory the stack is generated into"),
     project_name: OptStr("compose project name", 128),
@@ -73,6 +74,7 @@ export const evalRun = declareCapability({
   skill_action_planned: true,
   long_running: true,
   built: false,
+  example: { app: "shop", suite: "evals/basic.json", mcp_url: "http://127.0.0.1:3718/mcp" },
   input: Obj({
     app: App,
     suite: FilePath("path of the suite file"),

@@ -33,6 +33,7 @@ export const verify = declareCapability({
   events: ["VerificationCompleted"],
   skill_action_planned: true,
   built: false,
+  example: { app: "shop" },
   input: Obj({
     app: App,
     platform,
@@ -56,6 +57,7 @@ export const deploy = declareCapability({
   skill_action_planned: true,
   ...production,
   built: false,
+  example: { app: "shop" },
   input: Obj({
     app: App,
     platform,
@@ -80,6 +82,7 @@ export const productionize = declareCapability({
   skill_action_planned: true,
   busy_group: BusyGroup.workspace,
   built: false,
+  example: { app: "shop" },
   input: Obj({
     app: App,
     platform,
@@ -105,6 +108,7 @@ export const release = declareCapability({
   skill_action_planned: true,
   ...production,
   built: false,
+  example: { app: "shop" },
   input: Obj({
     app: App,
     platform,
@@ -145,6 +149,7 @@ export const deliveryCheck = declareCapability({
   long_running: true,
   app_less: true,
   built: false,
+  example: { checks: ["producer", "release", "consumer"], repo_name: "shop" },
   input: Obj({
     checks: Type.Array(Type.Enum(["producer", "release", "consumer"] as const), {
       minItems: 1,

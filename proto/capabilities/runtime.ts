@@ -45,6 +45,7 @@ export const inspect = declareCapability({
   events: ["InspectionCreated"],
   skill_action_planned: false,
   built: true,
+  example: { app: "shop", type: "routes" },
   input: Obj({
     app: App,
     platform,
@@ -64,6 +65,7 @@ export const setSecret = declareCapability({
   events: ["SecretSet"],
   skill_action_planned: true,
   built: true,
+  example: { app: "shop", name: "PAYMENT_API_KEY", value: "example-not-a-real-key" },
   input: Obj({
     app: App,
     name: Type.String({
@@ -89,6 +91,7 @@ export const unsetSecret = declareCapability({
   events: ["SecretUnset"],
   skill_action_planned: true,
   built: true,
+  example: { app: "shop", name: "PAYMENT_API_KEY" },
   input: Obj({
     app: App,
     name: Type.String({ pattern: SECRET_NAME_PATTERN, description: "secret name" }),
@@ -127,6 +130,7 @@ export const scheduleJob = declareCapability({
   events: ["JobScheduled", "JobUnscheduled"],
   skill_action_planned: true,
   built: true,
+  example: { app: "shop", name: "nightly-report", target_path: "/cron/report", cron: "0 3 * * *" },
   input: scheduleJobInput,
   refine: (input) => {
     if (input.remove === true || isJobToggle(input)) return;

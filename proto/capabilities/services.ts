@@ -12,6 +12,7 @@ export const agentRun = declareCapability({
   events: ["AgentRunSucceeded", "AgentRunFailed", "ArtifactCreated"],
   skill_action_planned: true,
   built: false,
+  example: { app: "shop", owner: "usr_1", input: "Summarize my open orders", schema: { type: "object" } },
   input: Obj({
     app: App,
     owner: Str("owner the task is scoped to", 256),
@@ -32,6 +33,7 @@ export const sendEmail = declareCapability({
   events: ["EmailSent", "EmailFailed"],
   skill_action_planned: true,
   built: false,
+  example: { app: "shop", to: "ada@example.com", subject: "Your order shipped", text: "It is on its way." },
   input: Obj({
     app: App,
     to: Type.String({ format: "email", maxLength: 320, description: "recipient address" }),
@@ -53,6 +55,7 @@ export const sendMessage = declareCapability({
   events: ["MessageSent", "MessageFailed"],
   skill_action_planned: true,
   built: false,
+  example: { app: "shop", owner: "usr_1", provider: "google", to: ["ada@example.com"] },
   input: Obj({
     app: App,
     owner: Str("end user the mail is sent as", 256),
@@ -79,6 +82,7 @@ export const setupObservability = declareCapability({
   skill_action_planned: true,
   app_less: true,
   built: false,
+  example: { endpoint: "http://127.0.0.1:4318" },
   input: Obj({
     endpoint: Url("URL of the OTLP receiver"),
     public_key: OptStr("public key of the receiver", 512),

@@ -1,49 +1,19 @@
 import anyTest, { type TestFn } from "ava";
 import { randomUUID } from "node:crypto";
-import { openBus, type Bus } from "../../store/bus.js";
+import type { Bus } from "../../store/bus.js";
 import { keys, partitionOf, PARTITIONS } from "../../proto/subjects.js";
-import {
-  call,
-  eventually,
-  get,
-  startTestNats,
-  startTestPlatform,
-  tempDir,
-  TEST_VAULT_KEY,
-  type TestNats,
-  type TestPlatform,
-} from "../helpers/infra.js";
-import { spawnNode, type NodeProcess } from "../helpers/processes.js";
+import { call, eventually, get } from "../helpers/infra.js";
+import { clusterPerFile, type ClusterContext } from "../helpers/cluster.js";
+import type { NodeProcess } from "../helpers/processes.js";
 import { readStream } from "../../store/read-stream.js";
 import { STREAMS, subjects } from "../../proto/subjects.js";
 import type { PlatformEvent } from "../../proto/events.js";
 
-interface Ctx {
-  nats: TestNats;
-  gw: TestPlatform;
-  nodes: NodeProcess[];
-  bus: Bus;
-}
-const test = anyTest as TestFn<Ctx>;
+const test = anyTest as TestFn<ClusterContext & { nodes: NodeProcess[] }>;
 
-test.before(async (t) => {
-  const nats = await startTestNats();
-  const gw = await startTestPlatform(nats.url, { role: "gateway", plane: "control", replyTimeoutMs: 40_000 });
-  const dataDir = tempDir();
-  const nodes = [
-    await spawnNode({ natsUrl: nats.url, dataDir, vaultKey: TEST_VAULT_KEY, id: "nodea" }),
-    await spawnNode({ natsUrl: nats.url, dataDir, vaultKey: TEST_VAULT_KEY, id: "nodeb" }),
-  ];
-  const bus = await openBus({ servers: nats.url, name: "test-observer" });
-  t.context = { nats, gw, nodes, bus };
-});
-
-test.after.always(async (t) => {
-  for (const n of t.context.nodes ?? []) await n.stop();
-  await t.context.bus?.close();
-  await t.context.gw?.close();
-  await t.context.nats?.stop();
-});
+clusterPerFile(test, { gateway: { replyTimeoutMs: 40_000 } }, async (c) => ({
+  nodes: [await c.spawnNode("nodea"), await c.spawnNode("nodeb")],
+}));
 
 async function ownerOf(bus: Bus, partition: number): Promise<string | undefined> {
   const e = await bus.kv.leases.get(keys.partitionLease(partition));
@@ -51,7 +21,8 @@ async function ownerOf(bus: Bus, partition: number): Promise<string | undefined>
 }
 
 test("kill -9 of a partition owner with 200 commands in flight: each acknowledged effect exists once, the other node takes over within the lease TTL, and a retry with the same Idempotency-Key gets the original answer", async (t) => {
-  const { gw, nodes, bus } = t.context;
+  const { cluster, nodes } = t.context;
+  const { gw, bus } = cluster;
   const [a, b] = nodes as [NodeProcess, NodeProcess];
   await a.waitPartitions((p) => p.length > 0);
   await b.waitPartitions((p) => p.length > 0);

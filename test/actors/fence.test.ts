@@ -1,64 +1,32 @@
 import anyTest, { type TestFn } from "ava";
 import { randomUUID } from "node:crypto";
-import { startNode, type NodeHandle } from "../../actors/runtime.js";
-import { openBus, type Bus } from "../../store/bus.js";
-import { Vault } from "../../store/vault.js";
 import { readStream } from "../../store/read-stream.js";
 import { partitionOf, STREAMS, subjects } from "../../proto/subjects.js";
 import type { PlatformEvent } from "../../proto/events.js";
-import {
-  call,
-  startTestNats,
-  startTestPlatform,
-  tempDir,
-  TEST_VAULT_KEY,
-  type TestNats,
-  type TestPlatform,
-} from "../helpers/infra.js";
+import { call } from "../helpers/infra.js";
+import { clusterPerFile, type ClusterContext } from "../helpers/cluster.js";
 
-interface Ctx {
-  nats: TestNats;
-  gw: TestPlatform;
-  buses: Bus[];
-}
-const test = anyTest as TestFn<Ctx>;
+const test = anyTest as TestFn<ClusterContext>;
 
-test.before(async (t) => {
-  const nats = await startTestNats();
-  const gw = await startTestPlatform(nats.url, { role: "gateway", plane: "control" });
-  t.context = { nats, gw, buses: [] };
-});
-
-test.after.always(async (t) => {
-  for (const b of t.context.buses ?? []) await b.close();
-  await t.context.gw?.close();
-  await t.context.nats?.stop();
-});
+clusterPerFile(test);
 
 test("two nodes forced to both hold a partition: the fence refuses the stale append and the app's history has no fork", async (t) => {
-  const { nats, gw, buses } = t.context;
+  const { cluster: c } = t.context;
+  const { gw } = c;
   const app = `f${randomUUID().slice(0, 8)}`;
   const partition = partitionOf(app);
-  const ws = tempDir();
   const fenced: string[] = [];
-  const nodes: NodeHandle[] = [];
-  for (const id of ["splita", "splitb"]) {
-    const bus = await openBus({ servers: nats.url, name: id });
-    buses.push(bus);
-    nodes.push(
-      await startNode({
-        bus,
-        vault: Vault.open(ws, { SLIPWAY_VAULT_KEY: TEST_VAULT_KEY }),
-        workspaceRoot: ws,
-        nodeId: id,
-        instrument: {
-          forcePartitions: [partition],
-          noLeases: true,
-          onFenced: (a, seq) => fenced.push(`${id}:${a}:${seq}`),
-        },
-      }),
+  const ids = ["splita", "splitb"];
+  for (const id of ids)
+    await c.addNode(
+      id,
+      {},
+      {
+        forcePartitions: [partition],
+        noLeases: true,
+        onFenced: (a, seq) => fenced.push(`${id}:${a}:${seq}`),
+      },
     );
-  }
   try {
     t.is((await call(gw.controlUrl, "initialize-app", { name: app })).status, 200);
     const N = 60;
@@ -74,7 +42,7 @@ test("two nodes forced to both hold a partition: the fence refuses the stale app
     t.true(fenced.length > 0, `the fence refused stale appends (${fenced.length} times)`);
     // the history: one SecretSet per command, versions 1..N in stream order, no duplicates
     const events: PlatformEvent[] = [];
-    for await (const m of readStream(buses[0]!, STREAMS.events, subjects.eventsOfApp(app)))
+    for await (const m of readStream(c.bus, STREAMS.events, subjects.eventsOfApp(app)))
       events.push(m.json<PlatformEvent>());
     const versions = events.filter((e) => e.type === "SecretSet").map((e) => e.data.version as number);
     t.deepEqual(
@@ -89,6 +57,6 @@ test("two nodes forced to both hold a partition: the fence refuses the stale app
     );
     t.is(new Set(events.map((e) => e.id)).size, events.length, "no event appended twice");
   } finally {
-    for (const n of nodes) await n.close();
+    for (const id of ids) await c.stopNode(id);
   }
 });

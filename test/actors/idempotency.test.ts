@@ -1,22 +1,11 @@
 import test from "ava";
 import { randomUUID } from "node:crypto";
-import { startNode } from "../../actors/runtime.js";
-import { openBus } from "../../store/bus.js";
-import { Vault } from "../../store/vault.js";
 import { keys, partitionOf } from "../../proto/subjects.js";
-import { CommandClient } from "../../gateway/command-client.js";
 import type { Command } from "../../proto/command.js";
 import { newId } from "../../proto/ids.js";
 import { commandFieldAad } from "../../store/vault.js";
-import {
-  call,
-  eventually,
-  get,
-  startTestNats,
-  startTestPlatform,
-  tempDir,
-  TEST_VAULT_KEY,
-} from "../helpers/infra.js";
+import { call, eventually, get } from "../helpers/infra.js";
+import { clusterFor } from "../helpers/cluster.js";
 
 /**
  * A node that dies after its commit but before it kept the Idempotency-Key
@@ -25,93 +14,71 @@ import {
  * (the stream drops the retry as a duplicate: nothing would ever answer it).
  */
 test("a command replayed after a takeover keeps its Idempotency-Key answer, so a retry gets the original answer, not a timeout", async (t) => {
-  const nats = await startTestNats();
-  const gw = await startTestPlatform(nats.url, { role: "gateway", plane: "control", replyTimeoutMs: 4000 });
-  const bus = await openBus({ servers: nats.url, name: "idem-test" });
-  const ws = tempDir();
-  const vault = Vault.open(ws, { SLIPWAY_VAULT_KEY: TEST_VAULT_KEY });
-  let node = await startNode({ bus, vault, workspaceRoot: ws, nodeId: "first", tickMs: 200 });
-  try {
-    await eventually(async () => node.partitions().length === 64, 15_000);
-    const app = `i${randomUUID().slice(0, 8)}`;
-    t.is((await call(gw.controlUrl, "initialize-app", { name: app })).status, 200);
-    const key = randomUUID();
-    const body = { app, name: "IDEM", value: "v1" };
-    const first = await call(gw.controlUrl, "set-secret", body, { "idempotency-key": key });
-    t.is(first.status, 200);
-    await node.close();
-    // as if the node had died between its commit and keeping the answer: the answer is gone, and the
-    // partition's offset is behind the command, so the next owner reads it again
-    const idem: string[] = [];
-    for await (const k of await bus.kv.idempotency.keys()) idem.push(k);
-    t.is(idem.length, 1);
-    await bus.kv.idempotency.delete(keys.idempotency(idem[0]!));
-    await bus.kv.offsets.put(keys.offset(partitionOf(app)), "0");
-    node = await startNode({ bus, vault, workspaceRoot: ws, nodeId: "second", tickMs: 200 });
-    await eventually(async () => node.partitions().includes(partitionOf(app)), 15_000);
-    const again = await eventually(async () => {
-      const r = await call(gw.controlUrl, "set-secret", body, { "idempotency-key": key });
-      return r.status === 200 ? r : undefined;
-    }, 15_000);
-    t.is(again.body.resource.id, first.body.resource.id);
-    t.is(again.body.events[0].id, first.body.events[0].id, "the original answer, not a second application");
-  } finally {
-    await node.close();
-    await bus.close();
-    await gw.close();
-    await nats.stop();
-  }
+  const c = await clusterFor(t, { gateway: { replyTimeoutMs: 4000 }, observer: "idem-test" });
+  const { gw, bus } = c;
+  let node = await c.addNode("first", { tickMs: 200 });
+  await eventually(async () => node.partitions().length === 64, 15_000);
+  const app = `i${randomUUID().slice(0, 8)}`;
+  t.is((await call(gw.controlUrl, "initialize-app", { name: app })).status, 200);
+  const key = randomUUID();
+  const body = { app, name: "IDEM", value: "v1" };
+  const first = await call(gw.controlUrl, "set-secret", body, { "idempotency-key": key });
+  t.is(first.status, 200);
+  await c.stopNode("first");
+  // as if the node had died between its commit and keeping the answer: the answer is gone, and the
+  // partition's offset is behind the command, so the next owner reads it again
+  const idem: string[] = [];
+  for await (const k of await bus.kv.idempotency.keys()) idem.push(k);
+  t.is(idem.length, 1);
+  await bus.kv.idempotency.delete(keys.idempotency(idem[0]!));
+  await bus.kv.offsets.put(keys.offset(partitionOf(app)), "0");
+  node = await c.addNode("second", { tickMs: 200 });
+  await eventually(async () => node.partitions().includes(partitionOf(app)), 15_000);
+  const again = await eventually(async () => {
+    const r = await call(gw.controlUrl, "set-secret", body, { "idempotency-key": key });
+    return r.status === 200 ? r : undefined;
+  }, 15_000);
+  t.is(again.body.resource.id, first.body.resource.id);
+  t.is(again.body.events[0].id, first.body.events[0].id, "the original answer, not a second application");
 });
 
 test("a command replayed after a takeover, older than the outcomes its commit record keeps, is answered 409 conflict, not applied again", async (t) => {
-  const nats = await startTestNats();
-  const gw = await startTestPlatform(nats.url, { role: "gateway", plane: "control" });
-  const bus = await openBus({ servers: nats.url, name: "replay-test" });
-  const ws = tempDir();
-  const vault = Vault.open(ws, { SLIPWAY_VAULT_KEY: TEST_VAULT_KEY });
-  let node = await startNode({ bus, vault, workspaceRoot: ws, nodeId: "first", tickMs: 200 });
-  const client = new CommandClient(bus, vault, "gwreplay", 20_000);
-  client.start();
-  try {
-    await eventually(async () => node.partitions().length === 64, 15_000);
-    const app = `o${randomUUID().slice(0, 8)}`;
-    t.is((await call(gw.controlUrl, "initialize-app", { name: app })).status, 200);
-    // the command whose answer will be asked for again, sent without an Idempotency-Key
-    const cmd: Command = {
-      id: newId("cmd"),
-      capability: "set-secret",
-      app,
-      input: { app, name: "ONCE" },
-      actor: { type: "builder", id: "replay-test" },
-      plane: "control",
-      gateway_id: "gwreplay",
-      request_id: newId("req"),
-      received_at: new Date().toISOString(),
-    };
-    cmd.sealed = { value: vault.seal("v", commandFieldAad(cmd.id, "value")) }; // as the gateway seals it
-    const first = await client.send(cmd);
-    t.is(first.http, 200);
-    // more commands after it than the record keeps outcomes for (4)
-    for (let i = 0; i < 6; i++)
-      t.is((await call(gw.controlUrl, "set-secret", { app, name: `LATER${i}`, value: "v" })).status, 200);
-    await node.close();
-    // the partition is read again from its start, as after a takeover from an old offset; the
-    // client waits for the command's answer again (its re-publish is a duplicate on the stream)
-    await bus.kv.offsets.put(keys.offset(partitionOf(app)), "0");
-    const again = client.send(cmd);
-    node = await startNode({ bus, vault, workspaceRoot: ws, nodeId: "second", tickMs: 200 });
-    const r = await again;
-    t.is(r.http, 409);
-    t.is(r.error?.code, "conflict");
-    t.regex(r.error?.message ?? "", /applied before; its answer is no longer kept/);
-    // applied once: one SecretSet for ONCE
-    const evs = (await get(gw.controlUrl, `/events?app_id=${app}&type=SecretSet&limit=500`)).body.items;
-    t.is(evs.filter((e: { data: { name: string } }) => e.data.name === "ONCE").length, 1);
-  } finally {
-    await client.close();
-    await node.close();
-    await bus.close();
-    await gw.close();
-    await nats.stop();
-  }
+  const c = await clusterFor(t, { observer: "replay-test" });
+  const { gw, bus, vault } = c;
+  const node = await c.addNode("first", { tickMs: 200 });
+  const client = c.commandClient("gwreplay", 20_000);
+  await eventually(async () => node.partitions().length === 64, 15_000);
+  const app = `o${randomUUID().slice(0, 8)}`;
+  t.is((await call(gw.controlUrl, "initialize-app", { name: app })).status, 200);
+  // the command whose answer will be asked for again, sent without an Idempotency-Key
+  const cmd: Command = {
+    id: newId("cmd"),
+    capability: "set-secret",
+    app,
+    input: { app, name: "ONCE" },
+    actor: { type: "builder", id: "replay-test" },
+    plane: "control",
+    gateway_id: "gwreplay",
+    request_id: newId("req"),
+    received_at: new Date().toISOString(),
+  };
+  cmd.sealed = { value: vault.seal("v", commandFieldAad(cmd.id, "value")) }; // as the gateway seals it
+  const first = await client.send(cmd);
+  t.is(first.http, 200);
+  // more commands after it than the record keeps outcomes for (4)
+  for (let i = 0; i < 6; i++)
+    t.is((await call(gw.controlUrl, "set-secret", { app, name: `LATER${i}`, value: "v" })).status, 200);
+  await c.stopNode("first");
+  // the partition is read again from its start, as after a takeover from an old offset; the
+  // client waits for the command's answer again (its re-publish is a duplicate on the stream)
+  await bus.kv.offsets.put(keys.offset(partitionOf(app)), "0");
+  const again = client.send(cmd);
+  await c.addNode("second", { tickMs: 200 });
+  const r = await again;
+  t.is(r.http, 409);
+  t.is(r.error?.code, "conflict");
+  t.regex(r.error?.message ?? "", /applied before; its answer is no longer kept/);
+  // applied once: one SecretSet for ONCE
+  const evs = (await get(gw.controlUrl, `/events?app_id=${app}&type=SecretSet&limit=500`)).body.items;
+  t.is(evs.filter((e: { data: { name: string } }) => e.data.name === "ONCE").length, 1);
 });

@@ -1,39 +1,18 @@
 import anyTest, { type TestFn } from "ava";
 import { randomUUID } from "node:crypto";
-import { startNode, type NodeHandle } from "../../actors/runtime.js";
 import { registerHandler } from "../../actors/testing.js";
 import { sampleBuild } from "../helpers/sample-build.js";
-import { CommandClient } from "../../gateway/command-client.js";
-import { openBus, type Bus } from "../../store/bus.js";
-import { Vault } from "../../store/vault.js";
+import type { CommandClient } from "../../gateway/command-client.js";
 import { newId } from "../../proto/ids.js";
 import type { Command, Reply } from "../../proto/command.js";
-import {
-  call,
-  eventually,
-  get,
-  startTestNats,
-  startTestPlatform,
-  tempDir,
-  TEST_VAULT_KEY,
-  type TestNats,
-  type TestPlatform,
-} from "../helpers/infra.js";
-import { spawnNode, type NodeProcess } from "../helpers/processes.js";
+import { call, eventually, get } from "../helpers/infra.js";
+import { clusterFor, clusterPerFile, type ClusterContext } from "../helpers/cluster.js";
 
 /**
  * The runtime's long-work path (DESIGN §2), driven by a sample handler for a
  * long capability: the real build lands with its own feature.
  */
-interface Ctx {
-  nats: TestNats;
-  gw: TestPlatform;
-  bus: Bus;
-  node: NodeHandle;
-  client: CommandClient;
-  gates: Map<string, () => void>;
-}
-const test = anyTest as TestFn<Ctx>;
+const test = anyTest as TestFn<ClusterContext & { client: CommandClient }>;
 
 const gates = new Map<string, () => void>();
 const gatedBuild = sampleBuild(async (t) => {
@@ -47,35 +26,10 @@ const gatedBuild = sampleBuild(async (t) => {
   return { status: "succeeded", fields: { exit_code: 0 }, data: { duration_ms: Date.now() - started } };
 });
 
-test.before(async (t) => {
+clusterPerFile(test, { observer: "long-work" }, async (c) => {
   registerHandler("build", gatedBuild);
-  const nats = await startTestNats();
-  const gw = await startTestPlatform(nats.url, { role: "gateway", plane: "control" });
-  const bus = await openBus({ servers: nats.url, name: "long-work" });
-  const ws = tempDir();
-  const node = await startNode({
-    bus,
-    vault: Vault.open(ws, { SLIPWAY_VAULT_KEY: TEST_VAULT_KEY }),
-    workspaceRoot: ws,
-    nodeId: "worker",
-    tickMs: 200,
-  });
-  const client = new CommandClient(
-    bus,
-    Vault.open(ws, { SLIPWAY_VAULT_KEY: TEST_VAULT_KEY }),
-    "gwtest",
-    10_000,
-  );
-  client.start();
-  t.context = { nats, gw, bus, node, client, gates };
-});
-
-test.after.always(async (t) => {
-  await t.context.client?.close();
-  await t.context.node?.close();
-  await t.context.bus?.close();
-  await t.context.gw?.close();
-  await t.context.nats?.stop();
+  await c.addNode("worker", { tickMs: 200 });
+  return { client: c.commandClient("gwtest", 10_000) };
 });
 
 function command(app: string, capability: string, input: Record<string, unknown>): Command {
@@ -93,7 +47,8 @@ function command(app: string, capability: string, input: Record<string, unknown>
 }
 
 test("long work answers 202 running, a second task of the group is 409 busy, other commands are not stuck behind it, and its end is applied in order", async (t) => {
-  const { gw, client } = t.context;
+  const { cluster, client } = t.context;
+  const { gw } = cluster;
   const app = `b${randomUUID().slice(0, 8)}`;
   t.is((await call(gw.controlUrl, "initialize-app", { name: app })).status, 200);
   const first: Reply = await client.send(command(app, "build", { app }));
@@ -146,36 +101,21 @@ test("long work answers 202 running, a second task of the group is 409 busy, oth
 
 test("long work left behind by a node killed with -9 ends as failed (interrupted) once another node owns the app", async (t) => {
   // its own bus: a node in a child process that runs a never-ending sample build, and nothing else
-  const nats = await startTestNats();
-  const gw = await startTestPlatform(nats.url, { role: "gateway", plane: "control" });
-  const dataDir = tempDir();
-  const doomed = await spawnNode({
-    natsUrl: nats.url,
-    dataDir,
-    vaultKey: TEST_VAULT_KEY,
-    id: "doomed",
-    env: { SLIPWAY_TEST_SAMPLE_BUILD: "1" },
-  });
-  let heir: NodeProcess | undefined;
-  const ownBus = await openBus({ servers: nats.url, name: "orphan-test" });
+  const c = await clusterFor(t, { observer: "orphan-test" });
+  const { gw } = c;
+  const doomed = await c.spawnNode("doomed", { env: { SLIPWAY_TEST_SAMPLE_BUILD: "1" } });
   try {
     await doomed.waitPartitions((p) => p.length === 64);
     const app = `b${randomUUID().slice(0, 8)}`;
     t.is((await call(gw.controlUrl, "initialize-app", { name: app })).status, 200);
-    const client = new CommandClient(
-      ownBus,
-      Vault.open(dataDir, { SLIPWAY_VAULT_KEY: TEST_VAULT_KEY }),
-      "gworphan",
-      10_000,
-    );
-    client.start();
+    const client = c.commandClient("gworphan", 10_000);
     const cmd = { ...command(app, "build", { app }), gateway_id: "gworphan" };
     const started = await client.send(cmd);
     t.is(started.http, 202);
     const id = started.body!.resource.id;
     doomed.kill9();
     const killedAt = Date.now();
-    heir = await spawnNode({ natsUrl: nats.url, dataDir, vaultKey: TEST_VAULT_KEY, id: "heir" });
+    await c.spawnNode("heir");
     const end = await eventually(
       async () => {
         const r = await get(gw.controlUrl, `/resources/Build/${id}`);
@@ -195,54 +135,37 @@ test("long work left behind by a node killed with -9 ends as failed (interrupted
     // the real build: the app has no workspace here, so it answers 422, not 409 busy)
     const after = await client.send({ ...command(app, "build", { app }), gateway_id: "gworphan" });
     t.is(after.error?.code, "precondition_failed", "not busy any more");
-    await client.close();
   } finally {
-    doomed.kill9();
-    await heir?.stop();
-    await ownBus.close();
-    await gw.close();
-    await nats.stop();
+    await c.stopNode("doomed", { kill: true });
   }
 });
 
 test("a node that shuts down (SIGTERM) ends its running long work as failed before it exits, not at the next boot", async (t) => {
   // its own bus and node: nothing else may apply the task's end after the node is gone
-  const nats = await startTestNats();
-  const gw = await startTestPlatform(nats.url, { role: "gateway", plane: "control" });
-  const ownBus = await openBus({ servers: nats.url, name: "shutdown-test" });
-  const ws = tempDir();
-  const vault = Vault.open(ws, { SLIPWAY_VAULT_KEY: TEST_VAULT_KEY });
-  const node = await startNode({ bus: ownBus, vault, workspaceRoot: ws, nodeId: "leaving", tickMs: 200 });
-  const client = new CommandClient(ownBus, vault, "gwleaving", 10_000);
-  client.start();
-  try {
-    await eventually(async () => node.partitions().length === 64, 15_000);
-    const app = `b${randomUUID().slice(0, 8)}`;
-    t.is((await call(gw.controlUrl, "initialize-app", { name: app })).status, 200);
-    const started = await client.send({ ...command(app, "build", { app }), gateway_id: "gwleaving" });
-    t.is(started.http, 202);
-    const id = started.body!.resource.id;
-    await eventually(async () => gates.has(app));
-    await node.close(); // what slipwayd does on SIGTERM
-    // no other node runs: what the KV holds now is what the leaving node applied
-    const e = await ownBus.kv.resources.get(`${app}.Build.${id}`);
-    const doc = e?.json<{ status: string; error?: string }>();
-    t.is(doc?.status, "failed");
-    t.regex(doc?.error ?? "", /stopped: the node shut down/);
-    const evs = await eventually(async () => {
-      const r = await get(gw.controlUrl, `/events?resource_id=${id}`);
-      return r.body.items.length === 2 ? r.body.items : undefined;
-    });
-    t.deepEqual(
-      evs.map((x: { type: string }) => x.type),
-      ["BuildFailed", "BuildStarted"],
-    );
-    t.is(evs[0].data.error, "stopped: the node shut down");
-  } finally {
-    await client.close();
-    await node.close();
-    await ownBus.close();
-    await gw.close();
-    await nats.stop();
-  }
+  const c = await clusterFor(t, { observer: "shutdown-test" });
+  const { gw, bus: ownBus } = c;
+  const node = await c.addNode("leaving", { tickMs: 200 });
+  const client = c.commandClient("gwleaving", 10_000);
+  await eventually(async () => node.partitions().length === 64, 15_000);
+  const app = `b${randomUUID().slice(0, 8)}`;
+  t.is((await call(gw.controlUrl, "initialize-app", { name: app })).status, 200);
+  const started = await client.send({ ...command(app, "build", { app }), gateway_id: "gwleaving" });
+  t.is(started.http, 202);
+  const id = started.body!.resource.id;
+  await eventually(async () => gates.has(app));
+  await node.close(); // what slipwayd does on SIGTERM
+  // no other node runs: what the KV holds now is what the leaving node applied
+  const e = await ownBus.kv.resources.get(`${app}.Build.${id}`);
+  const doc = e?.json<{ status: string; error?: string }>();
+  t.is(doc?.status, "failed");
+  t.regex(doc?.error ?? "", /stopped: the node shut down/);
+  const evs = await eventually(async () => {
+    const r = await get(gw.controlUrl, `/events?resource_id=${id}`);
+    return r.body.items.length === 2 ? r.body.items : undefined;
+  });
+  t.deepEqual(
+    evs.map((x: { type: string }) => x.type),
+    ["BuildFailed", "BuildStarted"],
+  );
+  t.is(evs[0].data.error, "stopped: the node shut down");
 });

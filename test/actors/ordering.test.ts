@@ -1,62 +1,23 @@
 import anyTest, { type TestFn } from "ava";
 import { randomUUID } from "node:crypto";
-import { startNode, type NodeHandle } from "../../actors/runtime.js";
+import type { NodeHandle } from "../../actors/runtime.js";
 import type { ApplyTrace } from "../../actors/app-actor.js";
-import { openBus, type Bus } from "../../store/bus.js";
-import { Vault } from "../../store/vault.js";
-import {
-  call,
-  eventually,
-  startTestNats,
-  startTestPlatform,
-  tempDir,
-  TEST_VAULT_KEY,
-  type TestNats,
-  type TestPlatform,
-} from "../helpers/infra.js";
+import { call, eventually } from "../helpers/infra.js";
+import { clusterPerFile, type ClusterContext } from "../helpers/cluster.js";
 
-interface Ctx {
-  nats: TestNats;
-  gw: TestPlatform;
-  nodes: NodeHandle[];
-  buses: Bus[];
-  traces: ApplyTrace[];
-}
-const test = anyTest as TestFn<Ctx>;
+const test = anyTest as TestFn<ClusterContext & { nodes: NodeHandle[]; traces: ApplyTrace[] }>;
 
-test.before(async (t) => {
-  const nats = await startTestNats();
-  const gw = await startTestPlatform(nats.url, { role: "gateway", plane: "control" });
+clusterPerFile(test, {}, async (c) => {
   const traces: ApplyTrace[] = [];
   const nodes: NodeHandle[] = [];
-  const buses: Bus[] = [];
-  const ws = tempDir();
-  for (const id of ["nodea", "nodeb"]) {
-    const bus = await openBus({ servers: nats.url, name: id });
-    buses.push(bus);
-    nodes.push(
-      await startNode({
-        bus,
-        vault: Vault.open(ws, { SLIPWAY_VAULT_KEY: TEST_VAULT_KEY }),
-        workspaceRoot: ws,
-        nodeId: id,
-        tickMs: 200,
-        instrument: { onApply: (e) => traces.push(e) },
-      }),
-    );
-  }
-  t.context = { nats, gw, nodes, buses, traces };
-});
-
-test.after.always(async (t) => {
-  for (const n of t.context.nodes ?? []) await n.close();
-  for (const b of t.context.buses ?? []) await b.close();
-  await t.context.gw?.close();
-  await t.context.nats?.stop();
+  for (const id of ["nodea", "nodeb"])
+    nodes.push(await c.addNode(id, { tickMs: 200 }, { onApply: (e) => traces.push(e) }));
+  return { nodes, traces };
 });
 
 test("two nodes: 500 concurrent commands over 20 apps take effect one at a time per app, in arrival order, and apps overlap", async (t) => {
-  const { gw, nodes, traces } = t.context;
+  const { cluster, nodes, traces } = t.context;
+  const { gw } = cluster;
   // both nodes hold partitions
   await eventually(
     async () =>

@@ -1,24 +1,14 @@
 import test from "ava";
 import { randomUUID } from "node:crypto";
 import { createServer } from "node:http";
-import { openBus } from "../../store/bus.js";
 import { keys } from "../../proto/subjects.js";
-import {
-  call,
-  eventually,
-  get,
-  startTestNats,
-  startTestPlatform,
-  tempDir,
-  TEST_VAULT_KEY,
-} from "../helpers/infra.js";
-import { spawnNode, type NodeProcess } from "../helpers/processes.js";
+import { call, eventually, get } from "../helpers/infra.js";
+import { clusterFor } from "../helpers/cluster.js";
+import type { NodeProcess } from "../helpers/processes.js";
 
 test("two nodes, the scheduler leader killed with -9 mid-tick: the other leads within the lease TTL, nothing overlaps, the in-doubt tick is re-fired once with the same Idempotency-Key", async (t) => {
-  const nats = await startTestNats();
-  const gw = await startTestPlatform(nats.url, { role: "gateway", plane: "control" });
-  const bus = await openBus({ servers: nats.url, name: "observer" });
-  const dataDir = tempDir();
+  const c = await clusterFor(t, { observer: "observer" });
+  const { gw, bus } = c;
   const env = { SLIPWAY_JOB_TIMEOUT_MS: "2000" };
   const hits: { idem: string; at: number; closedAt?: number; endedAt?: number }[] = [];
   let inFlight = 0;
@@ -50,11 +40,15 @@ test("two nodes, the scheduler leader killed with -9 mid-tick: the other leads w
     }, hold);
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  c.onClose(() => {
+    server.closeAllConnections();
+    server.close();
+  });
   const url = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
   const nodes: NodeProcess[] = [];
   try {
-    nodes.push(await spawnNode({ natsUrl: nats.url, dataDir, vaultKey: TEST_VAULT_KEY, id: "scha", env }));
-    nodes.push(await spawnNode({ natsUrl: nats.url, dataDir, vaultKey: TEST_VAULT_KEY, id: "schb", env }));
+    nodes.push(await c.spawnNode("scha", { env }));
+    nodes.push(await c.spawnNode("schb", { env }));
     const leaderOf = async () => {
       const e = await bus.kv.leases.get(keys.schedulerLease);
       return e && e.operation === "PUT" ? e.string() : undefined;
@@ -105,11 +99,6 @@ test("two nodes, the scheduler leader killed with -9 mid-tick: the other leads w
     t.is(evs[0].type, "JobRan");
     t.is(`held:${evs[0].data.due_at}`, inDoubt);
   } finally {
-    for (const n of nodes) n.kill9();
-    server.closeAllConnections();
-    server.close();
-    await bus.close();
-    await gw.close();
-    await nats.stop();
+    for (const n of nodes) await c.stopNode(n.id, { kill: true });
   }
 });

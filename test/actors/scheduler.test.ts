@@ -1,126 +1,42 @@
 import anyTest, { type TestFn } from "ava";
 import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { createServer, type Server } from "node:http";
 import { join } from "node:path";
 import { verifyServiceToken } from "../../proto/service-token.js";
+import { call, eventually, freePort, get, sleep, type TestPlatform } from "../helpers/infra.js";
 import {
-  call,
-  eventually,
-  freePort,
-  get,
-  sleep,
-  startTestNats,
-  startTestPlatform,
-  tempDir,
-  type TestNats,
-  type TestPlatform,
-} from "../helpers/infra.js";
+  clusterFor,
+  clusterPerFile,
+  hitsOf,
+  jobEvents,
+  settled,
+  startTarget,
+  type ClusterContext,
+  type Target,
+} from "../helpers/cluster.js";
 
-interface Hit {
-  path: string;
-  method: string;
-  auth: string;
-  idem: string;
-  /** Nominal tick the call is for. */
-  tick: number;
-  at: number;
-}
-interface Target {
-  url: string;
-  hits: Hit[];
-  /** Highest number of calls in flight at once, per path. */
-  maxConcurrent: Map<string, number>;
-  behave: Map<string, { delayMs?: number; status?: number; hang?: boolean }>;
-  server: Server;
-}
+/**
+ * When and how the scheduler fires a job: the calls, their timing and overlap, failing targets,
+ * a platform that was down, one-shot and cron schedules. The schedule-job capability's own rules
+ * (input, quota, pause, removal): scheduler-jobs.test.ts.
+ */
+const test = anyTest as TestFn<
+  ClusterContext & { p: TestPlatform; target: Target; app: string; dataDir: string }
+>;
 
-async function startTarget(): Promise<Target> {
-  const hits: Hit[] = [];
-  const current = new Map<string, number>();
-  const maxConcurrent = new Map<string, number>();
-  const behave = new Map<string, { delayMs?: number; status?: number; hang?: boolean }>();
-  const server = createServer((req, res) => {
-    const path = req.url ?? "/";
-    hits.push({
-      path,
-      method: req.method ?? "",
-      auth: req.headers.authorization ?? "",
-      idem: String(req.headers["idempotency-key"] ?? ""),
-      tick: Date.parse(String(req.headers["x-slipway-tick"] ?? "")),
-      at: Date.now(),
-    });
-    const c = (current.get(path) ?? 0) + 1;
-    current.set(path, c);
-    maxConcurrent.set(path, Math.max(maxConcurrent.get(path) ?? 0, c));
-    const b = behave.get(path) ?? {};
-    const end = () => {
-      current.set(path, (current.get(path) ?? 1) - 1);
-      res.writeHead(b.status ?? 200, { "content-type": "application/json" }).end('{"ok":true}');
-    };
-    if (b.hang) {
-      req.on("close", () => current.set(path, (current.get(path) ?? 1) - 1));
-      return;
-    }
-    if (b.delayMs) setTimeout(end, b.delayMs);
-    else end();
-  });
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  const port = (server.address() as { port: number }).port;
-  return { url: `http://127.0.0.1:${port}`, hits, maxConcurrent, behave, server };
-}
-
-const test = anyTest as TestFn<{
-  nats: TestNats;
-  p: TestPlatform;
-  target: Target;
-  app: string;
-  dataDir: string;
-}>;
-
-test.before(async (t) => {
-  const nats = await startTestNats();
-  const dataDir = tempDir();
-  const p = await startTestPlatform(nats.url, { dataDir });
+/** A whole platform (its node runs the scheduler), and an app whose base URL is the target. */
+clusterPerFile(test, { gateway: { role: "up" } }, async (c, t) => {
+  const p = c.gw;
   const target = await startTarget();
+  c.onClose(() => {
+    target.server.close();
+    target.server.closeAllConnections();
+  });
   const app = `j${randomUUID().slice(0, 8)}`;
   const r = await call(p.controlUrl, "initialize-app", { name: app, base_url: target.url });
   t.is(r.status, 200);
-  t.context = { nats, p, target, app, dataDir };
+  return { p, target, app, dataDir: p.dataDir };
 });
-
-test.after.always(async (t) => {
-  await t.context.p?.close();
-  t.context.target?.server.close();
-  t.context.target?.server.closeAllConnections();
-  await t.context.nats?.stop();
-});
-
-const hitsOf = (t: Target, path: string) => t.hits.filter((h) => h.path === path);
-
-/**
- * Waits until `count()` stays the same for `quietMs` (at least two periods of a 1 s job), and
- * returns it; throws when it keeps moving for `timeoutMs`. How a test sees that ticks stopped
- * without guessing how long a loaded machine takes to apply the stop.
- */
-async function settled(count: () => number, quietMs = 2500, timeoutMs = 30_000): Promise<number> {
-  const deadline = Date.now() + timeoutMs;
-  let last = count();
-  let since = Date.now();
-  while (Date.now() < deadline) {
-    await sleep(100);
-    const now = count();
-    if (now !== last) {
-      last = now;
-      since = Date.now();
-    } else if (Date.now() - since >= quietMs) return now;
-  }
-  throw new Error(`still ticking after ${timeoutMs} ms (${last} calls)`);
-}
-
-async function jobEvents(p: TestPlatform, resourceId: string): Promise<any[]> {
-  return (await get(p.controlUrl, `/events?resource_id=${resourceId}&limit=500`)).body.items;
-}
 
 test("schedule-job: a job every 1 s calls the app with a valid service token and an idempotency key, and each tick has its JobRan", async (t) => {
   const { p, target, app, dataDir } = t.context;
@@ -229,12 +145,7 @@ test("a 1 s job whose target takes 2.5 s never overlaps: later ticks are skipped
 test("a target answering 500, timing out or refusing the connection gives JobRunFailed with the reason, and the job keeps its schedule", async (t) => {
   const { target } = t.context;
   // its own bus and platform, with a 1.5 s callback timeout
-  const nats = await startTestNats();
-  const p = await startTestPlatform(nats.url, { node: { tickTimeoutMs: 1500 } });
-  t.teardown(async () => {
-    await p.close();
-    await nats.stop();
-  });
+  const { gw: p } = await clusterFor(t, { gateway: { role: "up", node: { tickTimeoutMs: 1500 } } });
   const app = `j${randomUUID().slice(0, 8)}`;
   await call(p.controlUrl, "initialize-app", { name: app, base_url: target.url });
   target.behave.set("/cron/err", { status: 500 });
@@ -281,80 +192,18 @@ test("a target answering 500, timing out or refusing the connection gives JobRun
     await call(p.controlUrl, "schedule-job", { app: a, name: n, remove: true });
 });
 
-test("disabled jobs do not tick; removed jobs emit JobUnscheduled, leave the lists and never tick again", async (t) => {
-  const { p, target, app } = t.context;
-  const d = await call(p.controlUrl, "schedule-job", {
-    app,
-    name: "off",
-    target_path: "/cron/off",
-    every: "1s",
-    disabled: true,
-  });
-  t.is(d.status, 200);
-  t.true(d.body.resource.disabled);
-  t.is(d.body.resource.next_due_at, null);
-  const r = await call(p.controlUrl, "schedule-job", {
-    app,
-    name: "gone",
-    target_path: "/cron/gone",
-    every: "1s",
-  });
-  await eventually(async () => hitsOf(target, "/cron/gone").length >= 1, 5000);
-  const rm = await call(p.controlUrl, "schedule-job", { app, name: "gone", remove: true });
-  t.is(rm.status, 200);
-  t.is(rm.body.events[0].type, "JobUnscheduled");
-  t.is(
-    (await get(p.controlUrl, `/resources/ScheduledJob/${r.body.resource.id}`)).status,
-    404,
-    "gone at once",
-  );
-  // removed: the ticks stop (a tick already past its fence when the removal landed may still call)
-  await settled(() => hitsOf(target, "/cron/gone").length);
-  t.is(hitsOf(target, "/cron/off").length, 0, "disabled: no ticks");
-  t.is((await get(p.controlUrl, `/resources/ScheduledJob/${r.body.resource.id}`)).status, 404);
-  const again = await call(p.controlUrl, "schedule-job", { app, name: "gone", remove: true });
-  t.is(again.status, 404);
-  await call(p.controlUrl, "schedule-job", { app, name: "off", remove: true });
-});
-
-test("bad schedule-job input answers 400 with the error body", async (t) => {
-  const { p, app } = t.context;
-  const cases: [Record<string, unknown>, string][] = [
-    [{ app, name: "x", target_path: "/cron/x", every: "1s", cron: "* * * * *" }, "exactly one"],
-    [{ app, name: "x", target_path: "/cron/x", every: "0s" }, "at least 1s"],
-    [{ app, name: "x", target_path: "/cron/x", cron: "* * * * * *" }, "5 fields"],
-    [{ app, name: "x", target_path: "http://evil.example/x", every: "1s" }, "target_path"],
-    [{ app, name: "x", target_path: "//evil.example/x", every: "1s" }, "target_path"],
-    [{ app, name: "x", target_path: "/cron/x", every: "1s", method: "TRACE" }, "method"],
-    [{ app, name: "x", target_path: "/cron/x" }, "exactly one"],
-    [{ app, name: "x", every: "1s" }, "target_path"],
-    [{ app, name: "x", target_path: "/cron/x", at: "tomorrow" }, "at"],
-  ];
-  for (const [body, words] of cases) {
-    const r = await call(p.controlUrl, "schedule-job", body);
-    t.is(r.status, 400, JSON.stringify(body));
-    t.is(r.body.status, "error");
-    t.is(r.body.error.code, "invalid_input");
-    t.true(
-      JSON.stringify(r.body.error).includes(words),
-      `${JSON.stringify(body)} -> ${r.body.error.message}`,
-    );
-  }
-});
-
 test("stopped for 5 periods of a 1 s job, then started: the job fires once at boot, and missed counts the rest", async (t) => {
   const { target } = t.context;
-  const nats = await startTestNats(); // its own bus: no other scheduler may take over while this one is down
-  t.teardown(() => nats.stop());
-  const dataDir = tempDir();
-  let p = await startTestPlatform(nats.url, { dataDir });
+  // its own bus: no other scheduler may take over while this one is down
+  const c = await clusterFor(t, { gateway: { role: "up" } });
+  let p = c.gw;
   const app = `k${randomUUID().slice(0, 8)}`;
   await call(p.controlUrl, "initialize-app", { name: app, base_url: target.url });
   const id = (
     await call(p.controlUrl, "schedule-job", { app, name: "boot", target_path: "/cron/boot", every: "1s" })
   ).body.resource.id;
   await eventually(async () => hitsOf(target, "/cron/boot").length >= 2, 15_000);
-  await p.close();
+  await c.stopGateway();
   const before = hitsOf(target, "/cron/boot").length;
   const lastTick = Math.max(...hitsOf(target, "/cron/boot").map((h) => h.tick));
   // down for at least five periods (a window in which nothing may fire: a slow machine can only
@@ -362,7 +211,7 @@ test("stopped for 5 periods of a 1 s job, then started: the job fires once at bo
   await sleep(5500);
   t.is(hitsOf(target, "/cron/boot").length, before, "nothing fires while the platform is down");
   const startedAt = Date.now();
-  p = await startTestPlatform(nats.url, { dataDir });
+  p = await c.startGateway();
   try {
     await eventually(
       async () => hitsOf(target, "/cron/boot").filter((h) => h.at >= startedAt).length >= 2,
@@ -393,126 +242,7 @@ test("stopped for 5 periods of a 1 s job, then started: the job fires once at bo
     t.true(doc.missed >= 4, `missed ${doc.missed}`);
   } finally {
     await call(p.controlUrl, "schedule-job", { app, name: "boot", remove: true });
-    await p.close();
   }
-});
-
-test("a stored job whose target would leave the app's origin never calls another host: JobRunFailed names why", async (t) => {
-  const { p, app } = t.context;
-  // the other host: it must never see a request carrying the app's service token
-  const elsewhere = await startTarget();
-  const otherPort = new URL(elsewhere.url).port;
-  // the gateway refuses such a target now, so write the definition as an older platform could have
-  const reg = await call(p.controlUrl, "schedule-job", {
-    app,
-    name: "steal",
-    target_path: "/cron/steal",
-    every: "1s",
-    disabled: true,
-  });
-  t.is(reg.status, 200);
-  const key = `${app}.steal`;
-  const e = await p.bus.kv.jobs.get(key);
-  const def = e!.json<Record<string, unknown>>();
-  await p.bus.kv.jobs.put(
-    key,
-    JSON.stringify({
-      ...def,
-      target_path: `/\\127.0.0.1:${otherPort}/steal`,
-      disabled: false,
-      generation: (def.generation as number) + 1,
-      anchor: new Date().toISOString(),
-    }),
-  );
-  try {
-    const failed = await eventually(async () => {
-      const evs = (await jobEvents(p, reg.body.resource.id)).filter((x) => x.type === "JobRunFailed");
-      return evs.length > 0 ? evs : undefined;
-    }, 8000);
-    t.regex(failed[0].data.error, /not a path in the app|leaves/);
-    await sleep(1500);
-    t.is(elsewhere.hits.length, 0, "no request reached the other host");
-  } finally {
-    await call(p.controlUrl, "schedule-job", { app, name: "steal", remove: true });
-    elsewhere.server.close();
-  }
-});
-
-test("schedule-job pauses and resumes a job by name, without restating it", async (t) => {
-  const { p, target, app } = t.context;
-  const r = await call(p.controlUrl, "schedule-job", {
-    app,
-    name: "toggle",
-    target_path: "/cron/toggle",
-    every: "1s",
-  });
-  t.is(r.status, 200);
-  await eventually(async () => hitsOf(target, "/cron/toggle").length >= 1, 8000);
-  const pause = await call(p.controlUrl, "schedule-job", { app, name: "toggle", disabled: true });
-  t.is(pause.status, 200, JSON.stringify(pause.body));
-  t.is(pause.body.resource.disabled, true);
-  t.is(pause.body.resource.target_path, "/cron/toggle", "the definition is kept");
-  t.deepEqual(pause.body.resource.schedule, { every: "1s" });
-  t.is(pause.body.resource.next_due_at, null);
-  // paused: the ticks stop (one already in flight may land) and stay stopped
-  const paused = await settled(() => hitsOf(target, "/cron/toggle").length);
-  const resume = await call(p.controlUrl, "schedule-job", { app, name: "toggle", disabled: false });
-  t.is(resume.status, 200);
-  t.is(resume.body.resource.disabled, false);
-  await eventually(async () => hitsOf(target, "/cron/toggle").length > paused, 8000);
-  // toggling a job that does not exist is a 404, not a new job
-  const ghost = await call(p.controlUrl, "schedule-job", { app, name: "ghost", disabled: true });
-  t.is(ghost.status, 404);
-  await call(p.controlUrl, "schedule-job", { app, name: "toggle", remove: true });
-});
-
-test("schedule-job refuses an at in the past, and a job past the per-app quota with 409 quota_exceeded", async (t) => {
-  const { p } = t.context;
-  const app = `q${randomUUID().slice(0, 8)}`;
-  t.is((await call(p.controlUrl, "initialize-app", { name: app })).status, 200);
-  const past = await call(p.controlUrl, "schedule-job", {
-    app,
-    name: "late",
-    target_path: "/x",
-    at: new Date(Date.now() - 60_000).toISOString(),
-  });
-  t.is(past.status, 400);
-  t.is(past.body.error.details[0].path, "/at");
-  for (let i = 0; i < 100; i++) {
-    const r = await call(p.controlUrl, "schedule-job", {
-      app,
-      name: `j${i}`,
-      target_path: "/x",
-      every: "1h",
-      disabled: true,
-    });
-    t.is(r.status, 200);
-  }
-  const over = await call(p.controlUrl, "schedule-job", {
-    app,
-    name: "j100",
-    target_path: "/x",
-    every: "1h",
-  });
-  t.is(over.status, 409);
-  t.is(over.body.error.code, "quota_exceeded");
-  // changing an existing job is not a new one
-  const change = await call(p.controlUrl, "schedule-job", {
-    app,
-    name: "j0",
-    target_path: "/y",
-    every: "1h",
-  });
-  t.is(change.status, 200);
-  // after a removal there is room again
-  await call(p.controlUrl, "schedule-job", { app, name: "j1", remove: true });
-  const room = await call(p.controlUrl, "schedule-job", {
-    app,
-    name: "j100",
-    target_path: "/x",
-    every: "1h",
-  });
-  t.is(room.status, 200);
 });
 
 test("an at job fires once at its time, then has no next tick", async (t) => {

@@ -2,20 +2,10 @@ import anyTest, { type TestFn } from "ava";
 import { randomUUID } from "node:crypto";
 import { createServer, type Server } from "node:http";
 import { registerHandler } from "../../actors/testing.js";
-import { startNode, type NodeHandle } from "../../actors/runtime.js";
-import { openBus, type Bus } from "../../store/bus.js";
-import { Vault } from "../../store/vault.js";
+import type { Bus } from "../../store/bus.js";
 import { keys } from "../../proto/subjects.js";
-import {
-  call,
-  eventually,
-  get,
-  startTestNats,
-  startTestPlatform,
-  tempDir,
-  TEST_VAULT_KEY,
-  type TestNats,
-} from "../helpers/infra.js";
+import { call, eventually, get, startTestNats, startTestPlatform, type TestNats } from "../helpers/infra.js";
+import { clusterFor } from "../helpers/cluster.js";
 
 /**
  * Claims of the docs that had no test (docs/architecture.md, docs/http.md):
@@ -30,20 +20,6 @@ test.after.always(async (t) => {
   await t.context.nats?.stop();
 });
 
-/** A runtime node of its own (own connection), as `slipwayd node` runs one. */
-async function node(natsUrl: string, nodeId: string): Promise<{ node: NodeHandle; bus: Bus }> {
-  const bus = await openBus({ servers: natsUrl, name: nodeId });
-  const ws = tempDir();
-  const n = await startNode({
-    bus,
-    vault: Vault.open(ws, { SLIPWAY_VAULT_KEY: TEST_VAULT_KEY }),
-    workspaceRoot: ws,
-    nodeId,
-    tickMs: 200,
-  });
-  return { node: n, bus };
-}
-
 async function leasesHeldBy(bus: Bus, nodeId: string): Promise<string[]> {
   const held: string[] = [];
   for await (const k of await bus.kv.leases.keys()) {
@@ -54,75 +30,58 @@ async function leasesHeldBy(bus: Bus, nodeId: string): Promise<string[]> {
 }
 
 test("a node that shuts down finishes the commands it started and hands back its partitions and the scheduler lease", async (t) => {
-  const nats = await startTestNats(); // its own bus: the only node, so every lease is its
-  const gw = await startTestPlatform(nats.url, { role: "gateway", plane: "control", replyTimeoutMs: 3000 });
-  const { node: n, bus } = await node(nats.url, "leaving");
-  try {
-    await eventually(async () => n.partitions().length === 64 && n.isSchedulerLeader(), 30_000);
-    t.true((await leasesHeldBy(bus, "leaving")).length >= 65, "64 partitions, the scheduler, the node");
-    const app = `g${randomUUID().slice(0, 8)}`;
-    t.is((await call(gw.controlUrl, "initialize-app", { name: app })).status, 200);
-    // a stream of commands, and the node shut down in the middle of it
-    const sent = Array.from({ length: 60 }, (_, i) =>
-      call(gw.controlUrl, "set-secret", { app, name: `S${i}`, value: "v" }),
-    );
-    await eventually(
-      async () => (await get(gw.controlUrl, `/resources?app_id=${app}&type=Secret`)).body.items.length >= 5,
-      30_000,
-      20,
-    );
-    await n.close();
-    const results = await Promise.all(sent);
-    // every answered command took effect; the rest got a timeout, none a half-applied state
-    const ok = results.filter((r) => r.status === 200);
-    t.true(ok.length >= 5, `${ok.length} answered before the shutdown`);
-    t.true(
-      results.every((r) => r.status === 200 || r.status === 504),
-      JSON.stringify(results.map((r) => r.status)),
-    );
-    for (const r of ok) {
-      const e = await bus.kv.resources.get(keys.resource(app, "Secret", r.body.resource.id));
-      t.is(e?.operation, "PUT", `the effect of ${r.body.resource.name} exists`);
-    }
-    t.deepEqual(
-      await leasesHeldBy(bus, "leaving"),
-      [],
-      "no lease left behind: another node takes over at once",
-    );
-    // a node started now applies what was left on the stream, right away (no lease to wait out)
-    const next = await node(nats.url, "arriving");
-    t.teardown(async () => {
-      await next.node.close();
-      await next.bus.close();
-    });
-    await eventually(
-      async () =>
-        (await get(gw.controlUrl, `/resources?app_id=${app}&type=Secret&limit=500`)).body.items.length === 60,
-      30_000,
-      100,
-    );
-    t.pass();
-  } finally {
-    await n.close();
-    await bus.close();
-    await gw.close();
-    await nats.stop();
+  // its own bus: the only node, so every lease is its
+  const c = await clusterFor(t, { gateway: { replyTimeoutMs: 3000 } });
+  const { gw, bus } = c;
+  // a runtime node of its own (own connection), as `slipwayd node` runs one
+  const n = await c.addNode("leaving", { tickMs: 200 });
+  await eventually(async () => n.partitions().length === 64 && n.isSchedulerLeader(), 30_000);
+  t.true((await leasesHeldBy(bus, "leaving")).length >= 65, "64 partitions, the scheduler, the node");
+  const app = `g${randomUUID().slice(0, 8)}`;
+  t.is((await call(gw.controlUrl, "initialize-app", { name: app })).status, 200);
+  // a stream of commands, and the node shut down in the middle of it
+  const sent = Array.from({ length: 60 }, (_, i) =>
+    call(gw.controlUrl, "set-secret", { app, name: `S${i}`, value: "v" }),
+  );
+  await eventually(
+    async () => (await get(gw.controlUrl, `/resources?app_id=${app}&type=Secret`)).body.items.length >= 5,
+    30_000,
+    20,
+  );
+  await n.close();
+  const results = await Promise.all(sent);
+  // every answered command took effect; the rest got a timeout, none a half-applied state
+  const ok = results.filter((r) => r.status === 200);
+  t.true(ok.length >= 5, `${ok.length} answered before the shutdown`);
+  t.true(
+    results.every((r) => r.status === 200 || r.status === 504),
+    JSON.stringify(results.map((r) => r.status)),
+  );
+  for (const r of ok) {
+    const e = await bus.kv.resources.get(keys.resource(app, "Secret", r.body.resource.id));
+    t.is(e?.operation, "PUT", `the effect of ${r.body.resource.name} exists`);
   }
+  t.deepEqual(
+    await leasesHeldBy(bus, "leaving"),
+    [],
+    "no lease left behind: another node takes over at once",
+  );
+  // a node started now applies what was left on the stream, right away (no lease to wait out)
+  await c.addNode("arriving", { tickMs: 200 });
+  await eventually(
+    async () =>
+      (await get(gw.controlUrl, `/resources?app_id=${app}&type=Secret&limit=500`)).body.items.length === 60,
+    30_000,
+    100,
+  );
+  t.pass();
 });
 
 test("a gateway that shuts down answers the calls still waiting (503), it does not drop them", async (t) => {
   // a gateway with no node behind it (its own bus): its calls wait for a reply that never comes
-  const nats = await startTestNats();
-  t.teardown(() => nats.stop());
-  const gw = await startTestPlatform(nats.url, {
-    role: "gateway",
-    plane: "control",
-    replyTimeoutMs: 60_000,
-  });
+  const { gw, bus } = await clusterFor(t, { gateway: { replyTimeoutMs: 60_000 }, observer: "observer" });
   const waiting = call(gw.controlUrl, "inspect", { app: "nobody", type: "app" });
   // once the command is on the stream, the gateway is waiting for its reply
-  const bus = await openBus({ servers: nats.url, name: "observer" });
-  t.teardown(() => bus.close());
   await eventually(async () => (await bus.jsm.streams.info("SLIPWAY_CMD")).state.messages > 0, 30_000, 20);
   await gw.close();
   const r = await waiting;
@@ -132,33 +91,23 @@ test("a gateway that shuts down answers the calls still waiting (503), it does n
 });
 
 test("commands sent while no node runs are applied when one starts", async (t) => {
-  const nats = await startTestNats();
-  const gw = await startTestPlatform(nats.url, { role: "gateway", plane: "control", replyTimeoutMs: 1500 });
-  try {
-    const first = await node(nats.url, "first");
-    const app = `w${randomUUID().slice(0, 8)}`;
-    t.is((await call(gw.controlUrl, "initialize-app", { name: app })).status, 200);
-    await first.node.close();
-    await first.bus.close();
-    // no node: the call times out, and says the command may still take effect
-    const r = await call(gw.controlUrl, "set-secret", { app, name: "LATER", value: "v" });
-    t.is(r.status, 504);
-    t.regex(r.body.error.message, /may still take effect/);
-    t.is((await get(gw.controlUrl, `/resources?app_id=${app}&type=Secret`)).body.items.length, 0);
-    const later = await node(nats.url, "later");
-    t.teardown(async () => {
-      await later.node.close();
-      await later.bus.close();
-    });
-    const items = await eventually(async () => {
-      const l = await get(gw.controlUrl, `/resources?app_id=${app}&type=Secret`);
-      return l.body.items.length === 1 ? l.body.items : undefined;
-    }, 30_000);
-    t.is(items[0].name, "LATER");
-  } finally {
-    await gw.close();
-    await nats.stop();
-  }
+  const c = await clusterFor(t, { gateway: { replyTimeoutMs: 1500 } });
+  const { gw } = c;
+  await c.addNode("first", { tickMs: 200 });
+  const app = `w${randomUUID().slice(0, 8)}`;
+  t.is((await call(gw.controlUrl, "initialize-app", { name: app })).status, 200);
+  await c.stopNode("first");
+  // no node: the call times out, and says the command may still take effect
+  const r = await call(gw.controlUrl, "set-secret", { app, name: "LATER", value: "v" });
+  t.is(r.status, 504);
+  t.regex(r.body.error.message, /may still take effect/);
+  t.is((await get(gw.controlUrl, `/resources?app_id=${app}&type=Secret`)).body.items.length, 0);
+  await c.addNode("later", { tickMs: 200 });
+  const items = await eventually(async () => {
+    const l = await get(gw.controlUrl, `/resources?app_id=${app}&type=Secret`);
+    return l.body.items.length === 1 ? l.body.items : undefined;
+  }, 30_000);
+  t.is(items[0].name, "LATER");
 });
 
 test("the control plane bound to a non-loopback address requires the control token", async (t) => {
@@ -191,9 +140,10 @@ test("the control plane bound to a non-loopback address requires the control tok
 test("an unexpected error is a generic 500 internal; its cause is logged with the request id, never sent", async (t) => {
   const logs: string[] = [];
   // its own bus: the command must reach this platform's node, whose log is read here
-  const nats = await startTestNats();
-  t.teardown(() => nats.stop());
-  const p = await startTestPlatform(nats.url, { log: (m) => logs.push(m), replyTimeoutMs: 10_000 });
+  const c = await clusterFor(t, {
+    gateway: { role: "up", log: (m) => logs.push(m), replyTimeoutMs: 10_000 },
+  });
+  const p = c.gw;
   let restore: (() => void) | undefined;
   try {
     // in an actor: a built capability whose handler throws something that is not a PlatformError
@@ -226,7 +176,6 @@ test("an unexpected error is a generic 500 internal; its cause is logged with th
     t.is((await get(p.controlUrl, "/healthz")).status, 200, "and the process goes on");
   } finally {
     restore?.();
-    await p.close().catch(() => {});
   }
 });
 

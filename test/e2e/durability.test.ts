@@ -1,4 +1,4 @@
-import test from "ava";
+import test, { type ExecutionContext } from "ava";
 import { randomUUID } from "node:crypto";
 import { readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
@@ -17,10 +17,7 @@ const require = createRequire(import.meta.url);
 const tsx = require.resolve("tsx");
 const slipwayd = fileURLToPath(new URL("../../bin/slipwayd.ts", import.meta.url));
 
-async function up(
-  dataDir: string,
-  natsPort: number,
-): Promise<PlatformHandle & { url: string; dataUrl: string }> {
+async function up(dataDir: string, natsPort: number): Promise<Platform> {
   const h = await startPlatform({
     role: "up",
     dataDir,
@@ -54,22 +51,41 @@ function filesUnder(dir: string): string[] {
   return out;
 }
 
-test("restart keeps resources, events and secrets; a deleted index is rebuilt; tampering is refused; rotation re-seals; no secret value is stored anywhere in clear", async (t) => {
-  const dataDir = tempDir();
-  const natsPort = await freePort();
-  const app = `d${randomUUID().slice(0, 8)}`;
-  const secrets = Array.from({ length: 6 }, (_, i) => `SECRET-${i}-${randomUUID()}`);
-  const bodies: string[] = [];
-  const keep = <R extends { text: string }>(r: R): R => {
-    bodies.push(r.text);
-    return r;
-  };
+type Platform = PlatformHandle & { url: string; dataUrl: string };
 
-  // 1. first life
-  // (start-up time is a figure of bench/restart.ts, not a test's deadline)
-  let p = await up(dataDir, natsPort);
-  t.teardown(() => p.close());
-  await eventually(async () => (await get(p.url, "/readyz")).status === 200, 30_000, 20);
+/** One data dir through several lives of the platform; `keep` records every answer for the final scan. */
+interface Lives {
+  readonly dataDir: string;
+  readonly natsPort: number;
+  readonly app: string;
+  readonly secrets: string[];
+  readonly bodies: string[];
+  /** The platform of the current life. */
+  p: Platform;
+  keep<R extends { text: string }>(r: R): R;
+}
+
+/** What the first life left: the ids the later lives must find again, and the app's token. */
+interface Before {
+  token: string;
+  resources: string[];
+  events: string[];
+}
+
+/** Starts the next life on the same data dir and waits until it is ready. */
+async function nextLife(l: Lives): Promise<Platform> {
+  l.p = await up(l.dataDir, l.natsPort);
+  await eventually(async () => (await get(l.p.url, "/readyz")).status === 200, 30_000, 20);
+  return l.p;
+}
+
+async function eventIds(p: Platform, app: string): Promise<string[]> {
+  return (await get(p.url, `/events?app_id=${app}&limit=500`)).body.items.map((e: { id: string }) => e.id);
+}
+
+/** 1. first life: an app, secrets set on both planes, one unset, one replayed. */
+async function firstLife(t: ExecutionContext, l: Lives): Promise<Before> {
+  const { p, app, secrets, keep } = l;
   const init = keep(await call(p.url, "initialize-app", { name: app }));
   const token = init.body.result.token as string;
   for (let i = 0; i < 4; i++)
@@ -92,24 +108,20 @@ test("restart keeps resources, events and secrets; a deleted index is rebuilt; t
   keep(await call(p.url, "set-secret", { app, name: "GONE", value: secrets[5] }));
   keep(await call(p.url, "unset-secret", { app, name: "GONE" }));
   keep(await call(p.url, "set-secret", { app, name: "S0", value: secrets[0] }, { "idempotency-key": "k0" })); // replay
-  const beforeResources = await ids(p.url, app);
-  const beforeEvents = (await get(p.url, `/events?app_id=${app}&limit=500`)).body.items.map(
-    (e: { id: string }) => e.id,
-  );
-  t.is(beforeResources.length, 6); // Application + S0..S4
-  t.true(beforeEvents.length >= 8);
+  const resources = await ids(p.url, app);
+  const events = await eventIds(p, app);
+  t.is(resources.length, 6); // Application + S0..S4
+  t.true(events.length >= 8);
   await p.close();
+  return { token, resources, events };
+}
 
-  // 2. second life on the same data dir
-  p = await up(dataDir, natsPort);
-  await eventually(async () => (await get(p.url, "/readyz")).status === 200, 30_000, 20);
-  t.deepEqual(await ids(p.url, app), beforeResources);
-  t.deepEqual(
-    (await get(p.url, `/events?app_id=${app}&limit=500`)).body.items
-      .map((e: { id: string }) => e.id)
-      .slice(-beforeEvents.length),
-    beforeEvents,
-  );
+/** 2. second life on the same data dir: the same resources and events, the vault and token still open. */
+async function secondLife(t: ExecutionContext, l: Lives, before: Before): Promise<void> {
+  const { app, secrets, keep } = l;
+  const p = await nextLife(l);
+  t.deepEqual(await ids(p.url, app), before.resources);
+  t.deepEqual((await eventIds(p, app)).slice(-before.events.length), before.events);
   const listed = keep(await call(p.url, "inspect", { app, type: "secrets" }));
   t.deepEqual(
     listed.body.resource.result.items.map(
@@ -122,24 +134,24 @@ test("restart keeps resources, events and secrets; a deleted index is rebuilt; t
   t.is(p.vault.openString(e0!.json<{ sealed: never }>().sealed, secretAad(app, "S1")), secrets[1]!);
   // the token minted in the first life still works
   t.is(
-    (await call(p.dataUrl, "inspect", { app, type: "app" }, { authorization: `Bearer ${token}` })).status,
+    (await call(p.dataUrl, "inspect", { app, type: "app" }, { authorization: `Bearer ${before.token}` }))
+      .status,
     200,
   );
   await p.close();
+}
 
-  // 3. a deleted read index is rebuilt from NATS
-  rmSync(join(dataDir, "index"), { recursive: true, force: true });
-  p = await up(dataDir, natsPort);
-  await eventually(async () => (await get(p.url, "/readyz")).status === 200, 30_000, 20);
-  t.deepEqual(await ids(p.url, app), beforeResources);
-  t.deepEqual(
-    (await get(p.url, `/events?app_id=${app}&limit=500`)).body.items
-      .map((e: { id: string }) => e.id)
-      .slice(-beforeEvents.length),
-    beforeEvents,
-  );
+/** 3. a deleted read index is rebuilt from NATS (the platform stays up for step 4). */
+async function rebuiltIndex(t: ExecutionContext, l: Lives, before: Before): Promise<void> {
+  rmSync(join(l.dataDir, "index"), { recursive: true, force: true });
+  const p = await nextLife(l);
+  t.deepEqual(await ids(p.url, l.app), before.resources);
+  t.deepEqual((await eventIds(p, l.app)).slice(-before.events.length), before.events);
+}
 
-  // 4. a tampered sealed value is refused, never decrypted
+/** 4. a tampered sealed value is refused, never decrypted. */
+async function tampering(t: ExecutionContext, l: Lives): Promise<void> {
+  const { p, app, keep } = l;
   const entry = await p.bus.kv.vault.get(`${app}.S2`);
   const doc = entry!.json<{ sealed: { ct: string } }>();
   const ct = Buffer.from(doc.sealed.ct, "base64");
@@ -157,13 +169,16 @@ test("restart keeps resources, events and secrets; a deleted index is rebuilt; t
     "tampered",
   );
   await p.close();
+}
 
-  // 5. slipwayd vault rotate: new active key, every intact value re-sealed, the tampered one reported and left alone
+/** 5. slipwayd vault rotate: new active key, every intact value re-sealed, the tampered one reported and left alone. */
+async function rotation(t: ExecutionContext, l: Lives): Promise<void> {
+  const { app, keep } = l;
   const rot = spawnSync(process.execPath, ["--import", tsx, slipwayd, "vault", "rotate"], {
     env: {
       ...process.env,
-      SLIPWAY_DATA_DIR: dataDir,
-      SLIPWAY_NATS_PORT: String(natsPort),
+      SLIPWAY_DATA_DIR: l.dataDir,
+      SLIPWAY_NATS_PORT: String(l.natsPort),
       SLIPWAY_VAULT_KEY: "",
     },
     encoding: "utf8",
@@ -173,8 +188,7 @@ test("restart keeps resources, events and secrets; a deleted index is rebuilt; t
   t.is(rot.status, 1, "non-zero: a tampered value was found");
   t.is(report.resealed, 5, "four intact secrets and the app's service key");
   t.deepEqual(report.tampered, [`${app}.S2`]);
-  p = await up(dataDir, natsPort);
-  await eventually(async () => (await get(p.url, "/readyz")).status === 200, 30_000, 20);
+  const p = await nextLife(l);
   const rotated = keep(await call(p.url, "inspect", { app, type: "secrets" }));
   const items = rotated.body.resource.result.items as { name: string; key_id: string; integrity: string }[];
   const intact = items.filter((i) => i.name !== "S2");
@@ -182,9 +196,12 @@ test("restart keeps resources, events and secrets; a deleted index is rebuilt; t
   t.true(intact.every((i) => i.key_id === report.active_key_id && i.integrity === "ok"));
   const r2 = await resealAll(p.bus, p.vault);
   t.is(r2.resealed, 0, "nothing left to re-seal");
+}
 
-  // 6. the scan: no secret value in any answer, event, log line, KV value, stream message or file of the data dir
-  const haystacks: { where: string; text: string }[] = bodies.map((b, i) => ({
+/** 6. the scan: no secret value in any answer, event, log line, KV value, stream message or file of the data dir. */
+async function scan(t: ExecutionContext, l: Lives): Promise<void> {
+  const { p, dataDir } = l;
+  const haystacks: { where: string; text: string }[] = l.bodies.map((b, i) => ({
     where: `response ${i}`,
     text: b,
   }));
@@ -202,9 +219,35 @@ test("restart keeps resources, events and secrets; a deleted index is rebuilt; t
     haystacks.push({ where: f.slice(dataDir.length), text: readFileSync(f).toString("latin1") });
   }
   t.true(haystacks.length > 50, `scanned ${haystacks.length} places`);
-  for (const s of secrets) {
+  for (const s of l.secrets) {
     const found = haystacks.filter((h) => h.text.includes(s)).map((h) => h.where);
     t.deepEqual(found, [], `secret value found in ${found.join(", ")}`);
   }
-  rmSync(dataDir, { recursive: true, force: true });
+}
+
+test("restart keeps resources, events and secrets; a deleted index is rebuilt; tampering is refused; rotation re-seals; no secret value is stored anywhere in clear", async (t) => {
+  const bodies: string[] = [];
+  const l: Lives = {
+    dataDir: tempDir(),
+    natsPort: await freePort(),
+    app: `d${randomUUID().slice(0, 8)}`,
+    secrets: Array.from({ length: 6 }, (_, i) => `SECRET-${i}-${randomUUID()}`),
+    bodies,
+    p: undefined as unknown as Platform,
+    keep: (r) => {
+      bodies.push(r.text);
+      return r;
+    },
+  };
+  // (start-up time is a figure of bench/restart.ts, not a test's deadline)
+  l.p = await up(l.dataDir, l.natsPort);
+  t.teardown(() => l.p.close());
+  await eventually(async () => (await get(l.p.url, "/readyz")).status === 200, 30_000, 20);
+  const before = await firstLife(t, l);
+  await secondLife(t, l, before);
+  await rebuiltIndex(t, l, before);
+  await tampering(t, l);
+  await rotation(t, l);
+  await scan(t, l);
+  rmSync(l.dataDir, { recursive: true, force: true });
 });

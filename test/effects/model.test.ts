@@ -7,6 +7,7 @@ import { makeContext, type AppState, type TaskContext } from "../../actors/conte
 import { generateFeaturePlan } from "../../actors/capabilities/generate-feature-plan.js";
 import { listWorkspace, planTask } from "../../actors/tasks/plan.js";
 import type { Facts } from "../../actors/facts/types.js";
+import { workspaceFiles } from "../../actors/workspace-files.js";
 import {
   DEFAULT_MODEL,
   describeModelConfig,
@@ -327,7 +328,7 @@ function fakeCtx(app: AppRecord | undefined, workspaceRoot: string, facts: Facts
     now: new Date(),
     nodeId: "n1",
     vault: {} as Vault,
-    workspaceRoot,
+    workspace: (a) => workspaceFiles(workspaceRoot, a.workspace),
     state,
     facts,
   });

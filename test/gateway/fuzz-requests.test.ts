@@ -78,29 +78,45 @@ function send(port: number, bytes: Buffer): Promise<Answer> {
 
 const CAPABILITY_NAMES = ["set-secret", "inspect", "initialize-app", "deploy", "schedule-job", "verify"];
 
-function generator(rand: () => number, ctx: { app: string; token: string; port: number }) {
-  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)]!;
-  const maybe = (p: number) => rand() < p;
-  /** `n` characters of base 32 from the seeded generator (ids, cursors: replayable from the seed). */
-  const chars = (n: number) =>
-    Array.from({ length: n }, () => "0123456789ABCDEFGHJKMNPQRSTVWXYZ"[Math.floor(rand() * 32)]).join("");
-  const escapes = [
-    "%ff",
-    "%E0%A4%A",
-    "%",
-    "%zz",
-    "%00",
-    "%2F",
-    "%2e%2e",
-    "%25",
-    "%C3%A9",
-    "%F0%9F%98%80",
-    "%u0041",
-    "%0d%0a",
-  ];
+interface FuzzTarget {
+  app: string;
+  token: string;
+  port: number;
+}
+
+/** The seeded choices a request is made of: the same seed makes the same choices in the same order. */
+function chooser(rand: () => number) {
+  return {
+    rand,
+    pick: <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)]!,
+    maybe: (p: number) => rand() < p,
+    /** `n` characters of base 32 from the seeded generator (ids, cursors: replayable from the seed). */
+    chars: (n: number) =>
+      Array.from({ length: n }, () => "0123456789ABCDEFGHJKMNPQRSTVWXYZ"[Math.floor(rand() * 32)]).join(""),
+  };
+}
+type Chooser = ReturnType<typeof chooser>;
+
+const ESCAPES = [
+  "%ff",
+  "%E0%A4%A",
+  "%",
+  "%zz",
+  "%00",
+  "%2F",
+  "%2e%2e",
+  "%25",
+  "%C3%A9",
+  "%F0%9F%98%80",
+  "%u0041",
+  "%0d%0a",
+];
+
+/** Paths: a known route, then up to two odd segments (escapes, dot segments, long, unicode). */
+function pathMaker({ rand, pick, maybe, chars }: Chooser, ctx: FuzzTarget): () => string {
   const segment = () =>
     pick([
-      () => pick(escapes),
+      () => pick(ESCAPES),
       () => "..",
       () => ".",
       () => "",
@@ -109,12 +125,12 @@ function generator(rand: () => number, ctx: { app: string; token: string; port: 
       () => pick(["Secret", "Application", "ScheduledJob", "Nope"]),
       () => `sec_${chars(26)}`,
       () => pick(CAPABILITY_NAMES),
-      () => `x${pick(escapes)}y`,
+      () => `x${pick(ESCAPES)}y`,
       () => "~!$&'()*+,;=:@",
       () => "ünïcødé",
       () => "\\",
     ])();
-  const path = () => {
+  return () => {
     const base = pick([
       "/capabilities",
       "/resources",
@@ -139,9 +155,13 @@ function generator(rand: () => number, ctx: { app: string; token: string; port: 
     if (maybe(0.1)) p += "/";
     return p.startsWith("/") ? p : `/${p}`;
   };
+}
+
+/** Query strings: none, or known and odd parameters with odd values, repeats and odd separators. */
+function queryMaker({ rand, pick, maybe, chars }: Chooser, ctx: FuzzTarget): () => string {
   const queryValue = () =>
     pick([
-      () => pick(escapes),
+      () => pick(ESCAPES),
       () => ctx.app,
       () => String(Math.floor(rand() * 1000) - 5),
       () => "",
@@ -150,18 +170,22 @@ function generator(rand: () => number, ctx: { app: string; token: string; port: 
       () => "a+b%20c",
       () => "x".repeat(Math.floor(rand() * 10_000)),
     ])();
-  const query = () => {
+  return () => {
     if (maybe(0.4)) return "";
     const names = ["app_id", "type", "limit", "cursor", "from_seq", "follow", "owner", "resource_id", "x"];
     const parts: string[] = [];
     for (let i = 0, n = 1 + Math.floor(rand() * 4); i < n; i++) {
-      const name = maybe(0.8) ? pick(names) : pick(escapes);
+      const name = maybe(0.8) ? pick(names) : pick(ESCAPES);
       parts.push(maybe(0.1) ? name : `${name}=${queryValue()}`);
     }
     if (maybe(0.1)) parts.push(parts[0]!); // a repeated parameter
     return `?${parts.join(pick(["&", "&&", "&;"]))}`;
   };
-  const headerSets = (): [string, string][] => {
+}
+
+/** Headers: a Host (mostly good), and maybe origin, credentials, actor, content type, upgrades, repeats. */
+function headerMaker({ pick, maybe }: Chooser, ctx: FuzzTarget): () => [string, string][] {
+  return () => {
     const h: [string, string][] = [];
     h.push([
       "host",
@@ -202,6 +226,15 @@ function generator(rand: () => number, ctx: { app: string; token: string; port: 
     if (maybe(0.05)) h.push(["x-weird", pick(["ä", "a\tb", "\u007f"])]);
     return h;
   };
+}
+
+/** Makes raw requests for one plane: method, path, query, headers and maybe a body, from `rand`. */
+function generator(rand: () => number, ctx: FuzzTarget) {
+  const r = chooser(rand);
+  const { pick, maybe } = r;
+  const path = pathMaker(r, ctx);
+  const query = queryMaker(r, ctx);
+  const headerSets = headerMaker(r, ctx);
   return (): Buffer => {
     const method = pick(["GET", "GET", "GET", "POST", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]);
     const headers = headerSets();

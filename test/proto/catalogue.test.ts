@@ -3,7 +3,7 @@ import { BUILT_CAPABILITIES, BUILT_INSPECT_TYPES, CAPABILITIES } from "../../pro
 import { EVENT_FAMILIES, EVENT_TYPES } from "../../proto/events.js";
 import { INPUT_SCHEMAS } from "../../proto/inputs.js";
 import { canonicalJson } from "../../proto/codec.js";
-import { builtHandlers } from "../../actors/capabilities/mod.js";
+import { builtHandlers } from "../../actors/handlers.js";
 import { readers } from "../../actors/capabilities/inspect.js";
 import { fnv1a32, partitionOf, subjects } from "../../proto/subjects.js";
 

@@ -1,0 +1,23 @@
+import type { ActorHost } from "./app-actor.js";
+import type { SchedulerHooks } from "./scheduler.js";
+
+/**
+ * Hooks that observe or bend a runtime node: the test and benchmark seam. Production option
+ * types do not carry them; only `startInstrumentedNode` (actors/testing.ts) and the platform's
+ * `startNode` override (tests, bench/) reach them, never the environment or the command line.
+ */
+export interface NodeInstrumentation {
+  /**
+   * Partitions this node treats as held without any lease (to force two nodes to both believe
+   * they own one: the fence test).
+   */
+  forcePartitions?: number[];
+  /** Take no leases at all (with forcePartitions: a node that only has forced partitions). */
+  noLeases?: boolean;
+  /** A command starts and ends taking effect. */
+  onApply?: ActorHost["onApply"];
+  /** The commit record refused this node's append. */
+  onFenced?: ActorHost["onFenced"];
+  /** The scheduler is about to call an app. */
+  onFire?: SchedulerHooks["onFire"];
+}

@@ -1,0 +1,219 @@
+import { randomBytes } from "node:crypto";
+import type { Bus, Vault } from "../store/mod.js";
+import { type Command, keys, LEASE_TTL_MS, parseLeaseKey, PARTITIONS, partitionOf } from "../proto/mod.js";
+import { handlerOf } from "./handlers.js";
+import type { PlatformUrls } from "./context.js";
+import { gatherFacts } from "./facts/gather.js";
+import { NO_FACTS, type FactRequest, type Facts } from "./facts/types.js";
+import type { NodeInstrumentation } from "./instrument.js";
+import { PartitionWorker, type WorkerHost } from "./partition-worker.js";
+import type { NodeOptions } from "./runtime.js";
+import { SideEffectRunner } from "./side-effects.js";
+import { TaskRunner } from "./task-runner.js";
+import { within } from "./timing.js";
+
+/** A runtime node: competes for partition leases and runs the actors of the partitions it holds. */
+export class RuntimeNode implements WorkerHost {
+  readonly bus: Bus;
+  readonly vault: Vault;
+  readonly nodeId: string;
+  readonly workspaceRoot: string;
+  readonly platformUrls: PlatformUrls;
+  readonly instrument: NodeInstrumentation;
+  readonly log: (msg: string) => void;
+  private readonly ttl: number;
+  get ttlMs(): number {
+    return this.ttl;
+  }
+  private readonly margin: number;
+  private readonly tickMs: number;
+  private readonly workers = new Map<number, PartitionWorker>();
+  private timer: NodeJS.Timeout | undefined;
+  private closed = false;
+  private ticking: Promise<void> = Promise.resolve();
+  readonly tasks: TaskRunner;
+  readonly sideEffects: SideEffectRunner;
+
+  constructor(opts: NodeOptions, instrument: NodeInstrumentation = {}) {
+    this.bus = opts.bus;
+    this.vault = opts.vault;
+    this.nodeId = opts.nodeId ?? `n${randomBytes(4).toString("hex")}`;
+    this.workspaceRoot = opts.workspaceRoot;
+    this.platformUrls = opts.platformUrls ?? {};
+    this.instrument = instrument;
+    this.log = opts.log ?? (() => {});
+    this.ttl = opts.leaseTtlMs ?? LEASE_TTL_MS;
+    this.margin = opts.leaseMarginMs ?? Math.min(2000, Math.floor(this.ttl / 4));
+    this.tickMs = opts.tickMs ?? 1000;
+    this.sideEffects = new SideEffectRunner(opts.bus, opts.vault, this.log);
+    this.tasks = new TaskRunner(this);
+  }
+
+  /** Reads the facts a command's handler asks for (none for most); a failed read is a fact too. */
+  factsFor(cmd: Command): Promise<Facts> {
+    const handler = handlerOf(cmd.capability);
+    if (!handler?.facts) return Promise.resolve(NO_FACTS);
+    let requests: FactRequest[];
+    try {
+      requests = handler.facts(cmd.input as never);
+    } catch {
+      return Promise.resolve(NO_FACTS); // the handler refuses the input itself
+    }
+    const p = gatherFacts(this.bus, cmd.app, requests);
+    p.catch(() => {});
+    return p;
+  }
+
+  async nodeAlive(nodeId: string): Promise<boolean> {
+    if (nodeId === this.nodeId) return true;
+    const e = await this.bus.kv.leases.get(keys.nodeLease(nodeId));
+    return Boolean(e && e.operation === "PUT");
+  }
+
+  async start(): Promise<void> {
+    for (const p of this.instrument.forcePartitions ?? []) {
+      const w = new PartitionWorker(p, this);
+      this.workers.set(p, w);
+      await w.start();
+    }
+    if (!this.instrument.noLeases) {
+      await this.tick();
+      this.timer = setInterval(() => {
+        this.ticking = this.ticking
+          .then(() => this.tick())
+          .catch((e) => this.log(`node ${this.nodeId}: lease tick failed: ${String(e)}`));
+      }, this.tickMs);
+    }
+  }
+
+  /** Stops a worker whose lease is no longer safe; the next tick takes the partition again from its offset. */
+  dropWorker(w: PartitionWorker): void {
+    if (this.workers.get(w.partition) !== w) return;
+    this.workers.delete(w.partition);
+    w.stop(false).catch((e) => this.log(`node ${this.nodeId}: partition ${w.partition} stop: ${String(e)}`));
+  }
+
+  partitions(): number[] {
+    return [...this.workers.keys()].sort((a, b) => a - b);
+  }
+
+  private forced(p: number): boolean {
+    return (this.instrument.forcePartitions ?? []).includes(p);
+  }
+
+  /** Renews held leases, announces the node, takes free partitions up to a fair share, gives back extras. */
+  private async tick(): Promise<void> {
+    if (this.closed || !this.bus.connected()) return;
+    const kv = this.bus.kv.leases;
+    const now = Date.now();
+    await kv.put(keys.nodeLease(this.nodeId), String(now));
+    // renew at about a third of the TTL
+    for (const w of this.workers.values()) {
+      if (this.forced(w.partition)) continue;
+      if (now - w.lastRenewSent < this.ttl / 3) continue;
+      const sent = Date.now();
+      try {
+        w.leaseRevision = await kv.update(keys.partitionLease(w.partition), this.nodeId, w.leaseRevision);
+        w.lastRenewSent = sent;
+        w.leaseValidUntil = sent + this.ttl - this.margin;
+      } catch (e) {
+        this.log(`node ${this.nodeId}: lost lease of partition ${w.partition}: ${String(e)}`);
+        this.workers.delete(w.partition);
+        await w.stop(false);
+      }
+    }
+    // who is alive, and what is free
+    const nodes = new Set<string>();
+    const held = new Set<number>();
+    for await (const k of await kv.keys()) {
+      const lease = parseLeaseKey(k);
+      if (lease?.kind === "node") nodes.add(lease.node);
+      else if (lease?.kind === "partition") held.add(lease.partition);
+    }
+    nodes.add(this.nodeId);
+    const share = Math.ceil(PARTITIONS / nodes.size);
+    const mine = [...this.workers.keys()].filter((p) => !this.forced(p));
+    if (mine.length > share) {
+      // give back extras (highest first), after finishing what they run
+      for (const p of mine.sort((a, b) => b - a).slice(0, mine.length - share)) {
+        const w = this.workers.get(p)!;
+        this.workers.delete(p);
+        await w.stop(true);
+        await kv.delete(keys.partitionLease(p)).catch(() => {});
+        this.log(`node ${this.nodeId}: released partition ${p} (share ${share} of ${nodes.size} nodes)`);
+      }
+      return;
+    }
+    let room = share - mine.length;
+    if (room <= 0) return;
+    const start = Number.parseInt(this.nodeId.replace(/[^0-9a-f]/g, "").slice(0, 6) || "0", 16) % PARTITIONS;
+    const free: number[] = [];
+    for (let i = 0; i < PARTITIONS; i++) {
+      const p = (start + i) % PARTITIONS;
+      if (!this.workers.has(p)) free.push(p);
+    }
+    // tried in rounds of `room` at once: a start takes all its share in a few round trips, not 64
+    while (room > 0 && free.length > 0 && !this.closed) {
+      const round = free.splice(0, room);
+      const taken = await Promise.all(round.map((p) => this.take(p, held.has(p))));
+      room -= taken.filter(Boolean).length;
+    }
+  }
+
+  /** Takes the lease of partition `p` and starts its worker; false when another node has it. */
+  private async take(p: number, held: boolean): Promise<boolean> {
+    const kv = this.bus.kv.leases;
+    const sent = Date.now();
+    let rev: number;
+    try {
+      if (held) {
+        // still ours on the server (a worker dropped after a bus outage, or this node's previous life
+        // under the same id): take it back on its revision
+        const cur = await kv.get(keys.partitionLease(p));
+        if (cur?.operation !== "PUT" || cur.string() !== this.nodeId) return false;
+        rev = await kv.update(keys.partitionLease(p), this.nodeId, cur.revision);
+      } else {
+        rev = await kv.create(keys.partitionLease(p), this.nodeId);
+      }
+    } catch {
+      return false; // someone else took it
+    }
+    const w = new PartitionWorker(p, this);
+    w.leaseRevision = rev;
+    w.lastRenewSent = sent;
+    w.leaseValidUntil = sent + this.ttl - this.margin;
+    this.workers.set(p, w);
+    try {
+      await w.start();
+    } catch (e) {
+      this.workers.delete(p);
+      await kv.delete(keys.partitionLease(p)).catch(() => {});
+      this.log(`node ${this.nodeId}: could not start partition ${p}: ${String(e)}`);
+      return false;
+    }
+    return true;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.timer) clearInterval(this.timer);
+    await this.ticking.catch(() => {});
+    // long work ends as failed now, at shutdown, not at the next boot: its end is applied by this
+    // node's own actors before the partitions are handed back
+    const ends = await this.tasks.stopAll();
+    await within(Promise.all(ends.map((e) => this.workers.get(partitionOf(e.app))?.applied(e.seq))), 5000);
+    const ws = [...this.workers.values()];
+    this.workers.clear();
+    await Promise.all(ws.map((w) => w.stop(true)));
+    this.sideEffects.close();
+    if (this.bus.connected() && !this.instrument.noLeases) {
+      await Promise.all(
+        ws
+          .filter((w) => !this.forced(w.partition))
+          .map((w) => this.bus.kv.leases.delete(keys.partitionLease(w.partition)).catch(() => {})),
+      );
+      await this.bus.kv.leases.delete(keys.nodeLease(this.nodeId)).catch(() => {});
+    }
+  }
+}

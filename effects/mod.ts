@@ -1,0 +1,11 @@
+/**
+ * effects: the outside world (the container engine, the model API, child
+ * processes, ports); the one public face of this folder. Other folders import
+ * `effects/mod.js`, never a file inside (biome.json); capability handlers
+ * import nothing from here at all: their outside work runs as tasks or side
+ * effects after the commit (docs/architecture.md).
+ */
+export * from "./docker.js";
+export * from "./model.js";
+export * from "./net.js";
+export * from "./process.js";

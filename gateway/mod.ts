@@ -1,0 +1,13 @@
+/**
+ * gateway: the two planes' HTTP and WebSocket front (uWebSockets.js); the one
+ * public face of this folder (bin/ imports `gateway/mod.js`: biome.json).
+ */
+export { AppDirectory, isLoopback, loadControlToken } from "./auth.js";
+export { DEFAULT_ORIGIN_POLICY, type OriginPolicy, originPolicyFromEnv } from "./origin.js";
+export {
+  type GatewayHandle,
+  type GatewayOptions,
+  PortInUseError,
+  startGateway,
+  uwsIsNative,
+} from "./server.js";

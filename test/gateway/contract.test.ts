@@ -1,0 +1,196 @@
+import anyTest, { type TestFn } from "ava";
+import { randomUUID } from "node:crypto";
+import { VERBS } from "../../cli/mod.js";
+import { verbHelp } from "../../cli/help.js";
+import { FlagKind } from "../../cli/verb-types.js";
+import {
+  acceptedOn,
+  ALL_CAPABILITIES,
+  CAPABILITIES,
+  type Capability,
+  infoOf,
+  INSPECT_TYPES,
+  validateInput,
+  type CapabilityName,
+} from "../../proto/mod.js";
+import { call, get, platformPerFile, type PlatformContext } from "../helpers/infra.js";
+
+/**
+ * Issue 11: everything that describes a capability is derived from its one
+ * declaration (proto/capabilities/). For every declared capability, the
+ * catalogue, GET /capabilities, the OpenAPI document of each plane, the CLI's
+ * verbs and help, and the gateway's routing say what the declaration says.
+ * The lists below come from ALL_CAPABILITIES, never from a second list.
+ */
+
+const test = anyTest as TestFn<PlatformContext & { token: string; app: string }>;
+
+platformPerFile(test, async (p) => {
+  const app = `k${randomUUID().slice(0, 8)}`;
+  const r = await call(p.controlUrl, "initialize-app", { name: app });
+  return { token: r.body.result.token as string, app };
+});
+
+const PLANES = ["control", "data"] as const;
+
+interface SchemaLike {
+  properties: Record<string, { sensitive?: boolean }>;
+  required?: string[];
+}
+const schemaOf = (c: Capability) => c.input as unknown as SchemaLike;
+/** The declaration's input schema as JSON (what OpenAPI and clients see). */
+const plainSchema = (c: Capability) =>
+  JSON.parse(JSON.stringify(c.input, (k, v) => (k === "sensitive" ? undefined : v))) as unknown;
+
+test("there are 24 declarations, and each one's example passes its own schema and rules", (t) => {
+  t.is(ALL_CAPABILITIES.length, 24);
+  for (const c of ALL_CAPABILITIES) {
+    const input = validateInput(
+      c.name as CapabilityName,
+      structuredClone(c.example) as Record<string, unknown>,
+    );
+    t.notThrows(() => c.refine(input as never), c.name);
+  }
+});
+
+test("the catalogue is the declarations, row by row, in the spec's order", (t) => {
+  t.deepEqual(CAPABILITIES, ALL_CAPABILITIES.map(infoOf));
+});
+
+test("GET /capabilities on each plane lists every declaration with where it is accepted and whether it is built", async (t) => {
+  const { p, token } = t.context;
+  for (const plane of PLANES) {
+    const url = plane === "control" ? p.controlUrl : p.dataUrl;
+    const r = await get(url, "/capabilities", plane === "data" ? { authorization: `Bearer ${token}` } : {});
+    t.is(r.status, 200, plane);
+    t.deepEqual(
+      r.body.items,
+      ALL_CAPABILITIES.map((c) => ({
+        ...infoOf(c),
+        accepted_here: acceptedOn(c, plane),
+        implemented: c.built,
+      })),
+      plane,
+    );
+  }
+});
+
+test("the OpenAPI document of each plane has exactly the declarations accepted there, with their schema, example and answers", async (t) => {
+  const { p, token } = t.context;
+  for (const plane of PLANES) {
+    const url = plane === "control" ? p.controlUrl : p.dataUrl;
+    const doc = (
+      await get(url, "/openapi.json", plane === "data" ? { authorization: `Bearer ${token}` } : {})
+    ).body;
+    const capabilityPaths = Object.keys(doc.paths).filter((k) => k.startsWith("/capabilities/"));
+    t.deepEqual(
+      capabilityPaths,
+      ALL_CAPABILITIES.filter((c) => acceptedOn(c, plane)).map((c) => `/capabilities/${c.name}`),
+      plane,
+    );
+    for (const c of ALL_CAPABILITIES.filter((d) => acceptedOn(d, plane))) {
+      const op = doc.paths[`/capabilities/${c.name}`].post;
+      const body = op.requestBody.content["application/json"];
+      const schemaName = body.schema.$ref.split("/").pop();
+      t.deepEqual(doc.components.schemas[schemaName], plainSchema(c), `${plane} ${c.name} schema`);
+      t.deepEqual(body.example, c.example, `${plane} ${c.name} example`);
+      t.is("202" in op.responses, c.long_running, `${plane} ${c.name} 202 iff long work`);
+      t.true(op.summary.includes(c.resource_type), `${plane} ${c.name} resource type`);
+      for (const e of c.events) t.true(op.summary.includes(e), `${plane} ${c.name} event ${e}`);
+    }
+  }
+});
+
+test("the CLI has a verb for every declaration but spec 1.3's HTTP-only four, on its plane, whose flags are its input fields and whose help names them", (t) => {
+  t.deepEqual(
+    ALL_CAPABILITIES.filter((c) => !VERBS.some((v) => v.capability === c.name)).map((c) => c.name),
+    ["agent-run", "send-message", "setup-observability", "delivery-check"],
+    "spec 1.3: the HTTP-only capabilities have no client verb",
+  );
+  for (const c of ALL_CAPABILITIES) {
+    const verbs = VERBS.filter((v) => v.capability === c.name);
+    const props = schemaOf(c).properties;
+    for (const v of verbs) {
+      const name = v.words.join(" ");
+      t.is(v.plane, c.plane, `${name} plane`);
+      t.is(v.path, `/capabilities/${c.name}`);
+      const help = verbHelp(v);
+      for (const f of v.flags.filter((x) => x.field !== undefined && x.kind !== FlagKind.constant)) {
+        t.true(Object.hasOwn(props, f.field!), `${name} --${f.name} fills a field of ${c.name}`);
+        // a sensitive field is read from the environment, never from argv
+        t.is(f.kind === FlagKind.env, props[f.field!]?.sensitive === true, `${name} --${f.name}`);
+        t.true(help.includes(`-> ${f.field}`), `${name} help names ${f.field}`);
+      }
+      for (const pos of v.positionals) t.true(Object.hasOwn(props, pos.field), `${name} <${pos.name}>`);
+      // every required field can be given: a flag, a positional, a fixed value or a default
+      const given = new Set([
+        ...v.flags.map((f) => f.field),
+        ...v.positionals.map((x) => x.field),
+        ...Object.keys(v.fixed),
+        ...Object.keys(v.defaults),
+      ]);
+      for (const r of schemaOf(c).required ?? []) t.true(given.has(r), `${name} can send required ${r}`);
+    }
+  }
+});
+
+/** The example with its app (where it names one) set to `app`. */
+function exampleFor(c: Capability, app: string): Record<string, unknown> {
+  const input = structuredClone(c.example) as Record<string, unknown>;
+  if ("app" in input) input.app = app;
+  if (c.name === "initialize-app") input.name = `k${randomUUID().slice(0, 8)}`;
+  return input;
+}
+
+test("the gateway routes every declaration as declared: wrong plane 403, schema 400, not built 501, built reaches its actor", async (t) => {
+  const { p, token } = t.context;
+  const ghost = `g${randomUUID().slice(0, 8)}`;
+  for (const plane of PLANES) {
+    const url = plane === "control" ? p.controlUrl : p.dataUrl;
+    const auth: Record<string, string> = plane === "data" ? { authorization: `Bearer ${token}` } : {};
+    for (const c of ALL_CAPABILITIES) {
+      const what = `${plane} ${c.name}`;
+      const r = await call(url, c.name, exampleFor(c, ghost), auth);
+      if (!acceptedOn(c, plane)) {
+        t.is(r.status, 403, what);
+        t.is(r.body.error.code, "wrong_plane", what);
+        continue;
+      }
+      // the schema of the declaration: each required field is named when missing
+      const empty = await call(url, c.name, {}, auth);
+      t.is(empty.body.error?.code, "invalid_input", what);
+      t.deepEqual(
+        empty.body.error.details.map((d: { path: string }) => d.path).sort(),
+        (schemaOf(c).required ?? []).map((f) => `/${f}`).sort(),
+        what,
+      );
+      if (!c.built) {
+        t.is(r.status, 501, `${what}: ${r.text}`);
+        t.true(r.body.error.message.includes(c.name), what);
+        continue;
+      }
+      // built: the command reached the app's actor (or the app scope of the token stopped it)
+      const expected =
+        c.name === "initialize-app"
+          ? [200, undefined]
+          : c.name === "explain-failure"
+            ? [404, "not_found"]
+            : plane === "data"
+              ? [403, "forbidden"]
+              : [404, "unknown_app"];
+      t.deepEqual([r.status, r.body.error?.code], expected, `${what}: ${r.text}`);
+    }
+  }
+});
+
+test("inspect types: built ones reach the actor, the others answer 501 naming the type", async (t) => {
+  const { p, app } = t.context;
+  for (const [type, { built }] of Object.entries(INSPECT_TYPES)) {
+    const r = await call(p.controlUrl, "inspect", { app, type });
+    if (built) t.not(r.status, 501, `${type}: ${r.text}`);
+    else {
+      t.is(r.status, 501, type);
+      t.true(r.body.error.message.includes(type), type);
+    }
+  }
+});
