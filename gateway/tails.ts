@@ -82,9 +82,17 @@ export function feedFilters(
 }
 
 /**
+ * Seconds of no pull interest after which the server drops a tail's consumer:
+ * a running tail always has a pull waiting, so only one whose delete was lost
+ * (a close racing its creation under load) is reaped by it.
+ */
+const FEED_INACTIVE_MS = 5000;
+
+/**
  * Opens an ordered consumer on the events stream and hands each matching
  * event to `onEvent`. The returned function stops it and deletes the consumer
- * on the server at once (an abandoned one would linger for 5 minutes).
+ * on the server at once (an abandoned one would linger for 5 minutes; one
+ * whose delete is lost goes after FEED_INACTIVE_MS).
  */
 export async function openFeed(
   bus: Bus,
@@ -96,6 +104,7 @@ export async function openFeed(
     ...(filters.fromSeq
       ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: filters.fromSeq }
       : { deliver_policy: DeliverPolicy.New }),
+    inactive_threshold: FEED_INACTIVE_MS,
   });
   const msgs = await consumer.consume({ max_messages: 256 });
   (async () => {
