@@ -1,62 +1,50 @@
-import { type Bus, isCasConflict, isTransientBusError } from "../store/mod.js";
 import {
+  type Command,
+  CommitRecordSchema,
+  capability,
   check,
   encode,
-  type Command,
-  type Reply,
-  ReplySchema,
-  capability,
-  isPlatformError,
-  PlatformError,
-  toWireError,
-  outcomeAad,
-  CommitRecordSchema,
   IdempotencyRecordSchema,
-  type CommitRecord,
+  isPlatformError,
+  keys,
   type Outbox,
   type Outcome,
+  outcomeAad,
+  type PartitionApp,
+  PlatformError,
+  type Reply,
+  ReplySchema,
+  type Resource,
   type RunningTask,
-  type SideEffect,
+  subjects,
   type TaskDone,
   TaskDoneSchema,
-  type Resource,
-  keys,
-  subjects,
+  toWireError,
 } from "../proto/mod.js";
+import { type Bus, isTransientBusError } from "../store/mod.js";
 import { AppStateStore } from "./app-state.js";
-import { handlerOf, internalHandlerOf } from "./handlers.js";
 import {
-  makeContext,
   type Effect,
   type HandlerContext,
+  makeContext,
   type PlatformUrls,
   type TaskSpec,
 } from "./context.js";
-import { NO_FACTS, type Facts } from "./facts/types.js";
-import { applyOutbox } from "./outbox.js";
-import type { Sealer } from "./sealer.js";
+import { type Facts, NO_FACTS } from "./facts/types.js";
+import { handlerOf, internalHandlerOf } from "./handlers.js";
+import { type OutboxHost, reapplyOutboxes } from "./outbox.js";
 import { workspaceFiles } from "./workspace-files.js";
 
-/** How many recent outcomes a commit record keeps. */
-const OUTCOMES_KEPT = 4;
 /** The internal command a node publishes when long work ends. */
 export const TASK_DONE = "_task_done";
 
-export interface ActorHost {
+export interface ActorHost extends OutboxHost {
   readonly bus: Bus;
-  readonly vault: Sealer;
   readonly nodeId: string;
-  readonly workspaceRoot: string;
   readonly platformUrls: PlatformUrls;
-  /** False once the partition lease is within its safety margin of expiry: apply nothing. */
-  leaseValid(): boolean;
   log(msg: string): void;
-  /** Instrumentation: called when a command starts and ends taking effect. */
+  /** Instrumentation: called when a command starts and ends being decided. */
   onApply?: ((e: ApplyTrace) => void) | undefined;
-  /** The partition lease is no longer safe: the worker must stop and be re-read from its offset. */
-  leaseLost(): void;
-  /** Starts long work outside the actor turn; its end comes back as a `_task_done` command. */
-  startTask(app: string, resource: Resource, spec: TaskSpec, origin: Pick<Command, "id" | "actor">): void;
   /** True when this process runs the task of that resource. */
   runsTask(resourceId: string): boolean;
   /** Runs `recover()` of the app's actor again after about a lease TTL. */
@@ -65,13 +53,9 @@ export interface ActorHost {
   nodeAlive(nodeId: string): Promise<boolean>;
   /** Publishes the end of a task (idempotent per task). */
   publishTaskDone(app: string, task: RunningTask, done: TaskDone): Promise<void>;
-  /** Carries out a side effect after a commit (actors/side-effects.ts). */
-  sideEffect(e: SideEffect): Promise<void>;
-  /** Instrumentation: the commit record refused this actor's append. */
-  onFenced?: ((app: string, seq: number) => void) | undefined;
 }
 
-/** A trace point of a command taking effect (instrumentation). */
+/** A trace point of a command being decided (instrumentation): one app's commands never overlap. */
 export interface ApplyTrace {
   app: string;
   command_id: string;
@@ -82,41 +66,52 @@ export interface ApplyTrace {
   node: string;
 }
 
-/** Thrown inside the actor when its fence (the commit record) moved under it, or its lease is no longer safe. */
-class FencedError extends Error {
-  readonly lease: boolean;
-  constructor(message: string, lease = false) {
-    super(message);
-    this.lease = lease;
-  }
-}
-
 const now = () => performance.timeOrigin + performance.now();
 
-/** What deciding a command produced: the answer, and what the commit must record and start. */
-interface Decision {
+/** A command decided in a batch, waiting for the batch's commit. */
+export interface Decided {
+  app: string;
+  cmd: Command;
+  seq: number;
   reply: Reply;
+  /** The reply as recorded (sealed when it carries a credential). */
+  outcome: Outcome;
   /** Absent when nothing is written (an error answer). */
   outbox?: Outbox;
-  sensitive: boolean;
-  tasks: RunningTask[];
+  /** Long work to start once the batch is applied. */
   started?: { spec: TaskSpec; resource: Resource };
+  /** What the commit record keeps of the app once this command is committed. */
+  entry: PartitionApp;
+}
+
+type Decision = Omit<Decided, "entry">;
+
+/** What the worker needs to answer a command that was applied before. */
+export interface Known {
+  /** Outcomes recorded by the partition's last committed batch, by command id. */
+  outcome(id: string): Outcome | undefined;
+  /** True when a command applied before should be answered by nobody (a batch retried after the fence). */
+  quiet: boolean;
 }
 
 /**
- * One app's actor: applies its commands one at a time in stream order, behind
- * the commit record fence (DESIGN §2). A command's turn: answer a replay from
- * the record, or decide (the handler, with the app's state and the facts read
- * before the turn), commit the decision (compare-and-set of the record), apply
- * its outbox and side effects, start its long work, answer.
+ * One app's actor (DESIGN §2): decides its commands one at a time in stream
+ * order, on its state in memory. It commits nothing itself: what it decides
+ * waits for its partition's group commit (actors/partition-worker.ts), and
+ * what it wrote is read back from memory by its next command meanwhile.
  */
 export class AppActor {
   readonly app: string;
   private readonly host: ActorHost;
-  private record: CommitRecord | undefined;
-  private revision = 0;
-  private active = false;
-  private readonly state: AppStateStore;
+  readonly state: AppStateStore;
+  /** Stream sequence of the last decided command. */
+  seq = 0;
+  /** Long work started and not yet ended. */
+  tasks: RunningTask[] = [];
+  active = false;
+  /** The app had a per-app commit record (an older version): delete it with the next commit. */
+  legacy = false;
+  private legacyOutcomes: Outcome[] = [];
 
   constructor(app: string, host: ActorHost) {
     this.app = app;
@@ -124,16 +119,30 @@ export class AppActor {
     this.state = new AppStateStore(host.bus, app);
   }
 
-  private async activate(): Promise<void> {
-    const e = await this.host.bus.kv.actors.get(keys.actor(this.app));
+  /** What the partition's commit record keeps of this app. */
+  entry(): PartitionApp {
+    return this.tasks.length > 0 ? { seq: this.seq, tasks: this.tasks } : { seq: this.seq };
+  }
+
+  /**
+   * Takes the app up from its partition's record (or, for an app not in it, from a per-app record
+   * an older version left), then ends long work whose node is gone.
+   */
+  async activate(entry: PartitionApp | undefined, offset: number): Promise<void> {
     this.state.clear();
-    if (e && e.operation === "PUT") {
-      this.record = check(CommitRecordSchema, e.json(), `commit record of ${this.app}`);
-      this.revision = e.revision;
-      if (this.record.outbox) await applyOutbox(this.host, this.state, this.app, this.record.outbox);
-    } else {
-      this.record = { app: this.app, seq: 0, outcomes: [], outbox: null, node: this.host.nodeId, tasks: [] };
-      this.revision = 0;
+    this.legacyOutcomes = [];
+    this.seq = entry?.seq ?? offset;
+    this.tasks = entry?.tasks ?? [];
+    if (!entry) {
+      const e = await this.host.bus.kv.actors.get(keys.actor(this.app));
+      if (e && e.operation === "PUT") {
+        const rec = check(CommitRecordSchema, e.json(), `commit record of ${this.app}`);
+        this.seq = Math.max(rec.seq, offset);
+        this.tasks = rec.tasks ?? [];
+        this.legacyOutcomes = rec.outcomes;
+        this.legacy = true;
+        if (rec.outbox) await reapplyOutboxes(this.host, [rec.outbox]);
+      }
     }
     this.active = true;
     await this.interruptOrphans();
@@ -145,7 +154,7 @@ export class AppActor {
    */
   private async interruptOrphans(): Promise<void> {
     let recheck = false;
-    for (const task of this.record?.tasks ?? []) {
+    for (const task of this.tasks) {
       const mine = task.node === this.host.nodeId;
       const orphan = mine ? !this.host.runsTask(task.resource_id) : !(await this.host.nodeAlive(task.node));
       if (!orphan) {
@@ -165,21 +174,18 @@ export class AppActor {
     if (recheck) this.host.recheckLater(this.app);
   }
 
-  /** Activates the actor if it is not (ending long work a dead node left behind). Runs in the mailbox. */
+  /** Ends long work a dead node left behind (the actor is active). */
   async recover(): Promise<void> {
     try {
-      if (!this.active) await this.activate();
-      else await this.interruptOrphans();
+      await this.interruptOrphans();
     } catch (e) {
-      this.deactivate();
       this.host.log(`actor ${this.app}: recovery failed: ${String(e)}`);
     }
   }
 
-  /** Drops in-memory state; the next command re-reads the commit record. */
+  /** Drops in-memory state; the worker activates the actor again from the record. */
   deactivate(): void {
     this.active = false;
-    this.record = undefined;
     this.state.clear();
   }
 
@@ -188,51 +194,18 @@ export class AppActor {
   }
 
   /**
-   * Applies one command (stream sequence `seq`) with the facts read for it
-   * before its turn. Never throws.
+   * Decides one command (stream sequence `seq`) with the facts read for it before its turn. A
+   * command applied before is answered here (undefined is returned); anything else comes back
+   * decided, its writes already visible to the app's next command. Throws only what the worker
+   * must act on: a bus error.
    */
-  async handle(cmd: Command, seq: number, facts: Promise<Facts> = Promise.resolve(NO_FACTS)): Promise<void> {
-    try {
-      await this.turn(cmd, seq, facts);
-    } catch (e) {
-      this.failed(cmd, seq, e);
-    }
-  }
-
-  /** A turn that ended in an exception: fenced out, a bus outage, or a bug (answered 500). */
-  private failed(cmd: Command, seq: number, e: unknown): void {
-    this.deactivate();
-    if (e instanceof FencedError) {
-      if (e.lease) {
-        this.host.log(
-          `actor ${this.app}: lease of its partition is not safe at seq ${seq}; handing the partition back`,
-        );
-        this.host.leaseLost();
-      } else {
-        this.host.log(`actor ${this.app}: fenced out at seq ${seq} (another node owns the app now)`);
-        this.host.onFenced?.(this.app, seq);
-      }
-      return;
-    }
-    if (isTransientBusError(e)) {
-      // the bus went away mid-command: answer nothing, hand the partition back; the command is read again
-      this.host.log(
-        `actor ${this.app}: bus error at seq ${seq} (${e instanceof Error ? e.name : "error"}); re-reading the partition`,
-      );
-      this.host.leaseLost();
-      return;
-    }
-    this.host.log(
-      `actor ${this.app}: command ${cmd.id} (request ${cmd.request_id}) failed: ${e instanceof Error ? e.stack : String(e)}`,
-    );
-    const w = toWireError(e);
-    this.reply(cmd, { command_id: cmd.id, http: w.status, ok: false, error: w.body.error, seq });
-  }
-
-  private async turn(cmd: Command, seq: number, facts: Promise<Facts>): Promise<void> {
-    if (!this.active) await this.activate();
-    if (await this.answeredBefore(cmd, seq)) return;
-    if (!this.host.leaseValid()) throw new FencedError("lease expiring", true);
+  async decide(
+    cmd: Command,
+    seq: number,
+    known: Known,
+    facts: Promise<Facts> = Promise.resolve(NO_FACTS),
+  ): Promise<Decided | undefined> {
+    if (await this.answeredBefore(cmd, seq, known)) return undefined;
     this.trace(cmd, seq, "enter");
     const ctx = makeContext({
       app: this.app,
@@ -246,12 +219,28 @@ export class AppActor {
       state: this.state,
       facts: await facts,
     });
-    const decision = await this.decide(cmd, seq, ctx);
-    const outcome = this.sealOutcome(cmd.id, seq, decision.reply, decision.sensitive);
-    if (decision.outbox) await this.commit(cmd, seq, decision, outcome);
-    if (cmd.body_hash) await this.keepIdempotent(cmd, outcome);
+    let d: Decision;
+    try {
+      d = await this.run(cmd, seq, ctx);
+    } catch (e) {
+      if (isPlatformError(e)) d = this.refusal(cmd, seq, toWireError(e, cmd.request_id));
+      else if (isTransientBusError(e)) throw e;
+      else {
+        this.host.log(
+          `actor ${this.app}: command ${cmd.id} (request ${cmd.request_id}) failed: ${e instanceof Error ? e.stack : String(e)}`,
+        );
+        d = this.refusal(cmd, seq, toWireError(e));
+      }
+    }
+    this.seq = seq;
+    if (d.outbox) this.state.absorb(d.outbox);
     this.trace(cmd, seq, "exit");
-    this.reply(cmd, decision.reply);
+    return { ...d, entry: this.entry() };
+  }
+
+  private refusal(cmd: Command, seq: number, w: ReturnType<typeof toWireError>): Decision {
+    const reply: Reply = { command_id: cmd.id, http: w.status, ok: false, error: w.body.error, seq };
+    return { app: this.app, cmd, seq, reply, outcome: { id: cmd.id, seq, reply } };
   }
 
   private trace(cmd: Command, seq: number, phase: "enter" | "exit"): void {
@@ -263,17 +252,17 @@ export class AppActor {
    * dedup window, an Idempotency-Key answered): answers it from what was
    * recorded, without running it again. True when it did.
    */
-  private async answeredBefore(cmd: Command, seq: number): Promise<boolean> {
-    const rec = this.record!;
-    const known = rec.outcomes.find((o) => o.id === cmd.id);
-    if (known) {
+  private async answeredBefore(cmd: Command, seq: number, known: Known): Promise<boolean> {
+    const recorded = known.outcome(cmd.id) ?? this.legacyOutcomes.find((o) => o.id === cmd.id);
+    if (seq <= this.seq && known.quiet) return true;
+    if (recorded) {
       // the node that applied it may have died before it kept the Idempotency-Key answer: keep it
       // now, or a retry (deduplicated by the stream, so never applied again) would wait for nothing
-      if (cmd.body_hash) await this.keepIdempotent(cmd, known);
-      this.reply(cmd, this.openOutcome(known));
+      if (cmd.body_hash) await this.keepIdempotent(cmd, recorded);
+      this.reply(cmd, this.openOutcome(recorded));
       return true;
     }
-    if (seq <= rec.seq) {
+    if (seq <= this.seq) {
       // older than the outcomes the record keeps: an Idempotency-Key answer is kept for 24 h
       const kept = cmd.body_hash ? await this.host.bus.kv.idempotency.get(keys.idempotency(cmd.id)) : null;
       if (kept && kept.operation === "PUT") {
@@ -305,54 +294,49 @@ export class AppActor {
   }
 
   /** Runs the handler (or applies a task's end) and turns what it decided into an answer. */
-  private async decide(cmd: Command, seq: number, ctx: HandlerContext): Promise<Decision> {
-    const rec = this.record!;
-    let tasks = rec.tasks ?? [];
+  private async run(cmd: Command, seq: number, ctx: HandlerContext): Promise<Decision> {
+    let tasks = this.tasks;
     let effect: Effect;
-    let started: Decision["started"];
-    try {
-      if (cmd.capability === TASK_DONE) {
-        const ended = await this.endTask(ctx, tasks, check(TaskDoneSchema, cmd.input, "task end"));
-        if (!ended)
-          return { reply: { command_id: cmd.id, http: 200, ok: true, seq }, sensitive: false, tasks };
-        tasks = tasks.filter((t) => t !== ended.task);
-        effect = ended.effect;
-      } else {
-        effect = await this.runHandler(cmd, ctx, tasks);
-        if (effect.task) {
-          const info = capability(cmd.capability);
-          tasks = [
-            ...tasks,
-            {
-              resource_id: effect.resource.id,
-              resource_type: effect.resource.type,
-              capability: cmd.capability,
-              group: info?.busy_group ?? null,
-              node: this.host.nodeId,
-              command_id: cmd.id,
-              actor: cmd.actor,
-              started_at: ctx.now.toISOString(),
-              on_success: effect.task.onSuccess,
-              on_failure: effect.task.onFailure,
-            },
-          ];
-          started = { spec: effect.task, resource: effect.resource };
-        }
+    let started: Decided["started"];
+    if (cmd.capability === TASK_DONE) {
+      const ended = await this.endTask(ctx, tasks, check(TaskDoneSchema, cmd.input, "task end"));
+      if (!ended) {
+        const reply: Reply = { command_id: cmd.id, http: 200, ok: true, seq };
+        return { app: this.app, cmd, seq, reply, outcome: { id: cmd.id, seq, reply } };
       }
-    } catch (e) {
-      if (!isPlatformError(e)) throw e;
-      const w = toWireError(e, cmd.request_id);
-      return {
-        reply: { command_id: cmd.id, http: w.status, ok: false, error: w.body.error, seq },
-        sensitive: false,
-        tasks,
-      };
+      tasks = tasks.filter((t) => t !== ended.task);
+      effect = ended.effect;
+    } else {
+      effect = await this.runHandler(cmd, ctx, tasks);
+      if (effect.task) {
+        const info = capability(cmd.capability);
+        tasks = [
+          ...tasks,
+          {
+            resource_id: effect.resource.id,
+            resource_type: effect.resource.type,
+            capability: cmd.capability,
+            group: info?.busy_group ?? null,
+            node: this.host.nodeId,
+            command_id: cmd.id,
+            actor: cmd.actor,
+            started_at: ctx.now.toISOString(),
+            on_success: effect.task.onSuccess,
+            on_failure: effect.task.onFailure,
+          },
+        ];
+        started = { spec: effect.task, resource: effect.resource };
+      }
     }
+    this.tasks = tasks;
+    const reply = this.answerOf(cmd, seq, ctx, effect);
     return {
-      reply: this.answerOf(cmd, seq, ctx, effect),
+      app: this.app,
+      cmd,
+      seq,
+      reply,
+      outcome: this.sealOutcome(cmd.id, seq, reply, effect.sensitive === true),
       outbox: ctx.outbox,
-      sensitive: effect.sensitive === true,
-      tasks,
       ...(started ? { started } : {}),
     };
   }
@@ -433,48 +417,9 @@ export class AppActor {
     };
   }
 
-  /**
-   * The commit: compare-and-set the record on the revision this actor holds (a
-   * lost one means another node owns the app: nothing is applied), then the
-   * outbox and its side effects, then the long work. The answer gets the KV
-   * revision of its resource.
-   */
-  private async commit(cmd: Command, seq: number, d: Decision, outcome: Outcome): Promise<void> {
-    const rec = this.record!;
-    const next: CommitRecord = {
-      app: this.app,
-      seq,
-      outcomes: [...rec.outcomes, outcome].slice(-OUTCOMES_KEPT),
-      outbox: d.outbox!,
-      node: this.host.nodeId,
-      tasks: d.tasks,
-    };
-    if (!this.host.leaseValid()) throw new FencedError("lease expiring", true);
-    try {
-      this.revision =
-        this.revision === 0
-          ? await this.host.bus.kv.actors.create(keys.actor(this.app), encode(next))
-          : await this.host.bus.kv.actors.update(keys.actor(this.app), encode(next), this.revision);
-    } catch (e) {
-      if (isCasConflict(e)) throw new FencedError("commit record moved");
-      throw e;
-    }
-    this.record = next;
-    const revisions = await applyOutbox(this.host, this.state, this.app, d.outbox!);
-    if (d.started) this.host.startTask(this.app, d.started.resource, d.started.spec, cmd);
-    const body = d.reply.body;
-    if (body) {
-      body.resource = { ...body.resource };
-      const key = keys.resource(body.resource.app_id, body.resource.type, body.resource.id);
-      const rev = revisions.get(key);
-      if (rev !== undefined) d.reply.resource_revision = rev;
-      if (d.outbox!.resources.some((x) => x.key === key && x.doc === null)) d.reply.resource_deleted = true;
-    }
-  }
-
   /** Records the answer of an Idempotency-Key command (24 h); the gateway answers retries from it. */
-  private async keepIdempotent(cmd: Command, outcome: Outcome): Promise<void> {
-    await this.host.bus.kv.idempotency.put(
+  keepIdempotent(cmd: Command, outcome: Outcome): Promise<number> {
+    return this.host.bus.kv.idempotency.put(
       keys.idempotency(cmd.id),
       encode({ body_hash: cmd.body_hash, outcome, created_at: new Date().toISOString() }),
     );

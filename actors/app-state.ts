@@ -1,19 +1,20 @@
-import { type Bus, readStream } from "../store/mod.js";
 import {
-  check,
-  type PlatformEvent,
-  AppRecordSchema,
-  JobDefinitionSchema,
-  VaultEntrySchema,
   type AppRecord,
+  AppRecordSchema,
+  check,
   type JobDefinition,
-  type VaultEntry,
-  ResourceSchema,
-  type Resource,
+  JobDefinitionSchema,
   keys,
+  type Outbox,
+  type PlatformEvent,
+  type Resource,
+  ResourceSchema,
   STREAMS,
   subjects,
+  type VaultEntry,
+  VaultEntrySchema,
 } from "../proto/mod.js";
+import { type Bus, readStream } from "../store/mod.js";
 import type { AppState } from "./context.js";
 
 /** Most resources an actor keeps in memory. */
@@ -30,6 +31,8 @@ export class AppStateStore implements AppState {
   private readonly app: string;
   private readonly vault = new Map<string, VaultEntry | null>();
   private readonly resources = new Map<string, Resource | null>();
+  /** Job definitions by key (`<app>.<job>`); null when deleted. */
+  private readonly jobs = new Map<string, JobDefinition | null>();
   private appRecord: AppRecord | null | undefined;
 
   constructor(bus: Bus, app: string) {
@@ -41,20 +44,26 @@ export class AppStateStore implements AppState {
   clear(): void {
     this.vault.clear();
     this.resources.clear();
+    this.jobs.clear();
     this.appRecord = undefined;
   }
 
-  /** What a commit wrote: read back from memory from now on. */
-  wroteResource(key: string, doc: Resource | null): void {
+  /**
+   * What a decided command wrote: read back from memory from now on, before its
+   * batch is committed and applied (the next command of the app sees it; a
+   * batch refused by the fence clears everything).
+   */
+  absorb(outbox: Outbox): void {
+    for (const r of outbox.resources) this.wroteResource(r.key, r.doc);
+    for (const v of outbox.vault) this.vault.set(v.key.slice(this.app.length + 1), v.entry);
+    for (const a of outbox.apps) this.appRecord = a.record;
+    for (const j of outbox.jobs ?? []) this.jobs.set(j.key, j.def);
+  }
+
+  private wroteResource(key: string, doc: Resource | null): void {
     this.resources.delete(key);
     if (this.resources.size >= RESOURCES_KEPT) this.resources.delete(this.resources.keys().next().value!);
     this.resources.set(key, doc);
-  }
-  wroteVault(name: string, entry: VaultEntry | null): void {
-    this.vault.set(name, entry);
-  }
-  wroteApp(record: AppRecord | null): void {
-    this.appRecord = record;
   }
 
   async getApp(): Promise<AppRecord | undefined> {
@@ -87,10 +96,17 @@ export class AppStateStore implements AppState {
   }
 
   async listResources(type?: string): Promise<Resource[]> {
+    const prefix = type ? `${this.app}.${type}.` : `${this.app}.`;
+    const ks = new Set<string>();
+    for await (const k of await this.bus.kv.resources.keys(keys.resourcesOf(this.app, type))) ks.add(k);
+    for (const k of this.resources.keys()) if (k.startsWith(prefix)) ks.add(k);
     const out: Resource[] = [];
-    const ks: string[] = [];
-    for await (const k of await this.bus.kv.resources.keys(keys.resourcesOf(this.app, type))) ks.push(k);
     for (const k of ks) {
+      if (this.resources.has(k)) {
+        const doc = this.resources.get(k);
+        if (doc) out.push(doc);
+        continue;
+      }
       const e = await this.bus.kv.resources.get(k);
       if (e?.operation === "PUT") out.push(check(ResourceSchema, e.json(), `resource ${k}`) as Resource);
     }
@@ -98,24 +114,37 @@ export class AppStateStore implements AppState {
   }
 
   async listVaultNames(): Promise<string[]> {
-    const names: string[] = [];
+    const names = new Set<string>();
     for await (const k of await this.bus.kv.vault.keys(keys.vaultOf(this.app)))
-      names.push(k.slice(this.app.length + 1));
-    return names;
+      names.add(k.slice(this.app.length + 1));
+    for (const [name, entry] of this.vault) {
+      if (entry) names.add(name);
+      else names.delete(name);
+    }
+    return [...names];
   }
 
   async getJob(name: string): Promise<JobDefinition | undefined> {
-    const e = await this.bus.kv.jobs.get(keys.job(this.app, name));
-    return e?.operation === "PUT"
-      ? check(JobDefinitionSchema, e.json(), `job ${this.app}.${name}`)
-      : undefined;
+    const key = keys.job(this.app, name);
+    if (!this.jobs.has(key)) {
+      const e = await this.bus.kv.jobs.get(key);
+      this.jobs.set(
+        key,
+        e?.operation === "PUT" ? check(JobDefinitionSchema, e.json(), `job ${this.app}.${name}`) : null,
+      );
+    }
+    return this.jobs.get(key) ?? undefined;
   }
 
   async countJobs(): Promise<number> {
-    let n = 0;
     // definitions (`<app>.<job>`), not run states (`<app>.<job>.state`)
-    for await (const _ of await this.bus.kv.jobs.keys(keys.jobsOf(this.app))) n++;
-    return n;
+    const ks = new Set<string>();
+    for await (const k of await this.bus.kv.jobs.keys(keys.jobsOf(this.app))) ks.add(k);
+    for (const [k, def] of this.jobs) {
+      if (def) ks.add(k);
+      else ks.delete(k);
+    }
+    return ks.size;
   }
 
   async recentEvents(limit: number): Promise<PlatformEvent[]> {

@@ -1,4 +1,5 @@
 import type { ActorHost } from "./app-actor.js";
+import type { CommitHost } from "./group-commit.js";
 import type { SchedulerHooks } from "./scheduler.js";
 
 /**
@@ -16,8 +17,10 @@ export interface NodeInstrumentation {
   noLeases?: boolean;
   /** A command starts and ends taking effect. */
   onApply?: ActorHost["onApply"];
-  /** The commit record refused this node's append. */
-  onFenced?: ActorHost["onFenced"];
+  /** The partition's commit record refused this node's batch (called for each refused command). */
+  onFenced?: ((app: string, seq: number) => void) | undefined;
+  /** A batch was committed: one fenced write of a partition's record. */
+  onCommit?: CommitHost["onCommit"];
   /** The scheduler is about to call an app. */
   onFire?: SchedulerHooks["onFire"];
 }

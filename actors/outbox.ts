@@ -1,18 +1,17 @@
 import { chmod, mkdir, stat, writeFile } from "node:fs/promises";
 import { dirname, join, resolve, sep } from "node:path";
-import { type Bus, appendLog } from "../store/mod.js";
 import {
-  encode,
-  PlatformError,
-  type Outbox,
-  type SideEffect,
   BUCKETS,
+  encode,
   keys,
   kvStream,
   kvSubject,
+  type Outbox,
+  PlatformError,
+  type SideEffect,
   subjects,
 } from "../proto/mod.js";
-import type { AppStateStore } from "./app-state.js";
+import { appendLog, type Bus } from "../store/mod.js";
 import type { Sealer } from "./sealer.js";
 
 /** What applying an outbox needs of its node. */
@@ -25,22 +24,18 @@ export interface OutboxHost {
 }
 
 /**
- * Applies a committed outbox (DESIGN §2), idempotently: KV puts, events and log
- * lines with message ids derived from the command, workspace files; then, once
- * all of that is written, the side effects. Returns the KV revision of each
+ * Writes a committed outbox (DESIGN §2), idempotently: KV puts, events and log
+ * lines with message ids derived from the command, workspace files, all sent
+ * at once and their acks awaited together. Returns the KV revision of each
  * resource written (a gateway applies the answer to its read index with it).
+ * The side effects come after, once every outbox of the batch is written
+ * ({@link runSideEffects}).
  */
-export async function applyOutbox(
-  host: OutboxHost,
-  state: AppStateStore,
-  app: string,
-  outbox: Outbox,
-): Promise<Map<string, number>> {
+export async function writeOutbox(host: OutboxHost, outbox: Outbox): Promise<Map<string, number>> {
   const { bus } = host;
   const revisions = new Map<string, number>();
   const jobs: Promise<unknown>[] = [];
   for (const r of outbox.resources) {
-    state.wroteResource(r.key, r.doc);
     const write = r.doc
       ? bus.kv.resources.put(r.key, encode(r.doc))
       : bus.kv.resources.delete(r.key).then(async () => {
@@ -56,14 +51,10 @@ export async function applyOutbox(
       }),
     );
   }
-  for (const v of outbox.vault) {
-    state.wroteVault(v.key.slice(app.length + 1), v.entry);
+  for (const v of outbox.vault)
     jobs.push(v.entry ? bus.kv.vault.put(v.key, encode(v.entry)) : bus.kv.vault.delete(v.key));
-  }
-  for (const a of outbox.apps) {
-    state.wroteApp(a.record);
+  for (const a of outbox.apps)
     jobs.push(a.record ? bus.kv.apps.put(a.key, encode(a.record)) : bus.kv.apps.delete(a.key));
-  }
   outbox.events.forEach((ev, i) => {
     jobs.push(
       bus.js.publish(subjects.event(ev.app_id, ev.resource_type, ev.type), encode(ev), {
@@ -90,9 +81,18 @@ export async function applyOutbox(
     );
   }
   await Promise.all(jobs);
-  // outside work only once the commit's writes are in: a turn that was fenced out changed nothing
-  for (const e of outbox.effects ?? []) await host.sideEffect(e);
   return revisions;
+}
+
+/** Carries out an outbox's side effects: only once the commit's writes are in (a refused batch changed nothing). */
+export async function runSideEffects(host: OutboxHost, outbox: Outbox): Promise<void> {
+  for (const e of outbox.effects ?? []) await host.sideEffect(e);
+}
+
+/** Writes outboxes committed before (a takeover re-applies the last batch), then their side effects. */
+export async function reapplyOutboxes(host: OutboxHost, outboxes: Outbox[]): Promise<void> {
+  await Promise.all(outboxes.map((o) => writeOutbox(host, o)));
+  for (const o of outboxes) await runSideEffects(host, o);
 }
 
 async function writeWorkspaceFile(host: OutboxHost, f: Outbox["files"][number]): Promise<void> {

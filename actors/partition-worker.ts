@@ -1,11 +1,11 @@
 import { DeliverPolicy } from "@nats-io/jetstream";
-import type { Bus, Vault } from "../store/mod.js";
 import { type Command, CommandSchema, check, keys, partitionOf, STREAMS, subjects } from "../proto/mod.js";
-import { AppActor, type ActorHost } from "./app-actor.js";
+import { type Bus, isTransientBusError, type Vault } from "../store/mod.js";
+import { type ActorHost, AppActor, type Decided } from "./app-actor.js";
 import type { PlatformUrls } from "./context.js";
 import type { Facts } from "./facts/types.js";
+import { type CommitHost, CommitLog, FencedError } from "./group-commit.js";
 import type { NodeInstrumentation } from "./instrument.js";
-import { Mailbox } from "./mailbox.js";
 import type { SideEffectRunner } from "./side-effects.js";
 import type { TaskRunner } from "./task-runner.js";
 import { sleep, within } from "./timing.js";
@@ -30,20 +30,45 @@ export interface WorkerHost {
   factsFor(cmd: Command): Promise<Facts>;
 }
 
-/** Reads one partition's commands in stream order and hands them to app actors. */
+/** A command read from the stream, waiting for its batch. */
+interface Entry {
+  cmd: Command;
+  seq: number;
+  facts: Promise<Facts>;
+  /** Its facts are in: it may join a batch. */
+  ready: boolean;
+  /** Put back after the fence refused its batch: if it turns out applied, the other node answered it. */
+  retry?: boolean;
+}
+
+/** Most commands decided into one batch. */
+const BATCH_MAX = 256;
+/** Most commands read and not yet applied, per partition. */
+const QUEUED_MAX = 10_000;
+
+/**
+ * Reads one partition's commands in stream order and applies them in batches
+ * (group commit, docs/architecture.md): a batch is what arrived while the
+ * previous one was being committed. Each app's commands are decided one at a
+ * time in order by its actor; the apps of a batch are decided side by side;
+ * then one compare-and-set of the partition's record commits them all.
+ */
 export class PartitionWorker {
   readonly partition: number;
   private readonly node: WorkerHost;
+  private readonly log: CommitLog;
   private readonly actors = new Map<string, AppActor>();
-  private readonly mailboxes = new Map<string, Mailbox>();
+  private readonly queues = new Map<string, Entry[]>();
+  private readonly recoveries = new Set<string>();
   private readonly inflight = new Set<number>();
   private readonly rechecks = new Set<NodeJS.Timeout>();
   private maxDelivered = 0;
-  private committed = 0;
   private stopFn: (() => void) | undefined;
   private flushTimer: NodeJS.Timeout | undefined;
   private stopped = false;
   private loop: Promise<void> | undefined;
+  /** The batch cycle, while it runs. */
+  private cycling: Promise<void> | undefined;
   leaseRevision = 0;
   leaseValidUntil = Number.POSITIVE_INFINITY;
   lastRenewSent = 0;
@@ -51,73 +76,228 @@ export class PartitionWorker {
   constructor(partition: number, node: WorkerHost) {
     this.partition = partition;
     this.node = node;
+    const commitHost: CommitHost = {
+      bus: node.bus,
+      vault: node.vault,
+      nodeId: node.nodeId,
+      workspaceRoot: node.workspaceRoot,
+      leaseValid: () => this.leaseValid(),
+      sideEffect: (e) => node.sideEffects.apply(e),
+      startTask: (app, resource, spec, origin) => node.tasks.start(app, resource, spec, origin),
+      onCommit: node.instrument.onCommit,
+    };
+    this.log = new CommitLog(partition, commitHost);
   }
 
   leaseValid(): boolean {
     return !this.stopped && Date.now() < this.leaseValidUntil;
   }
 
+  /** True while a batch is being decided or committed. */
+  busy(): boolean {
+    return this.cycling !== undefined;
+  }
+
   async start(): Promise<void> {
     const { bus } = this.node;
-    const off = await bus.kv.offsets.get(keys.offset(this.partition));
-    this.committed = off && off.operation === "PUT" ? Number(off.string()) || 0 : 0;
-    this.maxDelivered = this.committed;
+    await this.log.load();
+    const offset = this.log.offset;
+    this.maxDelivered = offset;
     const consumer = await bus.js.consumers.get(STREAMS.commands, {
       filter_subjects: subjects.commandPartition(this.partition),
-      ...(this.committed > 0
-        ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: this.committed + 1 }
+      ...(offset > 0
+        ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: offset + 1 }
         : { deliver_policy: DeliverPolicy.All }),
     });
     const msgs = await consumer.consume({ max_messages: 256 });
     this.stopFn = () => void msgs.stop();
     void this.recoverTasks();
-    // the offset only bounds what a new owner re-reads (the commit record answers those): once a second is enough
-    this.flushTimer = setInterval(() => void this.flushOffset(), 1000);
+    // once idle for a second, the offset moves on alone, so a new owner re-reads little
+    this.flushTimer = setInterval(() => void this.advance(), 1000);
     this.loop = (async () => {
       for await (const m of msgs) {
         if (this.stopped) break;
         const seq = m.seq;
+        this.maxDelivered = Math.max(this.maxDelivered, seq);
         let cmd: Command;
         try {
           cmd = check(CommandSchema, m.json(), `command seq ${seq}`);
         } catch (e) {
           this.node.log(`partition ${this.partition}: dropped malformed command at seq ${seq}: ${String(e)}`);
-          this.maxDelivered = Math.max(this.maxDelivered, seq);
           continue;
         }
-        this.maxDelivered = Math.max(this.maxDelivered, seq);
         this.inflight.add(seq);
-        const actor = this.actor(cmd.app);
-        // the facts its handler asks for are read now, outside the mailbox, while earlier commands run
-        const facts = this.node.factsFor(cmd);
-        this.mailbox(cmd.app).push({
-          run: async () => {
-            try {
-              if (!this.stopped) await actor.handle(cmd, seq, facts);
-            } finally {
-              this.inflight.delete(seq);
-            }
+        // the facts its handler asks for are read now, while earlier commands run
+        const entry: Entry = { cmd, seq, facts: this.node.factsFor(cmd), ready: false };
+        entry.facts.then(
+          () => {
+            entry.ready = true;
+            this.kick();
           },
-        });
+          () => {},
+        );
+        this.queue(cmd.app).push(entry);
         // Bound memory: wait while too much is queued.
-        while (this.inflight.size > 10_000 && !this.stopped) await new Promise((r) => setTimeout(r, 5));
+        while (this.inflight.size > QUEUED_MAX && !this.stopped) await sleep(5);
       }
     })().catch((e) => this.node.log(`partition ${this.partition}: consumer ended: ${String(e)}`));
+  }
+
+  private queue(app: string): Entry[] {
+    let q = this.queues.get(app);
+    if (!q) {
+      q = [];
+      this.queues.set(app, q);
+    }
+    return q;
+  }
+
+  /** Starts the batch cycle unless it runs. */
+  private kick(): void {
+    if (this.cycling || this.stopped) return;
+    this.cycling = this.cycle().finally(() => {
+      this.cycling = undefined;
+      if (this.hasReady() && !this.stopped) this.kick();
+    });
+  }
+
+  private hasReady(): boolean {
+    for (const q of this.queues.values()) if (q[0]?.ready) return true;
+    return this.recoveries.size > 0;
+  }
+
+  /** Takes and applies batches while commands are ready. */
+  private async cycle(): Promise<void> {
+    try {
+      while (!this.stopped) {
+        await this.runRecoveries();
+        const batch = this.take();
+        if (batch.length === 0) return;
+        await this.runBatch(batch);
+      }
+    } catch (e) {
+      this.failed(e);
+    }
+  }
+
+  /** Each app's ready commands (those whose facts are in), in order, up to a batch's size. */
+  private take(): { app: string; entries: Entry[] }[] {
+    const out: { app: string; entries: Entry[] }[] = [];
+    let n = 0;
+    for (const [app, q] of this.queues) {
+      let k = 0;
+      while (k < q.length && q[k]!.ready && n + k < BATCH_MAX) k++;
+      if (k > 0) out.push({ app, entries: q.splice(0, k) });
+      if (q.length === 0) this.queues.delete(app);
+      n += k;
+      if (n >= BATCH_MAX) break;
+    }
+    return out;
+  }
+
+  private async activeActor(app: string): Promise<AppActor> {
+    const actor = this.actor(app);
+    if (!actor.active) await actor.activate(this.log.app(app), this.log.offset);
+    return actor;
+  }
+
+  /** Decides a batch, then commits it (in several writes when it is large). */
+  private async runBatch(batch: { app: string; entries: Entry[] }[]): Promise<void> {
+    if (!this.leaseValid()) throw new FencedError("lease expiring", true);
+    const bySeq = new Map<number, Entry>();
+    const decided = await Promise.all(
+      batch.map(async ({ app, entries }) => {
+        const actor = await this.activeActor(app);
+        const out: Decided[] = [];
+        for (const en of entries) {
+          bySeq.set(en.seq, en);
+          const known = { outcome: (id: string) => this.log.outcome(id), quiet: en.retry === true };
+          const d = await actor.decide(en.cmd, en.seq, known, en.facts);
+          if (d) out.push(d);
+          else this.inflight.delete(en.seq);
+        }
+        return out;
+      }),
+    );
+    const chunks = CommitLog.chunks(decided.flat());
+    for (let i = 0; i < chunks.length; i++) {
+      const chunk = chunks[i]!;
+      try {
+        await this.log.commit(chunk, this.lowWater(), this.actors);
+      } catch (e) {
+        if (!(e instanceof FencedError) || e.lease) throw e;
+        await this.refused(chunks.slice(i).flat(), bySeq);
+        return;
+      }
+      for (const d of chunk) this.inflight.delete(d.seq);
+    }
+  }
+
+  /**
+   * The fence refused a batch: another node wrote the partition's record. Nothing of the batch
+   * took effect; every actor starts again from the record as the other node left it, and the
+   * refused commands go back in front of their queues (those the other node applied are then
+   * answered by it, not here).
+   */
+  private async refused(rest: Decided[], bySeq: Map<number, Entry>): Promise<void> {
+    for (const d of rest) this.node.instrument.onFenced?.(d.app, d.seq);
+    this.node.log(
+      `partition ${this.partition}: fenced out at seq ${rest[0]?.seq} (another node wrote the commit record)`,
+    );
+    for (const a of this.actors.values()) a.deactivate();
+    await this.log.reload();
+    const back = new Map<string, Entry[]>();
+    for (const d of rest) {
+      const en = bySeq.get(d.seq)!;
+      en.retry = true;
+      const list = back.get(d.app) ?? [];
+      list.push(en);
+      back.set(d.app, list);
+    }
+    for (const [app, list] of back) this.queues.set(app, [...list, ...(this.queues.get(app) ?? [])]);
+  }
+
+  /** A batch that ended in an exception: its lease is unsafe or the bus went away mid-batch. */
+  private failed(e: unknown): void {
+    if (e instanceof FencedError) {
+      this.node.log(`partition ${this.partition}: lease not safe; handing the partition back`);
+    } else if (isTransientBusError(e)) {
+      // answer nothing, hand the partition back; the commands are read again from the offset
+      this.node.log(
+        `partition ${this.partition}: bus error (${e instanceof Error ? e.name : "error"}); re-reading the partition`,
+      );
+    } else {
+      this.node.log(
+        `partition ${this.partition}: batch failed: ${e instanceof Error ? e.stack : String(e)}; re-reading the partition`,
+      );
+    }
+    for (const a of this.actors.values()) a.deactivate();
+    this.node.dropWorker(this);
+  }
+
+  /** Ends long work of apps that a dead node left behind (outside batches, between them). */
+  private async runRecoveries(): Promise<void> {
+    for (const app of [...this.recoveries]) {
+      this.recoveries.delete(app);
+      const actor = this.actor(app);
+      if (actor.active) await actor.recover();
+      else await this.activeActor(app);
+    }
   }
 
   /** Activates the actors of this partition that have long work running, so work a dead node left behind is ended. */
   private async recoverTasks(): Promise<void> {
     try {
-      const apps: string[] = [];
-      for await (const k of await this.node.bus.kv.actors.keys())
-        if (partitionOf(k) === this.partition) apps.push(k);
-      for (const app of apps) {
-        const e = await this.node.bus.kv.actors.get(keys.actor(app));
+      for (const [app, e] of Object.entries(this.log.record.apps))
+        if (e.tasks && e.tasks.length > 0) this.recoveries.add(app);
+      // apps still under the per-app records of an older version
+      for await (const k of await this.node.bus.kv.actors.keys()) {
+        if (keys.isPartitionRecord(k) || partitionOf(k) !== this.partition) continue;
+        const e = await this.node.bus.kv.actors.get(keys.actor(k));
         const tasks = e && e.operation === "PUT" ? (e.json<{ tasks?: unknown[] }>().tasks ?? []) : [];
-        if (tasks.length === 0 || this.stopped) continue;
-        const actor = this.actor(app);
-        this.mailbox(app).push({ run: () => (this.stopped ? Promise.resolve() : actor.recover()) });
+        if (tasks.length > 0) this.recoveries.add(k);
       }
+      this.kick();
     } catch (e) {
       this.node.log(`partition ${this.partition}: task recovery scan failed: ${String(e)}`);
     }
@@ -132,21 +312,16 @@ export class PartitionWorker {
         nodeId: this.node.nodeId,
         workspaceRoot: this.node.workspaceRoot,
         platformUrls: this.node.platformUrls,
-        leaseValid: () => this.leaseValid(),
-        leaseLost: () => this.node.dropWorker(this),
         log: (m) => this.node.log(m),
         onApply: this.node.instrument.onApply,
-        onFenced: this.node.instrument.onFenced,
-        startTask: (app, resource, spec, origin) => this.node.tasks.start(app, resource, spec, origin),
         runsTask: (id) => this.node.tasks.runs(id),
         nodeAlive: (id) => this.node.nodeAlive(id),
         recheckLater: (app) => {
           const t = setTimeout(() => {
             this.rechecks.delete(t);
-            if (!this.stopped)
-              this.mailbox(app).push({
-                run: () => (this.stopped ? Promise.resolve() : this.actor(app).recover()),
-              });
+            if (this.stopped) return;
+            this.recoveries.add(app);
+            this.kick();
           }, this.node.ttlMs);
           this.rechecks.add(t);
         },
@@ -159,15 +334,6 @@ export class PartitionWorker {
       this.actors.set(app, a);
     }
     return a;
-  }
-
-  private mailbox(app: string): Mailbox {
-    let m = this.mailboxes.get(app);
-    if (!m) {
-      m = new Mailbox();
-      this.mailboxes.set(app, m);
-    }
-    return m;
   }
 
   /** Resolves once every command up to `seq` has been applied (or the worker stopped). */
@@ -183,15 +349,18 @@ export class PartitionWorker {
     return min - 1;
   }
 
-  private async flushOffset(): Promise<void> {
-    const lw = this.lowWater();
-    if (lw <= this.committed || !this.leaseValid()) return;
-    try {
-      await this.node.bus.kv.offsets.put(keys.offset(this.partition), String(lw));
-      this.committed = lw;
-    } catch {
-      /* retried on the next flush */
-    }
+  /** Moves the offset on when the partition is idle. */
+  private async advance(): Promise<void> {
+    if (this.cycling || !this.leaseValid() || this.lowWater() <= this.log.offset) return;
+    const run = this.log.advance(this.lowWater()).catch((e) => {
+      if (e instanceof FencedError && !e.lease) return this.log.reload();
+      this.node.log(`partition ${this.partition}: offset not moved on: ${String(e)}`);
+    });
+    this.cycling = run.finally(() => {
+      this.cycling = undefined;
+      if (this.hasReady() && !this.stopped) this.kick();
+    });
+    await this.cycling;
   }
 
   /** Stops reading, lets running commands finish, and records the offset. */
@@ -199,13 +368,19 @@ export class PartitionWorker {
     if (this.stopped) return;
     if (graceful) {
       this.stopFn?.();
-      await within(Promise.all([...this.mailboxes.values()].map((m) => m.idle)), 5000);
-      await this.flushOffset();
+      await within(this.drained(), 5000);
+      await this.advance();
     }
     this.stopped = true;
     this.stopFn?.();
     if (this.flushTimer) clearInterval(this.flushTimer);
     for (const t of this.rechecks) clearTimeout(t);
+    await within(this.cycling ?? Promise.resolve(), 1000);
     await within(this.loop ?? Promise.resolve(), 1000);
+  }
+
+  /** Resolves when nothing ready is queued and no batch runs. */
+  private async drained(): Promise<void> {
+    while (this.cycling || this.hasReady()) await (this.cycling ?? sleep(10));
   }
 }

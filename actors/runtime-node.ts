@@ -31,6 +31,8 @@ export class RuntimeNode implements WorkerHost {
   private timer: NodeJS.Timeout | undefined;
   private closed = false;
   private ticking: Promise<void> = Promise.resolve();
+  /** Moves on when the bus returns: a tick of an older generation stops at its next step. */
+  private tickGen = 0;
   readonly tasks: TaskRunner;
   readonly sideEffects: SideEffectRunner;
 
@@ -71,6 +73,27 @@ export class RuntimeNode implements WorkerHost {
   }
 
   async start(): Promise<void> {
+    // a batch in flight when the connection drops would wait for its requests' time-outs (5 s):
+    // drop its worker now; the next tick after the return takes the partition again
+    this.bus.onStatus((up) => {
+      if (this.closed) return;
+      if (up) {
+        // a tick stuck on a request sent before the return would hold the next ones for its
+        // time-out: leave it behind (it changes nothing once it wakes) and tick again now
+        this.tickGen++;
+        this.ticking = this.tick().catch((e) =>
+          this.log(`node ${this.nodeId}: lease tick failed: ${String(e)}`),
+        );
+        return;
+      }
+      for (const w of [...this.workers.values()]) {
+        if (!w.busy()) continue;
+        this.log(
+          `node ${this.nodeId}: bus lost with a batch of partition ${w.partition} in flight; re-reading it`,
+        );
+        this.dropWorker(w);
+      }
+    });
     for (const p of this.instrument.forcePartitions ?? []) {
       const w = new PartitionWorker(p, this);
       this.workers.set(p, w);
@@ -104,9 +127,12 @@ export class RuntimeNode implements WorkerHost {
   /** Renews held leases, announces the node, takes free partitions up to a fair share, gives back extras. */
   private async tick(): Promise<void> {
     if (this.closed || !this.bus.connected()) return;
+    const gen = this.tickGen;
+    const stale = () => gen !== this.tickGen || this.closed;
     const kv = this.bus.kv.leases;
     const now = Date.now();
     await kv.put(keys.nodeLease(this.nodeId), String(now));
+    if (stale()) return;
     // renew at about a third of the TTL
     for (const w of this.workers.values()) {
       if (this.forced(w.partition)) continue;
@@ -117,6 +143,7 @@ export class RuntimeNode implements WorkerHost {
         w.lastRenewSent = sent;
         w.leaseValidUntil = sent + this.ttl - this.margin;
       } catch (e) {
+        if (stale()) return;
         this.log(`node ${this.nodeId}: lost lease of partition ${w.partition}: ${String(e)}`);
         this.workers.delete(w.partition);
         await w.stop(false);
@@ -125,6 +152,7 @@ export class RuntimeNode implements WorkerHost {
     // who is alive, and what is free
     const nodes = new Set<string>();
     const held = new Set<number>();
+    if (stale()) return;
     for await (const k of await kv.keys()) {
       const lease = parseLeaseKey(k);
       if (lease?.kind === "node") nodes.add(lease.node);
@@ -155,6 +183,7 @@ export class RuntimeNode implements WorkerHost {
     // tried in rounds of `room` at once: a start takes all its share in a few round trips, not 64
     while (room > 0 && free.length > 0 && !this.closed) {
       const round = free.splice(0, room);
+      if (stale()) return;
       const taken = await Promise.all(round.map((p) => this.take(p, held.has(p))));
       room -= taken.filter(Boolean).length;
     }

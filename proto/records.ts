@@ -1,5 +1,5 @@
 import Type, { type Static } from "typebox";
-import { SealedSchema, ReplySchema } from "./command.js";
+import { ReplySchema, SealedSchema } from "./command.js";
 import { ActorSchema, PlatformEventSchema } from "./events.js";
 import { ResourceSchema } from "./resources.js";
 
@@ -191,7 +191,8 @@ export const TaskDoneSchema = Type.Object({
 });
 export type TaskDone = Static<typeof TaskDoneSchema>;
 
-/** `slipway_actors` value: the commit record and fence of one app actor (DESIGN §2). */
+/** The per-app commit record of versions before group commit: `slipway_actors` value under `<app>`, read
+ * once to take the app over, then deleted. */
 export const CommitRecordSchema = Type.Object({
   app: Type.String(),
   /** Stream sequence of the last applied command. */
@@ -206,6 +207,34 @@ export const CommitRecordSchema = Type.Object({
   tasks: Type.Optional(Type.Array(RunningTaskSchema)),
 });
 export type CommitRecord = Static<typeof CommitRecordSchema>;
+
+/** One app in a partition's commit record: what a new owner needs to know of it. */
+export const PartitionAppSchema = Type.Object({
+  /** Stream sequence of the app's last applied command. */
+  seq: Type.Integer(),
+  /** Long work started and not yet ended. */
+  tasks: Type.Optional(Type.Array(RunningTaskSchema)),
+});
+export type PartitionApp = Static<typeof PartitionAppSchema>;
+
+/**
+ * `slipway_actors` value under `partition.<n>`: the partition's commit record, the fence of
+ * group commit (docs/architecture.md). One compare-and-set of it commits a whole batch.
+ */
+export const PartitionRecordSchema = Type.Object({
+  partition: Type.Integer(),
+  /** Node that wrote the record. */
+  node: Type.String(),
+  /** Every command of the partition at or below this stream sequence is applied: a new owner reads on from the next. */
+  offset: Type.Integer(),
+  /** Apps whose last command is above `offset` or that run long work. */
+  apps: Type.Record(Type.String(), PartitionAppSchema),
+  /** Outcomes of the batch this record committed. */
+  outcomes: Type.Array(OutcomeSchema),
+  /** Outboxes of the batch, in the order they are applied. */
+  outboxes: Type.Array(OutboxSchema),
+});
+export type PartitionRecord = Static<typeof PartitionRecordSchema>;
 
 /** `slipway_idempotency` value. */
 export const IdempotencyRecordSchema = Type.Object({

@@ -98,7 +98,12 @@ export const keys = {
   resource: (app: string, type: string, id: string) => `${app}.${type}.${id}`,
   vault: (app: string, name: string) => `${app}.${name}`,
   app: (app: string) => app,
+  /** An app's commit record of versions before group commit (read once, then deleted). */
   actor: (app: string) => app,
+  /** A partition's commit record (`slipway_actors`). */
+  partitionRecord: (partition: number) => `partition.${partition}`,
+  /** Whether a `slipway_actors` key is a partition's record. */
+  isPartitionRecord: (key: string) => key.startsWith("partition."),
   offset: (partition: number) => String(partition),
   partitionLease: (partition: number) => `partition.${partition}`,
   nodeLease: (nodeId: string) => `node.${token(nodeId, "node id")}`,

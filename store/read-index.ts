@@ -74,7 +74,8 @@ export class ReadIndex {
   private initialEvents = false;
   private eventsSeq = 0;
   private resourcesRev = 0;
-  private chain: Promise<unknown> = Promise.resolve();
+  /** Writes in progress, by what they write (a resource id, an event id): writes of one key run in order. */
+  private readonly chains = new Map<string, Promise<unknown>>();
   /** Recent resource states by id (a read needs no LevelDB get when it hits). Bounded. */
   private readonly docs = new Map<string, StoredResource>();
   /** Recently indexed event ids: an event arrives twice (the answer, then the feed). */
@@ -95,18 +96,25 @@ export class ReadIndex {
     return this.initialResources && this.initialEvents;
   }
 
-  /** Serializes writes so that read-modify-write of one id never interleaves. */
-  private serial<T>(fn: () => Promise<T>): Promise<T> {
-    const p = this.chain.then(fn, fn);
-    this.chain = p.catch(() => {});
+  /**
+   * Serializes the writes of one key, so that read-modify-write of one id never interleaves;
+   * writes of different ids run side by side (the answers of many commands at once).
+   */
+  private serial<T>(key: string, fn: () => Promise<T>): Promise<T> {
+    const p = (this.chains.get(key) ?? Promise.resolve()).then(fn, fn);
+    const tail = p.catch(() => {});
+    this.chains.set(key, tail);
+    void tail.then(() => {
+      if (this.chains.get(key) === tail) this.chains.delete(key);
+    });
     return p;
   }
 
   /** Applies a resource document (or its deletion) at a KV revision. Older revisions are ignored. */
   applyResource(key: string, doc: Resource | null, rev: number): Promise<void> {
-    return this.serial(async () => {
-      const parsed = parseResourceKey(key);
-      if (!parsed) return;
+    const parsed = parseResourceKey(key);
+    if (!parsed) return Promise.resolve();
+    return this.serial(`r!${parsed.id}`, async () => {
       const existing = await this.stored(parsed.id, true);
       if (existing && existing.rev >= rev) return;
       const batch = this.db.batch();
@@ -137,7 +145,7 @@ export class ReadIndex {
   }
 
   applyEvent(ev: PlatformEvent): Promise<void> {
-    return this.serial(async () => {
+    return this.serial(`e!${ev.id}`, async () => {
       if (this.seenEvents.has(ev.id)) return;
       this.seenEvents.add(ev.id);
       if (this.seenEvents.size > 10_000) this.seenEvents.delete(this.seenEvents.values().next().value!);
@@ -290,7 +298,7 @@ export class ReadIndex {
   async close(): Promise<void> {
     this.stopped = true;
     for (const s of this.stops) s();
-    await this.chain.catch(() => {});
+    await Promise.all(this.chains.values());
     try {
       await this.db.put("meta!resources_rev", String(this.resourcesRev));
       await this.db.put("meta!events_seq", String(this.eventsSeq));

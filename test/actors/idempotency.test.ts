@@ -1,11 +1,11 @@
-import test from "ava";
 import { randomUUID } from "node:crypto";
-import { keys, partitionOf } from "../../proto/subjects.js";
+import test from "ava";
 import type { Command } from "../../proto/command.js";
 import { newId } from "../../proto/ids.js";
+import { keys, partitionOf } from "../../proto/subjects.js";
 import { commandFieldAad } from "../../store/vault.js";
+import { clusterFor, rewindPartition } from "../helpers/cluster.js";
 import { call, eventually, get } from "../helpers/infra.js";
-import { clusterFor } from "../helpers/cluster.js";
 
 /**
  * A node that dies after its commit but before it kept the Idempotency-Key
@@ -31,7 +31,7 @@ test("a command replayed after a takeover keeps its Idempotency-Key answer, so a
   for await (const k of await bus.kv.idempotency.keys()) idem.push(k);
   t.is(idem.length, 1);
   await bus.kv.idempotency.delete(keys.idempotency(idem[0]!));
-  await bus.kv.offsets.put(keys.offset(partitionOf(app)), "0");
+  await rewindPartition(bus, app);
   node = await c.addNode("second", { tickMs: 200 });
   await eventually(async () => node.partitions().includes(partitionOf(app)), 15_000);
   const again = await eventually(async () => {
@@ -71,7 +71,7 @@ test("a command replayed after a takeover, older than the outcomes its commit re
   await c.stopNode("first");
   // the partition is read again from its start, as after a takeover from an old offset; the
   // client waits for the command's answer again (its re-publish is a duplicate on the stream)
-  await bus.kv.offsets.put(keys.offset(partitionOf(app)), "0");
+  await rewindPartition(bus, app);
   const again = client.send(cmd);
   await c.addNode("second", { tickMs: 200 });
   const r = await again;

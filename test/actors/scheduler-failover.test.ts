@@ -1,9 +1,9 @@
-import test from "ava";
 import { randomUUID } from "node:crypto";
 import { createServer } from "node:http";
+import test from "ava";
 import { keys } from "../../proto/subjects.js";
-import { call, eventually, get } from "../helpers/infra.js";
 import { clusterFor } from "../helpers/cluster.js";
+import { call, eventually, get } from "../helpers/infra.js";
 import type { NodeProcess } from "../helpers/processes.js";
 
 test("two nodes, the scheduler leader killed with -9 mid-tick: the other leads within the lease TTL, nothing overlaps, the in-doubt tick is re-fired once with the same Idempotency-Key", async (t) => {

@@ -1,38 +1,23 @@
-import anyTest, { type TestFn } from "ava";
 import { randomUUID } from "node:crypto";
-import { call, eventually, get, sleep, type TestPlatform } from "../helpers/infra.js";
+import anyTest, { type TestFn } from "ava";
 import {
-  clusterPerFile,
   hitsOf,
   jobEvents,
   settled,
   startTarget,
-  type ClusterContext,
-  type Target,
+  type TargetAppContext,
+  targetAppPerFile,
 } from "../helpers/cluster.js";
+import { call, eventually, get, sleep } from "../helpers/infra.js";
 
 /**
  * The schedule-job capability: bad input, the per-app quota, pausing, resuming and removing a
  * job, and a stored definition that would leave the app's origin. When jobs fire:
  * scheduler.test.ts.
  */
-const test = anyTest as TestFn<
-  ClusterContext & { p: TestPlatform; target: Target; app: string; dataDir: string }
->;
+const test = anyTest as TestFn<TargetAppContext>;
 
-/** A whole platform (its node runs the scheduler), and an app whose base URL is the target. */
-clusterPerFile(test, { gateway: { role: "up" } }, async (c, t) => {
-  const p = c.gw;
-  const target = await startTarget();
-  c.onClose(() => {
-    target.server.close();
-    target.server.closeAllConnections();
-  });
-  const app = `j${randomUUID().slice(0, 8)}`;
-  const r = await call(p.controlUrl, "initialize-app", { name: app, base_url: target.url });
-  t.is(r.status, 200);
-  return { p, target, app, dataDir: p.dataDir };
-});
+targetAppPerFile(test);
 
 test("disabled jobs do not tick; removed jobs emit JobUnscheduled, leave the lists and never tick again", async (t) => {
   const { p, target, app } = t.context;

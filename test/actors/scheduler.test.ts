@@ -1,42 +1,26 @@
-import anyTest, { type TestFn } from "ava";
 import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
+import anyTest, { type TestFn } from "ava";
 import { verifyServiceToken } from "../../proto/service-token.js";
-import { call, eventually, freePort, get, sleep, type TestPlatform } from "../helpers/infra.js";
 import {
   clusterFor,
-  clusterPerFile,
   hitsOf,
   jobEvents,
   settled,
-  startTarget,
-  type ClusterContext,
-  type Target,
+  type TargetAppContext,
+  targetAppPerFile,
 } from "../helpers/cluster.js";
+import { call, eventually, freePort, get, sleep } from "../helpers/infra.js";
 
 /**
  * When and how the scheduler fires a job: the calls, their timing and overlap, failing targets,
  * a platform that was down, one-shot and cron schedules. The schedule-job capability's own rules
  * (input, quota, pause, removal): scheduler-jobs.test.ts.
  */
-const test = anyTest as TestFn<
-  ClusterContext & { p: TestPlatform; target: Target; app: string; dataDir: string }
->;
+const test = anyTest as TestFn<TargetAppContext>;
 
-/** A whole platform (its node runs the scheduler), and an app whose base URL is the target. */
-clusterPerFile(test, { gateway: { role: "up" } }, async (c, t) => {
-  const p = c.gw;
-  const target = await startTarget();
-  c.onClose(() => {
-    target.server.close();
-    target.server.closeAllConnections();
-  });
-  const app = `j${randomUUID().slice(0, 8)}`;
-  const r = await call(p.controlUrl, "initialize-app", { name: app, base_url: target.url });
-  t.is(r.status, 200);
-  return { p, target, app, dataDir: p.dataDir };
-});
+targetAppPerFile(test);
 
 test("schedule-job: a job every 1 s calls the app with a valid service token and an idempotency key, and each tick has its JobRan", async (t) => {
   const { p, target, app, dataDir } = t.context;

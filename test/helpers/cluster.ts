@@ -1,23 +1,27 @@
-import type { ExecutionContext, TestFn } from "ava";
 import type { ChildProcess } from "node:child_process";
+import { randomUUID } from "node:crypto";
 import { createServer, type Server } from "node:http";
-import { startNode, type NodeHandle, type NodeOptions } from "../../actors/runtime.js";
-import { startInstrumentedNode, type NodeInstrumentation } from "../../actors/testing.js";
+import type { ExecutionContext, TestFn } from "ava";
+import { type NodeHandle, type NodeOptions, startNode } from "../../actors/runtime.js";
+import { type NodeInstrumentation, startInstrumentedNode } from "../../actors/testing.js";
 import type { PlatformOptions } from "../../bin/platform.js";
 import { CommandClient } from "../../gateway/command-client.js";
-import { openBus, type Bus } from "../../store/bus.js";
+import type { PartitionRecord } from "../../proto/records.js";
+import { keys, partitionOf, STREAMS, subjects } from "../../proto/subjects.js";
+import { type Bus, openBus } from "../../store/bus.js";
 import { Vault } from "../../store/vault.js";
 import {
+  call,
   get,
   sleep,
   startTestNats,
   startTestPlatform,
-  tempDir,
   TEST_VAULT_KEY,
   type TestNats,
   type TestPlatform,
+  tempDir,
 } from "./infra.js";
-import { spawnNode, type NodeProcess } from "./processes.js";
+import { type NodeProcess, spawnNode } from "./processes.js";
 
 /**
  * A test cluster: a nats-server of its own, the platform in front of the nodes, runtime nodes in this process
@@ -257,6 +261,33 @@ export function clusterPerFile<X extends object = Record<never, never>>(
   });
 }
 
+/** What {@link targetAppPerFile} puts in a test file's context. */
+export type TargetAppContext = ClusterContext & {
+  p: TestPlatform;
+  target: Target;
+  app: string;
+  dataDir: string;
+};
+
+/**
+ * A whole platform for a test file (its node runs the scheduler), a stub target, and an app whose
+ * base URL is the target: the setup of the scheduler tests.
+ */
+export function targetAppPerFile(test: TestFn<TargetAppContext>): void {
+  clusterPerFile(test, { gateway: { role: "up" } }, async (c, t) => {
+    const p = c.gw;
+    const target = await startTarget();
+    c.onClose(() => {
+      target.server.close();
+      target.server.closeAllConnections();
+    });
+    const app = `j${randomUUID().slice(0, 8)}`;
+    const r = await call(p.controlUrl, "initialize-app", { name: app, base_url: target.url });
+    t.is(r.status, 200);
+    return { p, target, app, dataDir: p.dataDir };
+  });
+}
+
 /* The app the platform calls back: a stub HTTP server the scheduler's jobs target. */
 
 export interface Hit {
@@ -339,4 +370,21 @@ export async function settled(count: () => number, quietMs = 2500, timeoutMs = 3
 /** The events of a job (or any resource), newest first. */
 export async function jobEvents(p: TestPlatform, resourceId: string): Promise<any[]> {
   return (await get(p.controlUrl, `/events?resource_id=${resourceId}&limit=500`)).body.items;
+}
+
+/**
+ * Moves the committed offset of an app's partition back to `offset`, as a new owner would find
+ * it after taking over from a node that died right after a commit: the commands above it are read
+ * again, and the record still knows the app's last applied command.
+ */
+export async function rewindPartition(bus: Bus, app: string, offset = 0): Promise<void> {
+  const p = partitionOf(app);
+  const e = await bus.kv.actors.get(keys.partitionRecord(p));
+  if (e?.operation !== "PUT") throw new Error(`partition ${p} has no commit record`);
+  const rec = e.json<PartitionRecord>();
+  const last = await bus.jsm.streams.getMessage(STREAMS.commands, { last_by_subj: subjects.command(app) });
+  if (!last) throw new Error(`no command of ${app} on the stream`);
+  rec.apps[app] = { ...rec.apps[app], seq: Math.max(rec.apps[app]?.seq ?? 0, last.seq) };
+  rec.offset = offset;
+  await bus.kv.actors.update(keys.partitionRecord(p), JSON.stringify(rec), e.revision);
 }

@@ -1,0 +1,214 @@
+import {
+  check,
+  type Command,
+  encode,
+  keys,
+  type Outcome,
+  type PartitionApp,
+  type PartitionRecord,
+  PartitionRecordSchema,
+  type Resource,
+  subjects,
+} from "../proto/mod.js";
+import { type Bus, isCasConflict } from "../store/mod.js";
+import type { AppActor, Decided } from "./app-actor.js";
+import { type OutboxHost, reapplyOutboxes, runSideEffects, writeOutbox } from "./outbox.js";
+import type { TaskSpec } from "./tasks/types.js";
+
+/** What the commit log needs of its partition worker and node. */
+export interface CommitHost extends OutboxHost {
+  readonly bus: Bus;
+  readonly nodeId: string;
+  /** False once the partition lease is within its safety margin of expiry. */
+  leaseValid(): boolean;
+  startTask(app: string, resource: Resource, spec: TaskSpec, origin: Pick<Command, "id" | "actor">): void;
+  /** Instrumentation: a batch was committed (one fenced write). */
+  onCommit?: ((c: CommitTrace) => void) | undefined;
+}
+
+/** One fenced write of a partition's commit record (instrumentation). */
+export interface CommitTrace {
+  partition: number;
+  /** Commands the write committed (0: the offset moved on alone). */
+  commands: number;
+  /** Size of the record written, in bytes. */
+  bytes: number;
+}
+
+/** The partition's record is not ours to write: its lease is unsafe (`lease`), or another node wrote it. */
+export class FencedError extends Error {
+  readonly lease: boolean;
+  constructor(message: string, lease = false) {
+    super(message);
+    this.lease = lease;
+  }
+}
+
+/** The largest record written at once: a batch is cut into several commits above it. */
+const RECORD_BYTES_MAX = 768 * 1024;
+
+/**
+ * A partition's commit log (DESIGN §2, group commit): the record in
+ * `slipway_actors` under `partition.<n>` that one compare-and-set per batch
+ * moves on. It carries the batch's outcomes and outboxes, each app's last
+ * applied sequence and running long work, and the partition's offset.
+ */
+export class CommitLog {
+  readonly partition: number;
+  private readonly host: CommitHost;
+  record: PartitionRecord;
+  private revision = 0;
+  private known = new Map<string, Outcome>();
+
+  constructor(partition: number, host: CommitHost) {
+    this.partition = partition;
+    this.host = host;
+    this.record = this.empty(0);
+  }
+
+  private empty(offset: number): PartitionRecord {
+    return {
+      partition: this.partition,
+      node: this.host.nodeId,
+      offset,
+      apps: {},
+      outcomes: [],
+      outboxes: [],
+    };
+  }
+
+  /** Reads the record (or the offset an older version kept) and re-applies the last batch's outboxes. */
+  async load(reapply = true): Promise<void> {
+    const { bus } = this.host;
+    const e = await bus.kv.actors.get(keys.partitionRecord(this.partition));
+    if (e && e.operation === "PUT") {
+      this.record = check(PartitionRecordSchema, e.json(), `commit record of partition ${this.partition}`);
+      this.revision = e.revision;
+      if (reapply) await reapplyOutboxes(this.host, this.record.outboxes);
+    } else {
+      const off = await bus.kv.offsets.get(keys.offset(this.partition));
+      this.record = this.empty(off && off.operation === "PUT" ? Number(off.string()) || 0 : 0);
+      this.revision = 0;
+    }
+    this.known = new Map(this.record.outcomes.map((o) => [o.id, o]));
+  }
+
+  get offset(): number {
+    return this.record.offset;
+  }
+
+  app(app: string): PartitionApp | undefined {
+    return this.record.apps[app];
+  }
+
+  outcome(id: string): Outcome | undefined {
+    return this.known.get(id);
+  }
+
+  /** Cuts decided commands (each app's in order) into commits that fit in a record. */
+  static chunks(decided: Decided[]): Decided[][] {
+    const out: Decided[][] = [];
+    let cur: Decided[] = [];
+    let bytes = 0;
+    for (const d of decided) {
+      const size = JSON.stringify(d.outcome).length + (d.outbox ? JSON.stringify(d.outbox).length : 0);
+      if (cur.length > 0 && bytes + size > RECORD_BYTES_MAX) {
+        out.push(cur);
+        cur = [];
+        bytes = 0;
+      }
+      cur.push(d);
+      bytes += size;
+    }
+    if (cur.length > 0) out.push(cur);
+    return out;
+  }
+
+  /**
+   * Commits decided commands with one compare-and-set of the record, then
+   * writes their outboxes (sent at once, acks awaited together), keeps their
+   * Idempotency-Key answers, runs side effects, starts long work and answers
+   * each. `offset` is the partition's low-water mark, not counting this
+   * batch (a new owner reads the batch again and answers it from the record).
+   * Throws {@link FencedError} when the record moved under it: nothing was
+   * written, nothing answered.
+   */
+  async commit(batch: Decided[], offset: number, actors: Map<string, AppActor>): Promise<void> {
+    const apps: Record<string, PartitionApp> = { ...this.record.apps };
+    for (const d of batch) apps[d.app] = d.entry;
+    for (const [app, e] of Object.entries(apps))
+      if (e.seq <= offset && !(e.tasks && e.tasks.length > 0)) delete apps[app];
+    const next: PartitionRecord = {
+      partition: this.partition,
+      node: this.host.nodeId,
+      offset: Math.max(offset, this.record.offset),
+      apps,
+      // the offset moving on alone keeps the last batch's outcomes (its outboxes are written)
+      outcomes: batch.length > 0 ? batch.map((d) => d.outcome) : this.record.outcomes,
+      outboxes: batch.flatMap((d) => (d.outbox ? [d.outbox] : [])),
+    };
+    if (!this.host.leaseValid()) throw new FencedError("lease expiring", true);
+    const data = encode(next);
+    const kv = this.host.bus.kv.actors;
+    try {
+      this.revision =
+        this.revision === 0
+          ? await kv.create(keys.partitionRecord(this.partition), data)
+          : await kv.update(keys.partitionRecord(this.partition), data, this.revision);
+    } catch (e) {
+      if (isCasConflict(e)) throw new FencedError("commit record moved");
+      throw e;
+    }
+    this.host.onCommit?.({ partition: this.partition, commands: batch.length, bytes: data.length });
+    this.record = next;
+    if (batch.length > 0) this.known = new Map(next.outcomes.map((o) => [o.id, o]));
+    await this.apply(batch, actors);
+  }
+
+  /** The committed batch's writes, then what runs after them, then the answers. */
+  private async apply(batch: Decided[], actors: Map<string, AppActor>): Promise<void> {
+    const writes: Promise<unknown>[] = [];
+    const revisions = batch.map((d) => {
+      if (!d.outbox) return Promise.resolve(new Map<string, number>());
+      const p = writeOutbox(this.host, d.outbox);
+      writes.push(p);
+      return p;
+    });
+    for (const d of batch)
+      if (d.cmd.body_hash) writes.push(actors.get(d.app)!.keepIdempotent(d.cmd, d.outcome));
+    for (const a of new Set(batch.map((d) => d.app))) {
+      const actor = actors.get(a);
+      if (actor?.legacy) {
+        actor.legacy = false;
+        writes.push(this.host.bus.kv.actors.delete(keys.actor(a)));
+      }
+    }
+    await Promise.all(writes);
+    for (const d of batch) if (d.outbox) await runSideEffects(this.host, d.outbox);
+    for (const d of batch)
+      if (d.started) this.host.startTask(d.app, d.started.resource, d.started.spec, d.cmd);
+    for (let i = 0; i < batch.length; i++) {
+      const d = batch[i]!;
+      const body = d.reply.body;
+      if (body && d.outbox) {
+        body.resource = { ...body.resource };
+        const key = keys.resource(body.resource.app_id, body.resource.type, body.resource.id);
+        const rev = (await revisions[i]!).get(key);
+        if (rev !== undefined) d.reply.resource_revision = rev;
+        if (d.outbox.resources.some((x) => x.key === key && x.doc === null)) d.reply.resource_deleted = true;
+      }
+      this.host.bus.nc.publish(subjects.reply(d.cmd.gateway_id, d.cmd.id), encode(d.reply));
+    }
+  }
+
+  /** Moves the offset on alone (nothing decided since): a new owner re-reads less, and the record sheds applied apps. */
+  async advance(offset: number): Promise<void> {
+    if (offset <= this.record.offset) return;
+    await this.commit([], offset, new Map());
+  }
+
+  /** After the fence refused a batch: the record as the other node left it. */
+  async reload(): Promise<void> {
+    await this.load(false);
+  }
+}
