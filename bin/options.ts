@@ -17,6 +17,7 @@ export function optionsFromEnv(env: NodeJS.ProcessEnv = process.env): PlatformOp
     dataPort: int(env.SLIPWAY_DATA_PORT),
     requireControlToken: env.SLIPWAY_REQUIRE_CONTROL_TOKEN === "1",
     nodeId: env.SLIPWAY_NODE_ID,
+    nodeThread: env.SLIPWAY_NODE_THREAD !== "0",
     platformUrls: {
       ...(env.SLIPWAY_PUBLIC_CONTROL_URL ? { control: env.SLIPWAY_PUBLIC_CONTROL_URL } : {}),
       ...(env.SLIPWAY_PUBLIC_DATA_URL ? { data: env.SLIPWAY_PUBLIC_DATA_URL } : {}),

@@ -22,6 +22,8 @@ import {
   Vault,
 } from "../store/mod.js";
 
+import { type NodeThreadData, startNodeThread } from "./node-thread-api.js";
+
 export type Role = "up" | "gateway" | "node";
 
 export interface PlatformOptions {
@@ -55,6 +57,12 @@ export interface PlatformOptions {
   node?: Partial<NodeOptions>;
   /** How the runtime node is started (default `startNode`; tests and benchmarks pass an instrumented one, actors/testing.ts). */
   launchNode?: (opts: NodeOptions) => Promise<NodeHandle>;
+  /**
+   * `up` only: run the runtime node in a worker thread of its own (bin/node-thread.ts), off the
+   * gateways' event loop. `slipwayd up` sets it (SLIPWAY_NODE_THREAD=0 turns it off); in-process
+   * callers (tests) keep the node on their thread unless they ask. Ignored with `launchNode`.
+   */
+  nodeThread?: boolean;
   replyTimeoutMs?: number;
   env?: NodeJS.ProcessEnv;
   log?: (msg: string) => void;
@@ -150,15 +158,22 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
         ...(ownData ? { data: ownData } : {}),
         ...(opts.platformUrls ?? {}),
       };
-      node = await (opts.launchNode ?? startNode)({
-        bus,
-        vault,
-        workspaceRoot,
-        platformUrls,
-        log,
-        ...(nodeId ? { nodeId } : {}),
-        ...opts.node,
-      });
+      node =
+        role === "up" && opts.nodeThread && !opts.launchNode
+          ? await startNodeThread(
+              { natsUrl, dataDir, workspaceRoot, nodeId, platformUrls, ...threadOptions(opts.node) },
+              env,
+              log,
+            )
+          : await (opts.launchNode ?? startNode)({
+              bus,
+              vault,
+              workspaceRoot,
+              platformUrls,
+              log,
+              ...(nodeId ? { nodeId } : {}),
+              ...opts.node,
+            });
       const n = node;
       closers.push(() => n.close());
     }
@@ -187,6 +202,13 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
     await closeAll();
     throw e;
   }
+}
+
+/** The node options a worker thread can be handed (no functions). */
+function threadOptions(node: Partial<NodeOptions> | undefined): Pick<NodeThreadData, "node"> {
+  if (!node) return {};
+  const { leaseTtlMs, leaseMarginMs, tickMs, scheduler, tickTimeoutMs } = node;
+  return { node: JSON.parse(JSON.stringify({ leaseTtlMs, leaseMarginMs, tickMs, scheduler, tickTimeoutMs })) };
 }
 
 interface Gateways {

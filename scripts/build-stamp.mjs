@@ -15,6 +15,7 @@ import { dirname, join } from "node:path";
 export const BUILD_OUTPUTS = [
   "dist/bin/slipwayd.js",
   "dist/bin/slipwayd.mjs",
+  "dist/bin/node-thread.mjs",
   "dist/bin/slipway.js",
   "dist/client/slipway.mjs",
 ];

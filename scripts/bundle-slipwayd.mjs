@@ -31,21 +31,28 @@ export const SLIPWAYD_BUNDLE_OPTIONS = {
 };
 
 export const SLIPWAYD_BUNDLE = "dist/bin/slipwayd.mjs";
+/** The runtime node's worker thread (bin/node-thread.ts), bundled beside it. */
+export const NODE_THREAD_BUNDLE = "dist/bin/node-thread.mjs";
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  const entry = join(root, "dist", "bin", "slipwayd.js");
-  if (!existsSync(entry)) {
-    say("dist/bin/slipwayd.js is missing; run tsc -p tsconfig.json first");
-    process.exit(1);
-  }
   const esbuild = (await import("esbuild")).default;
-  const out = join(root, SLIPWAYD_BUNDLE);
-  try {
-    await esbuild.build({ ...SLIPWAYD_BUNDLE_OPTIONS, entryPoints: [entry], outfile: out });
-  } catch (e) {
-    say(e instanceof Error ? e.message : String(e));
-    process.exit(1);
+  for (const [from, to] of [
+    ["dist/bin/slipwayd.js", SLIPWAYD_BUNDLE],
+    ["dist/bin/node-thread.js", NODE_THREAD_BUNDLE],
+  ]) {
+    const entry = join(root, from);
+    if (!existsSync(entry)) {
+      say(`${from} is missing; run tsc -p tsconfig.json first`);
+      process.exit(1);
+    }
+    const out = join(root, to);
+    try {
+      await esbuild.build({ ...SLIPWAYD_BUNDLE_OPTIONS, entryPoints: [entry], outfile: out });
+    } catch (e) {
+      say(e instanceof Error ? e.message : String(e));
+      process.exit(1);
+    }
+    chmodSync(out, 0o755);
+    say(`wrote ${to} (${Math.round(statSync(out).size / 1024)} KiB)`);
   }
-  chmodSync(out, 0o755);
-  say(`wrote ${SLIPWAYD_BUNDLE} (${Math.round(statSync(out).size / 1024)} KiB)`);
 }

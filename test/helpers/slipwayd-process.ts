@@ -10,6 +10,7 @@ const require = createRequire(import.meta.url);
 const tsx = require.resolve("tsx");
 const repo = fileURLToPath(new URL("../../", import.meta.url));
 const slipwayd = join(repo, "bin", "slipwayd.ts");
+const nodeThread = join(repo, "bin", "node-thread.ts");
 
 /**
  * `bin/slipwayd.ts` compiled into one JavaScript file (esbuild; npm packages stay external), in a
@@ -21,9 +22,11 @@ export async function bundleSlipwayd(): Promise<{ file: string; dispose(): void 
   mkdirSync(join(repo, ".tmp"), { recursive: true });
   const dir = mkdtempSync(join(repo, ".tmp", "slipwayd-bundle-"));
   const file = join(dir, "slipwayd.mjs");
+  // the runtime node's worker thread is loaded from beside the bundle (bin/node-thread-api.ts)
   await esbuild.build({
-    entryPoints: [slipwayd],
-    outfile: file,
+    entryPoints: { slipwayd, "node-thread": nodeThread },
+    outdir: dir,
+    outExtension: { ".js": ".mjs" },
     bundle: true,
     platform: "node",
     format: "esm",
