@@ -63,6 +63,8 @@ export interface CpuShare {
   platformLoop: number;
   /** Busy share of the load generator's event loop. */
   loadgenLoop: number;
+  /** Busy share of the runtime node's event loop when it runs in a worker thread (`slipwayd up`), else 0. */
+  nodeLoop: number;
 }
 
 export interface CpuMark {
@@ -73,12 +75,15 @@ export interface CpuMark {
   nats: number;
   elu: EventLoopUtilization;
   loadgenElu: EventLoopUtilization | undefined;
+  nodeElu: EventLoopUtilization | undefined;
 }
 
 export class CpuMeter {
   private readonly natsPid: number;
   private readonly gen: LoadGen | undefined;
   private readonly cores = cpus().length;
+  /** The node's worker thread, when the platform runs it in one. */
+  nodeWorker: (() => Worker) | undefined;
 
   constructor(natsPid: number, gen?: LoadGen) {
     this.natsPid = natsPid;
@@ -95,6 +100,7 @@ export class CpuMeter {
       nats: procCpuS(this.natsPid),
       elu: performance.eventLoopUtilization(),
       loadgenElu: this.gen?.worker.performance.eventLoopUtilization(),
+      nodeElu: this.nodeWorker?.().performance.eventLoopUtilization(),
     };
   }
 
@@ -118,6 +124,10 @@ export class CpuMeter {
       other: Math.max(0, machine - proc - nats),
       platformLoop: performance.eventLoopUtilization(a.elu).utilization,
       loadgenLoop: loadgen,
+      nodeLoop:
+        this.nodeWorker && a.nodeElu
+          ? this.nodeWorker().performance.eventLoopUtilization(a.nodeElu).utilization
+          : 0,
     };
   }
 }
@@ -130,9 +140,12 @@ export async function measure(meter: CpuMeter, gen: LoadGen, task: LoadTask): Pr
   return { ...r, cpu: meter.since(mark) };
 }
 
-/** Microseconds of the platform's (main) event loop per operation: what one request costs the server side. */
+/**
+ * Microseconds of the platform's event loops per operation (the main one, plus the node thread's
+ * when it has one): what one request costs the server side.
+ */
 export function loopUsPerOp(c: CpuShare, ops: number): number {
-  return ops > 0 ? (c.platformLoop * c.wallS * 1e6) / ops : 0;
+  return ops > 0 ? ((c.platformLoop + c.nodeLoop) * c.wallS * 1e6) / ops : 0;
 }
 
 /**

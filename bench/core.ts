@@ -89,6 +89,8 @@ const TARGETS = {
 };
 
 const asJson = process.argv.includes("--json");
+/** Runs the node on the main thread, instrumented to time actor turns (default: its own thread, as `slipwayd up`). */
+const inProcess = process.argv.includes("--in-process");
 const t0 = Date.now();
 const progress = makeProgress("bench", t0);
 
@@ -229,8 +231,10 @@ async function createApps(base: string, names: string[]): Promise<void> {
   await Promise.all(Array.from({ length: 8 }, worker));
 }
 
-/** NATS messages the platform's one connection sent and received per write during a phase. */
+/** NATS messages the platform's connections (gateways', node thread's) sent and received per write during a phase. */
 interface BusTraffic {
+  /** Of the out messages, those the node thread's connection sent (JetStream operations and replies). */
+  nodeOutMsgsPerWrite: number;
   outMsgsPerWrite: number;
   inMsgsPerWrite: number;
   outBytesPerWrite: number;
@@ -246,9 +250,21 @@ async function measureWrites(
   platform: PlatformHandle,
   task: LoadTask,
 ): Promise<MeasuredWrites> {
-  const before = platform.bus.nc.stats();
+  const node = platform.nodeThread;
+  const stats = async () => {
+    const main = platform.bus.nc.stats();
+    const n = node ? await node.busStats() : { inMsgs: 0, outMsgs: 0, inBytes: 0, outBytes: 0 };
+    return {
+      inMsgs: main.inMsgs + n.inMsgs,
+      outMsgs: main.outMsgs + n.outMsgs,
+      inBytes: main.inBytes + n.inBytes,
+      outBytes: main.outBytes + n.outBytes,
+      nodeOut: n.outMsgs,
+    };
+  };
+  const before = await stats();
   const r = await measure(meter, gen, task);
-  const after = platform.bus.nc.stats();
+  const after = await stats();
   const writes = Math.max(1, r.responses);
   return {
     ...r,
@@ -257,6 +273,7 @@ async function measureWrites(
       inMsgsPerWrite: (after.inMsgs - before.inMsgs) / writes,
       outBytesPerWrite: (after.outBytes - before.outBytes) / writes,
       inBytesPerWrite: (after.inBytes - before.inBytes) / writes,
+      nodeOutMsgsPerWrite: (after.nodeOut - before.nodeOut) / writes,
     },
     loopMsPerWrite: loopUsPerOp(r.cpu, writes) / 1000,
   };
@@ -318,6 +335,7 @@ function cpuRow(what: string, c: CpuShare, ops: number): string[] {
     n(c.natsServer),
     n(c.other),
     n(c.platformLoop * 100),
+    n(c.nodeLoop * 100),
     n(c.loadgenLoop * 100),
     f0(loopUsPerOp(c, ops)),
     f2(c.wallS),
@@ -430,7 +448,7 @@ function cpuLines(r: Report): string[] {
   const rd = r.getResource;
   const out: string[] = [];
   out.push(
-    "where the CPU went (percent of one core; this process = platform + load generator; main loop = the event loop of the platform, and of the bare uWS server and the raw JetStream client in their phases; µs/op = main-loop time per request or publish):",
+    "where the CPU went (percent of one core; this process = platform + load generator; main loop = the gateways' event loop, and that of the bare uWS server and the raw JetStream client in their phases; node loop = the runtime node's thread; µs/op = both loops' time per request or publish):",
   );
   out.push(
     table([
@@ -440,8 +458,9 @@ function cpuLines(r: Report): string[] {
         "nats-server",
         "other processes",
         "main loop",
+        "node loop",
         "load-gen loop",
-        "main loop µs/op",
+        "platform loops µs/op",
         "seconds",
       ],
       cpuRow("raw JetStream window", raw.windowed.cpu, raw.windowed.acked),
@@ -482,10 +501,17 @@ function costLines(r: Report): string[] {
     `main-loop cost per op: a bare uWS GET costs ${pc(r.ratios.readLoopCostBareOverPlatform)} of a platform GET; a raw publish+ack costs ${pc(r.ratios.writeLoopCostRawOverPlatform)} of a platform set-secret`,
   );
   const lt = wl.actorTurns;
+  if (lt.n === 0)
+    out.push(
+      "actor turns: not timed (the node runs in its own thread, as in slipwayd up; `npm run bench -- --in-process` times them)",
+    );
+  else
+    out.push(
+      `actor turn (take command -> reply sent: state reads, commit-record CAS, outbox writes): @ ${wl.rate} rps p50 ${f2(lt.p50)} ms, p99 ${f2(lt.p99)} ms (end to end p50 ${f2(wl.latency.p50)} ms); at max rate mean ${f2(wm.actorTurns.mean)} ms (end to end p50 ${wm.latency.p50} ms: the rest is waiting in line)`,
+    );
   out.push(
-    `actor turn (take command -> reply sent: state reads, commit-record CAS, outbox writes): @ ${wl.rate} rps p50 ${f2(lt.p50)} ms, p99 ${f2(lt.p99)} ms (end to end p50 ${f2(wl.latency.p50)} ms); at max rate mean ${f2(wm.actorTurns.mean)} ms (end to end p50 ${wm.latency.p50} ms: the rest is waiting in line)`,
+    "per set-secret: platform loop time, and NATS messages (bytes) on the platform's connections (of the out messages, the node's: its JetStream operations, acks and replies)",
   );
-  out.push("per set-secret: main-loop time, and NATS messages (bytes) on the platform's one connection");
   for (const [what, w] of [
     ["warm-up (creates)", r.warmup],
     [`@ ${wl.rate} rps`, wl],
@@ -493,7 +519,7 @@ function costLines(r: Report): string[] {
     ["max rate", wm],
   ] as const) {
     out.push(
-      `  ${what.padEnd(18)} ${f2(w.loopMsPerWrite)} ms; ${f2(w.bus.outMsgsPerWrite)} out (${f0(w.bus.outBytesPerWrite)} B), ${f2(w.bus.inMsgsPerWrite)} in (${f0(w.bus.inBytesPerWrite)} B)`,
+      `  ${what.padEnd(18)} ${f2(w.loopMsPerWrite)} ms; ${f2(w.bus.outMsgsPerWrite)} out (${f0(w.bus.outBytesPerWrite)} B; node ${f2(w.bus.nodeOutMsgsPerWrite)}), ${f2(w.bus.inMsgsPerWrite)} in (${f0(w.bus.inBytesPerWrite)} B)`,
     );
   }
   out.push(
@@ -701,7 +727,7 @@ function makeReport(p: PhaseResults, natsPid: number, loadAvgBefore: number[]): 
       uwsNative: uwsIsNative(),
       loadAvgBefore,
     },
-    note: `one machine: nats-server, the platform (gateways + runtime node, one Node process) and the load generator (a worker thread of that process) share these ${cpus().length} cores; all traffic on 127.0.0.1; "other processes" in the CPU table is whatever else ran meanwhile`,
+    note: `one machine: nats-server, the platform (gateways on the main thread, the runtime node ${inProcess ? "on it too (--in-process)" : "in a worker thread, as slipwayd up"}; one Node process) and the load generator (another worker thread of that process) share these ${cpus().length} cores; all traffic on 127.0.0.1; "other processes" in the CPU table is whatever else ran meanwhile`,
     rawJetStream: raw,
     bareUws: { ...bare, connections: UWS_CONNECTIONS },
     warmup,
@@ -769,7 +795,9 @@ async function main(): Promise<void> {
       dataPort: 0,
       env: { SLIPWAY_VAULT_KEY: randomBytes(32).toString("base64") },
       log: () => {},
-      launchNode: (o) => startInstrumentedNode(o, { onApply: turns.hook }),
+      ...(inProcess
+        ? { launchNode: (o) => startInstrumentedNode(o, { onApply: turns.hook }) }
+        : { nodeThread: true }),
     });
     const base = `http://127.0.0.1:${platform.control!.port}`;
     await waitReady(base, 15_000, "platform");
@@ -778,6 +806,7 @@ async function main(): Promise<void> {
     );
     gen = new LoadGen();
     const meter = new CpuMeter(nats.pid, gen);
+    meter.nodeWorker = platform.nodeThread?.worker;
     const results = await runPhases({ base, natsUrl: nats.url, platform, gen, meter, turns });
     const report = makeReport(results, nats.pid, loadAvgBefore);
     if (asJson) process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);

@@ -16,9 +16,26 @@ export type FromNodeThread =
   | { type: "failed"; message: string }
   | { type: "log"; msg: string }
   | { type: "state"; partitions: number[]; leader: boolean }
-  | { type: "closed" };
+  | { type: "closed" }
+  | { type: "stats"; id: number; stats: BusStats };
 
-export type ToNodeThread = { type: "close" };
+export type ToNodeThread = { type: "close" } | { type: "stats"; id: number };
+
+/** Messages and bytes the node thread's NATS connection sent and received. */
+export interface BusStats {
+  inMsgs: number;
+  outMsgs: number;
+  inBytes: number;
+  outBytes: number;
+}
+
+/** The node thread as the main thread sees it: a node handle, plus what benchmarks measure. */
+export interface NodeThreadHandle extends NodeHandle {
+  /** The current worker (its `performance.eventLoopUtilization()` is the node's loop). */
+  worker(): Worker;
+  /** The node thread's NATS connection counters. */
+  busStats(): Promise<BusStats>;
+}
 
 /**
  * The worker module beside this one: .mjs in the bundle, .js from tsc; from the sources (tests,
@@ -45,13 +62,15 @@ export function startNodeThread(
   data: NodeThreadData,
   env: NodeJS.ProcessEnv,
   log: (msg: string) => void,
-): Promise<NodeHandle> {
+): Promise<NodeThreadHandle> {
   let partitions: number[] = [];
   let leader = false;
   let closing = false;
   let worker: Worker;
   let running = false;
   let nodeId = data.nodeId;
+  let nextStats = 0;
+  const statsWaiting = new Map<number, (s: BusStats) => void>();
   const { file, eval: evaluate } = entry();
 
   const launch = (first: boolean) =>
@@ -59,14 +78,18 @@ export function startNodeThread(
       let ready = false;
       const w = new Worker(file, {
         workerData: { ...data, ...(nodeId ? { nodeId } : {}) },
-        env,
+        // the platform's settings over the process's (tasks run npm and docker with PATH and HOME)
+        env: env === process.env ? env : { ...process.env, ...env },
         ...(evaluate ? { eval: true } : {}),
       });
       worker = w;
       running = true;
       w.on("message", (m: FromNodeThread) => {
         if (m.type === "log") log(m.msg);
-        else if (m.type === "state") {
+        else if (m.type === "stats") {
+          statsWaiting.get(m.id)?.(m.stats);
+          statsWaiting.delete(m.id);
+        } else if (m.type === "state") {
           partitions = m.partitions;
           leader = m.leader;
         } else if (m.type === "ready") {
@@ -102,6 +125,16 @@ export function startNodeThread(
       nodeId: id,
       partitions: () => partitions,
       isSchedulerLeader: () => leader,
+      worker: () => worker,
+      busStats: () =>
+        new Promise<BusStats>((resolve, reject) => {
+          const id = nextStats++;
+          statsWaiting.set(id, resolve);
+          worker.postMessage({ type: "stats", id } satisfies ToNodeThread);
+          setTimeout(() => {
+            if (statsWaiting.delete(id)) reject(new Error("the node thread did not answer"));
+          }, 5000).unref();
+        }),
       close: () => {
         if (closing) return Promise.resolve();
         closing = true;

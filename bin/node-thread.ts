@@ -18,7 +18,9 @@ const log = (msg: string) => send({ type: "log", msg });
 
 // a promise nobody awaited that failed is a bug to log, never a reason to stop the node
 process.on("unhandledRejection", (reason) =>
-  log(`unhandled rejection (logged, still serving): ${reason instanceof Error ? reason.stack : String(reason)}`),
+  log(
+    `unhandled rejection (logged, still serving): ${reason instanceof Error ? reason.stack : String(reason)}`,
+  ),
 );
 
 async function main(): Promise<void> {
@@ -45,7 +47,11 @@ async function main(): Promise<void> {
   send({ type: "ready", nodeId: node.nodeId });
   state();
   port.on("message", (m: ToNodeThread) => {
-    if (m.type !== "close") return;
+    if (m.type === "stats") {
+      const { inMsgs, outMsgs, inBytes, outBytes } = bus.nc.stats();
+      send({ type: "stats", id: m.id, stats: { inMsgs, outMsgs, inBytes, outBytes } });
+      return;
+    }
     clearInterval(timer);
     void (async () => {
       await node.close().catch((e) => log(`node: shutdown: ${String(e)}`));

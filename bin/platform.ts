@@ -22,7 +22,7 @@ import {
   Vault,
 } from "../store/mod.js";
 
-import { type NodeThreadData, startNodeThread } from "./node-thread-api.js";
+import { type NodeThreadData, type NodeThreadHandle, startNodeThread } from "./node-thread-api.js";
 
 export type Role = "up" | "gateway" | "node";
 
@@ -77,6 +77,8 @@ export interface PlatformHandle {
   readonly control?: GatewayHandle | undefined;
   readonly data?: GatewayHandle | undefined;
   readonly node?: NodeHandle | undefined;
+  /** `node` when it runs in a worker thread (`nodeThread`). */
+  readonly nodeThread?: NodeThreadHandle | undefined;
   readonly index?: ReadIndex | undefined;
   readonly controlToken: string;
   close(): Promise<void>;
@@ -146,6 +148,7 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
         ? await startGateways(opts, { role, dataDir, env, bus, vault, controlToken, log, closers })
         : ({} as Gateways);
     let node: NodeHandle | undefined;
+    let nodeThread: NodeThreadHandle | undefined;
     if (role === "up" || role === "node") {
       const local = (host: string | undefined, port: number | undefined) =>
         port
@@ -158,22 +161,23 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
         ...(ownData ? { data: ownData } : {}),
         ...(opts.platformUrls ?? {}),
       };
+      if (role === "up" && opts.nodeThread && !opts.launchNode)
+        nodeThread = await startNodeThread(
+          { natsUrl, dataDir, workspaceRoot, nodeId, platformUrls, ...threadOptions(opts.node) },
+          env,
+          log,
+        );
       node =
-        role === "up" && opts.nodeThread && !opts.launchNode
-          ? await startNodeThread(
-              { natsUrl, dataDir, workspaceRoot, nodeId, platformUrls, ...threadOptions(opts.node) },
-              env,
-              log,
-            )
-          : await (opts.launchNode ?? startNode)({
-              bus,
-              vault,
-              workspaceRoot,
-              platformUrls,
-              log,
-              ...(nodeId ? { nodeId } : {}),
-              ...opts.node,
-            });
+        nodeThread ??
+        (await (opts.launchNode ?? startNode)({
+          bus,
+          vault,
+          workspaceRoot,
+          platformUrls,
+          log,
+          ...(nodeId ? { nodeId } : {}),
+          ...opts.node,
+        }));
       const n = node;
       closers.push(() => n.close());
     }
@@ -188,6 +192,7 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
       control,
       data,
       node,
+      nodeThread,
       index,
       controlToken,
       // idempotent: a second call waits for the first
@@ -208,7 +213,9 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
 function threadOptions(node: Partial<NodeOptions> | undefined): Pick<NodeThreadData, "node"> {
   if (!node) return {};
   const { leaseTtlMs, leaseMarginMs, tickMs, scheduler, tickTimeoutMs } = node;
-  return { node: JSON.parse(JSON.stringify({ leaseTtlMs, leaseMarginMs, tickMs, scheduler, tickTimeoutMs })) };
+  return {
+    node: JSON.parse(JSON.stringify({ leaseTtlMs, leaseMarginMs, tickMs, scheduler, tickTimeoutMs })),
+  };
 }
 
 interface Gateways {

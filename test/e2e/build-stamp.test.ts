@@ -22,7 +22,10 @@ interface StampApi {
   buildDecision(root: string): { build: boolean; hash?: string; reason: string };
   writeStamp(root: string, hash: string): void;
   buildInputs(root: string): string[];
+  BUILD_OUTPUTS: string[];
 }
+
+const { BUILD_OUTPUTS } = (await import(stampModule)) as StampApi;
 
 function write(root: string, rel: string, text: string): void {
   mkdirSync(dirname(join(root, rel)), { recursive: true });
@@ -50,13 +53,7 @@ function fakeProject(): string {
   write(root, "starter/template/README.md", "starter\n");
   write(root, "scripts/bundle-client.mjs", "// bundles\n");
   write(root, "scripts/bundle-slipwayd.mjs", "// bundles the platform\n");
-  for (const f of [
-    "dist/bin/slipwayd.js",
-    "dist/bin/slipwayd.mjs",
-    "dist/bin/slipway.js",
-    "dist/client/slipway.mjs",
-  ])
-    write(root, f, "//\n");
+  for (const f of BUILD_OUTPUTS) write(root, f, "//\n");
   return root;
 }
 
@@ -155,6 +152,7 @@ test("setup.mjs --build runs tsc and the bundle once, skips them on an unchanged
     [
       'import fs from "node:fs";',
       'fs.writeFileSync("dist/bin/slipwayd.mjs", "//\\n");',
+      'fs.writeFileSync("dist/bin/node-thread.mjs", "//\\n");',
       'fs.appendFileSync("build.log", "platform\\n");',
     ].join("\n"),
   );
