@@ -1,4 +1,4 @@
-import { randomBytes } from "node:crypto";
+import { randomBytesPooled } from "./random.js";
 
 /**
  * Time-sortable identifiers (ULID layout: 48-bit millisecond time + 80 random
@@ -49,7 +49,7 @@ export function ulid(now = Date.now()): string {
     lastRandom = r;
   } else {
     lastTime = now;
-    lastRandom = randomBytes(10);
+    lastRandom = randomBytesPooled(10);
   }
   return encodeTime(now) + encodeRandom(lastRandom);
 }

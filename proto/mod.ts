@@ -22,3 +22,4 @@ export * from "./resources.js";
 export * from "./schedule.js";
 export * from "./service-token.js";
 export * from "./subjects.js";
+export * from "./random.js";

@@ -1,4 +1,4 @@
-import { RequestOne } from "@nats-io/nats-core/internal";
+import { ProtocolHandler, RequestOne, TE } from "@nats-io/nats-core/internal";
 import { connect, type NatsConnection, RequestError } from "@nats-io/transport-node";
 import {
   jetstream,
@@ -31,6 +31,31 @@ const SETTLED = new RequestError("cancelled");
 const cancelRequest = RequestOne.prototype.cancel;
 RequestOne.prototype.cancel = function (this: RequestOne, err?: Error): void {
   cancelRequest.call(this, err ?? SETTLED);
+};
+
+/*
+ * nats.js writes what was queued during one microtask to the socket at its
+ * end, so a command path made of awaits sends each publish with a syscall of
+ * its own: about a quarter of each event loop under write load
+ * (docs/performance.md). Flushed at setImmediate instead, what one turn of the
+ * event loop queued goes out in one write; the buffer's size limit still
+ * flushes at once.
+ */
+interface Protocol {
+  outbound: { length(): number; size(): number; fill(...b: Uint8Array[]): void };
+  pendingLimit: number;
+  sendCommand(cmd: string | Uint8Array, ...payloads: Uint8Array[]): void;
+  flushPending(): void;
+}
+(ProtocolHandler.prototype as unknown as Protocol).sendCommand = function (
+  this: Protocol,
+  cmd: string | Uint8Array,
+  ...payloads: Uint8Array[]
+): void {
+  const first = this.outbound.length() === 0;
+  this.outbound.fill(typeof cmd === "string" ? TE.encode(cmd) : cmd, ...payloads);
+  if (first) setImmediate(() => this.flushPending());
+  else if (this.outbound.size() >= this.pendingLimit) this.flushPending();
 };
 
 /** Everything a process needs from NATS: the connection, JetStream and the KV buckets. */

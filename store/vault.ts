@@ -1,4 +1,5 @@
 import { createCipheriv, createDecipheriv, createHash, createHmac, randomBytes } from "node:crypto";
+import { randomBytesPooled } from "../proto/mod.js";
 import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import type { KV } from "@nats-io/kv";
@@ -149,7 +150,7 @@ export class Vault {
   seal(plain: string | Buffer, aad: string): Sealed {
     this.maybeReload();
     const key = this.ring.keys.get(this.ring.active)!;
-    const iv = randomBytes(12);
+    const iv = randomBytesPooled(12);
     const c = createCipheriv("aes-256-gcm", key, iv);
     c.setAAD(Buffer.from(aad, "utf8"));
     const ct = Buffer.concat([
