@@ -1,11 +1,16 @@
 /**
- * Scheduler benchmark (`npm run bench:scheduler`, `-- --seconds N`, `-- --json`):
+ * Scheduler benchmark (`npm run bench:scheduler`, `-- --seconds N`, `-- --phase 0|1|2`, `-- --json`):
  * how precisely and how completely the scheduler (actors/scheduler.ts, DESIGN §6)
- * fires 1,000 jobs of `every: "1s"`, on one node and across a leader failover.
+ * fires 1,000 jobs of `every: "1s"`, as a user would run them, on one node and
+ * across a leader failover.
  *
- * The jobs (one app, JOBS jobs) are made before any scheduler runs: the app's
- * one actor cannot apply their `_job_ran` reports and the later schedule-job
- * commands at once (see createJobs).
+ * Phase 0, as a user would: `slipwayd up` (`startPlatform({ role: "up", nodeThread: true })`:
+ * gateways here, the runtime node and its scheduler in their worker thread), 50
+ * apps, the jobs registered over HTTP while the earlier ones already tick (the
+ * answer times of schedule-job are printed), then the window.
+ *
+ * Phases 1 and 2 make their jobs (one app) before any scheduler runs, to
+ * measure the scheduler alone.
  *
  * Phase 1: nats-server (child process) and one runtime node in this process
  * (`startPlatform({ role: "up" })`: gateways + node); once the jobs exist, the
@@ -76,7 +81,14 @@ const SECONDS = argNum("--seconds", 60);
 const JOBS = Math.floor(argNum("--jobs", 1000));
 /** Phase 2 only: SLIPWAY_JOB_TIMEOUT_MS of the nodes (a tick left in doubt is re-fired timeout + 5 s after it started). */
 const JOB_TIMEOUT_MS = Math.floor(argNum("--job-timeout-ms", 5000));
-const ONLY_PHASE = process.argv.includes("--phase") ? argNum("--phase", 1) : 0;
+/** `--phase 0|1|2` runs that phase alone (-1: all). */
+const ONLY_PHASE = (() => {
+  const i = process.argv.indexOf("--phase");
+  if (i < 0) return -1;
+  const v = Number(process.argv[i + 1]);
+  if (v !== 0 && v !== 1 && v !== 2) throw new Error("--phase needs 0, 1 or 2");
+  return v;
+})();
 const PERIOD_MS = 1000;
 const CREATE_CONCURRENCY = 16;
 /** After the scheduler leads (and fires every job's first tick at once), before the measured window starts. */
@@ -87,6 +99,8 @@ const GRACE_MS = 3000;
 const SILENT_MS = 5000;
 const ANALYSIS: AnalysisParams = { jobs: JOBS, periodMs: PERIOD_MS, silentMs: SILENT_MS };
 const APP = "benchsched";
+/** Phase 0: the jobs spread over this many apps. */
+const APPS = 50;
 
 const TARGETS = { latenessP99Ms: 50, overlaps: 0, lostOutsideFailover: 0 };
 const ANCHORS = {
@@ -325,8 +339,11 @@ interface PhaseReport {
   name: string;
   setup: string;
   jobsCreated: { seconds: number; perS: number };
+  /** Phase 0: schedule-job answer times while earlier jobs tick. */
+  registration?: Registration;
   figures: Figures;
-  bus: BusFigures;
+  /** What the bus says after the run (phases 1 and 2: one app). */
+  bus?: BusFigures;
   /** Phase 1: the scheduler's own count of fires (onFire) in the window, and re-fires. */
   fired?: { inWindow: number; refires: number };
   cpu: {
@@ -502,6 +519,101 @@ async function phase1(vaultKey: string): Promise<PhaseReport> {
   };
 }
 
+/** Registration over HTTP while earlier jobs tick: one call's answer time per job. */
+interface Registration {
+  seconds: number;
+  perS: number;
+  p50Ms: number;
+  p99Ms: number;
+  maxMs: number;
+  refused: number;
+}
+
+/**
+ * Phase 0, as a user would: `slipwayd up` (node in its own thread, scheduler running), APPS apps,
+ * their jobs registered over HTTP while the earlier ones already tick; then the window.
+ */
+async function phase0(vaultKey: string): Promise<PhaseReport> {
+  progress(
+    `phase 0: slipwayd up (node thread), ${APPS} apps, ${JOBS} jobs registered while earlier ones tick`,
+  );
+  const nats = await startNats();
+  const platform = await startPlatform({
+    role: "up",
+    natsUrl: nats.url,
+    dataDir: tempDir("slipway-bench-sched-up-"),
+    controlPort: 0,
+    dataPort: 0,
+    env: { SLIPWAY_VAULT_KEY: vaultKey },
+    log: () => {},
+    nodeThread: true,
+  });
+  live.platforms.push(platform);
+  const base = `http://127.0.0.1:${platform.control!.port}`;
+  await waitReady(base, 20_000, "gateway");
+  for (let i = 0; i < 300 && !platform.node?.isSchedulerLeader(); i++) await sleep(50);
+  const target = new Target();
+  live.targets.push(target);
+  const targetUrl = await target.start();
+  const apps = Array.from({ length: APPS }, (_, i) => `bsu${String(i).padStart(2, "0")}`);
+  for (const app of apps) {
+    const a = await post(base, "initialize-app", { name: app, base_url: targetUrl });
+    if (a.status !== 200) throw new Error(`initialize-app ${app}: HTTP ${a.status}`);
+  }
+  const reg = await registerLive(base, apps);
+  progress(
+    `   ${JOBS} jobs in ${f1(reg.seconds)} s, answer p50 ${f1(reg.p50Ms)} ms p99 ${f1(reg.p99Ms)} ms max ${f1(reg.maxMs)} ms, ${reg.refused} refused; measuring ${SECONDS} s`,
+  );
+  const meter = new ProcMeter();
+  meter.add("slipwayd up (gateways; node thread with its scheduler; target worker)", process.pid);
+  meter.add("nats-server", nats.pid);
+  const w = await runWindow(meter);
+  const cpu = meter.stop();
+  const hits = await target.collect();
+  const figures = analyse(hits, w.w0, w.w1, ANALYSIS);
+  progress(
+    `   ${f0(figures.ticksReceived)} ticks, p99 ${f1(figures.lateness.p99)} ms late, ${figures.lost} lost`,
+  );
+  await cleanupAll();
+  return {
+    name: "phase 0: as a user would",
+    setup: `nats-server + slipwayd up in this process (gateways; runtime node and scheduler in their worker thread) + target worker; ${APPS} apps`,
+    jobsCreated: { seconds: reg.seconds, perS: reg.perS },
+    registration: reg,
+    figures,
+    cpu,
+    loop: w.loop,
+    schedulerLog: [],
+  };
+}
+
+/** schedule-job for every job over HTTP, CREATE_CONCURRENCY at a time, while the scheduler fires the earlier ones. */
+async function registerLive(base: string, apps: string[]): Promise<Registration> {
+  const start = performance.now();
+  const times: number[] = [];
+  let refused = 0;
+  let next = 1;
+  const worker = async () => {
+    for (let i = next++; i <= JOBS; i = next++) {
+      const name = jobName(i);
+      const t = performance.now();
+      const r = await post(base, "schedule-job", {
+        app: apps[i % apps.length],
+        name,
+        target_path: `/cron/${name}`,
+        every: `${PERIOD_MS / 1000}s`,
+      });
+      times.push(performance.now() - t);
+      if (r.status !== 200) refused++;
+    }
+  };
+  await Promise.all(Array.from({ length: CREATE_CONCURRENCY }, worker));
+  const seconds = (performance.now() - start) / 1000;
+  times.sort((a, b) => a - b);
+  const at = (q: number) => times[Math.min(times.length - 1, Math.floor((q / 100) * times.length))] ?? 0;
+  return { seconds, perS: JOBS / seconds, p50Ms: at(50), p99Ms: at(99), maxMs: times.at(-1) ?? 0, refused };
+}
+
 async function phase2(vaultKey: string): Promise<PhaseReport> {
   progress("phase 2: two runtime nodes (child processes), gateway in this process, leader killed half-way");
   const nats = await startNats();
@@ -669,8 +781,17 @@ function targetsOf(phases: PhaseReport[]): Report["targets"] {
 function phaseRows(p: PhaseReport): string[][] {
   const f = p.figures;
   const b = p.bus;
+  const g = p.registration;
   const rows: string[][] = [
     ["jobs made (schedule-job)", `${JOBS} in ${f1(p.jobsCreated.seconds)} s (${f0(p.jobsCreated.perS)}/s)`],
+    ...(g
+      ? [
+          [
+            "  schedule-job answer while earlier jobs tick",
+            `p50 ${ms(g.p50Ms)}, p99 ${ms(g.p99Ms)}, max ${ms(g.maxMs)}; ${g.refused} refused`,
+          ],
+        ]
+      : []),
     ["window", `${f.windowS} s (ticks whose nominal time is in it; ${GRACE_MS / 1000} s grace to arrive)`],
     [
       "ticks received",
@@ -717,7 +838,7 @@ function phaseRows(p: PhaseReport): string[][] {
       ],
       [
         "re-fires of in-doubt ticks",
-        `${o.refireDuplicates} delivered twice (old + new leader); ${b.refiresReported} re-fires reported by the scheduler`,
+        `${o.refireDuplicates} delivered twice (old + new leader); ${b?.refiresReported ?? "?"} re-fires reported by the scheduler`,
       ],
       ["lateness outside the failover", `${latStr(o.steadyLateness)} (${f0(o.steadyLateness.n)} ticks)`],
     );
@@ -727,20 +848,21 @@ function phaseRows(p: PhaseReport): string[][] {
       "fired by the scheduler (onFire)",
       `${f0(p.fired.inWindow)} in the window, ${p.fired.refires} re-fires`,
     ]);
-  rows.push(
-    [
-      "job state (slipway_jobs) at the end",
-      `runs ${f0(b.state.runs)}, missed ${f0(b.state.missed)}, skipped_overlap ${f0(b.state.skippedOverlap)}, failures ${f0(b.state.failures)}, running ${b.state.running} (${b.state.jobs} jobs)`,
-    ],
-    [
-      "app actor behind",
-      `${f0(b.reportsPublished)} _job_ran reports published (${f0(b.publishedPerS)}/s), ${f0(b.jobRanEvents)} JobRan + ${f0(b.jobRunFailedEvents)} JobRunFailed events applied (${f0(b.appliedPerS)}/s): ${f0(b.reportsPublished - b.jobRanEvents - b.jobRunFailedEvents)} waiting`,
-    ],
-    [
-      "event loop of this process",
-      `busy ${(p.loop.elu * 100).toFixed(0)} %, delay p50 ${ms(p.loop.delayP50Ms)}, p99 ${ms(p.loop.delayP99Ms)}, max ${ms(p.loop.delayMaxMs)}`,
-    ],
-  );
+  if (b)
+    rows.push(
+      [
+        "job state (slipway_jobs) at the end",
+        `runs ${f0(b.state.runs)}, missed ${f0(b.state.missed)}, skipped_overlap ${f0(b.state.skippedOverlap)}, failures ${f0(b.state.failures)}, running ${b.state.running} (${b.state.jobs} jobs)`,
+      ],
+      [
+        "app actor behind",
+        `${f0(b.reportsPublished)} _job_ran reports published (${f0(b.publishedPerS)}/s), ${f0(b.jobRanEvents)} JobRan + ${f0(b.jobRunFailedEvents)} JobRunFailed events applied (${f0(b.appliedPerS)}/s): ${f0(b.reportsPublished - b.jobRanEvents - b.jobRunFailedEvents)} waiting`,
+      ],
+    );
+  rows.push([
+    "event loop of this process (main thread)",
+    `busy ${(p.loop.elu * 100).toFixed(0)} %, delay p50 ${ms(p.loop.delayP50Ms)}, p99 ${ms(p.loop.delayP99Ms)}, max ${ms(p.loop.delayMaxMs)}`,
+  ]);
   if (p.natsPerTick)
     rows.push([
       "NATS msgs per tick (platform connection)",
@@ -805,8 +927,8 @@ async function main(): Promise<void> {
   const vaultKey = randomBytes(32).toString("base64");
   try {
     const phases: PhaseReport[] = [];
-    if (ONLY_PHASE !== 2) phases.push(await phase1(vaultKey));
-    if (ONLY_PHASE !== 1) phases.push(await phase2(vaultKey));
+    for (const [n, run] of [phase0, phase1, phase2].entries())
+      if (ONLY_PHASE < 0 || ONLY_PHASE === n) phases.push(await run(vaultKey));
     const report: Report = {
       date: new Date().toISOString(),
       machine: {
