@@ -66,8 +66,6 @@ function eventIndexKeys(ev: PlatformEvent): string[] {
   return [`y!all!${s}`, `y!a!${ev.app_id}!${s}`, `y!r!${ev.resource_id}!${s}`];
 }
 
-type Op = { type: "put"; key: string; value: string } | { type: "del"; key: string };
-
 export class ReadIndex {
   private readonly db: Level<string, string>;
   private stopped = false;
@@ -82,8 +80,6 @@ export class ReadIndex {
   private readonly docs = new Map<string, StoredResource>();
   /** Recently indexed event ids: an event arrives twice (the answer, then the feed). */
   private readonly seenEvents = new Set<string>();
-  /** Writes queued in this turn of the event loop: one LevelDB batch for all of them. */
-  private queued: { ops: Op[]; waiters: { resolve(): void; reject(e: unknown): void }[] } | undefined;
 
   private constructor(db: Level<string, string>) {
     this.db = db;
@@ -93,32 +89,6 @@ export class ReadIndex {
     const db = new Level<string, string>(dir, { valueEncoding: "utf8" });
     await db.open();
     return new ReadIndex(db);
-  }
-
-  /**
-   * Queues writes for the batch of this event-loop turn: the answers of many
-   * commands, the KV watch and the event feed share one LevelDB write instead
-   * of one each (docs/performance.md). Resolves once the batch is written.
-   */
-  private write(ops: Op[]): Promise<void> {
-    if (!this.queued) {
-      const q: NonNullable<ReadIndex["queued"]> = { ops: [], waiters: [] };
-      this.queued = q;
-      setImmediate(() => {
-        this.queued = undefined;
-        this.db.batch(q.ops).then(
-          () => {
-            for (const w of q.waiters) w.resolve();
-          },
-          (e: unknown) => {
-            for (const w of q.waiters) w.reject(e);
-          },
-        );
-      });
-    }
-    const q = this.queued;
-    q.ops.push(...ops);
-    return new Promise((resolve, reject) => q.waiters.push({ resolve, reject }));
   }
 
   /** True once both feeds have caught up with what the server had at start. */
@@ -147,12 +117,12 @@ export class ReadIndex {
     return this.serial(`r!${parsed.id}`, async () => {
       const existing = await this.stored(parsed.id, true);
       if (existing && existing.rev >= rev) return;
-      const ops: Op[] = [];
-      if (existing?.doc) for (const key of resourceIndexKeys(existing.doc)) ops.push({ type: "del", key });
+      const batch = this.db.batch();
+      if (existing?.doc) for (const k of resourceIndexKeys(existing.doc)) batch.del(k);
       const stored: StoredResource = { rev, doc };
-      ops.push({ type: "put", key: `r!${parsed.id}`, value: JSON.stringify(stored) });
-      if (doc) for (const key of resourceIndexKeys(doc)) ops.push({ type: "put", key, value: doc.id });
-      await this.write(ops);
+      batch.put(`r!${parsed.id}`, JSON.stringify(stored));
+      if (doc) for (const k of resourceIndexKeys(doc)) batch.put(k, doc.id);
+      await batch.write();
       this.cache(parsed.id, stored);
     });
   }
@@ -179,9 +149,10 @@ export class ReadIndex {
       if (this.seenEvents.has(ev.id)) return;
       this.seenEvents.add(ev.id);
       if (this.seenEvents.size > 10_000) this.seenEvents.delete(this.seenEvents.values().next().value!);
-      const ops: Op[] = [{ type: "put", key: `e!${ev.id}`, value: JSON.stringify(ev) }];
-      for (const key of eventIndexKeys(ev)) ops.push({ type: "put", key, value: ev.id });
-      await this.write(ops);
+      const batch = this.db.batch();
+      batch.put(`e!${ev.id}`, JSON.stringify(ev));
+      for (const k of eventIndexKeys(ev)) batch.put(k, ev.id);
+      await batch.write();
     });
   }
 
@@ -287,7 +258,7 @@ export class ReadIndex {
         this.resourcesRev = e.revision;
         if (++sinceSave >= 50 || e.delta === 0) {
           sinceSave = 0;
-          await this.write([{ type: "put", key: "meta!resources_rev", value: String(this.resourcesRev) }]);
+          await this.db.put("meta!resources_rev", String(this.resourcesRev));
         }
         if (e.revision >= target) this.initialResources = true;
       }
@@ -317,7 +288,7 @@ export class ReadIndex {
         this.eventsSeq = m.seq;
         if (++sinceSave >= 50 || m.info.pending === 0) {
           sinceSave = 0;
-          await this.write([{ type: "put", key: "meta!events_seq", value: String(this.eventsSeq) }]);
+          await this.db.put("meta!events_seq", String(this.eventsSeq));
         }
         if (m.seq >= target) this.initialEvents = true;
       }
@@ -328,8 +299,6 @@ export class ReadIndex {
     this.stopped = true;
     for (const s of this.stops) s();
     await Promise.all(this.chains.values());
-    // the batch of this turn (feed positions) goes in before the last positions
-    if (this.queued) await this.write([]).catch(() => {});
     try {
       await this.db.put("meta!resources_rev", String(this.resourcesRev));
       await this.db.put("meta!events_seq", String(this.eventsSeq));
