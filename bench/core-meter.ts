@@ -6,6 +6,7 @@
 import { cpus } from "node:os";
 import { type EventLoopUtilization, performance } from "node:perf_hooks";
 import { Worker } from "node:worker_threads";
+import { tsxWorkerSource } from "../bin/node-thread-api.js";
 import { machineTicks, procCpuS, summary } from "./common.js";
 import type { LoadResult, LoadTask } from "./loadgen.js";
 
@@ -19,10 +20,7 @@ export class LoadGen {
   >();
 
   constructor() {
-    const api = import.meta.resolve("tsx/esm/api");
-    const target = new URL("./loadgen.ts", import.meta.url).href;
-    const boot = `import(${JSON.stringify(api)}).then((m) => { m.register(); return import(${JSON.stringify(target)}); });`;
-    this.worker = new Worker(boot, { eval: true });
+    this.worker = new Worker(tsxWorkerSource(new URL("./loadgen.ts", import.meta.url).href), { eval: true });
     this.worker.on("message", (m: { id: number; result?: LoadResult; error?: string }) => {
       const w = this.waiting.get(m.id);
       if (!w) return;

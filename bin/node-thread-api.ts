@@ -46,9 +46,13 @@ function entry(): { file: URL | string; eval?: boolean } {
   const here = import.meta.url;
   if (here.endsWith(".mjs")) return { file: new URL("./node-thread.mjs", here) };
   if (!here.endsWith(".ts")) return { file: new URL("./node-thread.js", here) };
+  return { file: tsxWorkerSource(new URL("./node-thread.ts", here).href), eval: true };
+}
+
+/** The source of an `eval` worker that registers tsx in its thread, then imports the TypeScript module `tsUrl`. */
+export function tsxWorkerSource(tsUrl: string): string {
   const api = JSON.stringify(import.meta.resolve("tsx/esm/api"));
-  const ts = JSON.stringify(new URL("./node-thread.ts", here).href);
-  return { file: `import(${api}).then((m) => { m.register(); return import(${ts}); });`, eval: true };
+  return `import(${api}).then((m) => { m.register(); return import(${JSON.stringify(tsUrl)}); });`;
 }
 
 const RESTART_DELAY_MS = 1000;
