@@ -7,6 +7,7 @@ import {
   IdempotencyRecordSchema,
   isPlatformError,
   keys,
+  NO_GATEWAY,
   type Outbox,
   type Outcome,
   outcomeAad,
@@ -190,6 +191,7 @@ export class AppActor {
   }
 
   private reply(cmd: Command, reply: Reply): void {
+    if (cmd.gateway_id === NO_GATEWAY) return;
     this.host.bus.nc.publish(subjects.reply(cmd.gateway_id, cmd.id), encode(reply));
   }
 

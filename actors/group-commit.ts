@@ -3,6 +3,7 @@ import {
   type Command,
   encode,
   keys,
+  NO_GATEWAY,
   type Outcome,
   type PartitionApp,
   type PartitionRecord,
@@ -197,7 +198,8 @@ export class CommitLog {
         if (rev !== undefined) d.reply.resource_revision = rev;
         if (d.outbox.resources.some((x) => x.key === key && x.doc === null)) d.reply.resource_deleted = true;
       }
-      this.host.bus.nc.publish(subjects.reply(d.cmd.gateway_id, d.cmd.id), encode(d.reply));
+      if (d.cmd.gateway_id !== NO_GATEWAY)
+        this.host.bus.nc.publish(subjects.reply(d.cmd.gateway_id, d.cmd.id), encode(d.reply));
     }
   }
 

@@ -1,27 +1,21 @@
 import type { KvEntry } from "@nats-io/kv";
-import { type Bus, isCasConflict, type Vault, serviceKeyAad } from "../store/mod.js";
+import { type Bus, isCasConflict, type Vault } from "../store/mod.js";
 import {
   check,
   encode,
-  type Command,
-  AppRecordSchema,
   JobDefinitionSchema,
   JobStateSchema,
   type JobDefinition,
-  type JobRan,
   type JobState,
-  appUrl,
   latestDue,
   nextTick,
   scheduleOf,
   ticksBetween,
   type Schedule,
-  signServiceToken,
   keys,
   LEASE_TTL_MS,
-  subjects,
 } from "../proto/mod.js";
-import { JOB_RAN } from "./capabilities/mod.js";
+import { AppDirectory, TickCaller, type TickResult, TickReporter } from "./scheduler-io.js";
 
 export interface SchedulerOptions {
   bus: Bus;
@@ -55,6 +49,13 @@ interface Job {
   busy: boolean;
 }
 
+/**
+ * How long before its moment a tick is marked running: the compare-and-set
+ * that fences it is done by then, and the call leaves on time. A leader that
+ * dies in between leaves the tick in doubt, as one that dies mid-call does.
+ */
+export const PREMARK_MS = 100;
+
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 const now = () => Date.now();
 
@@ -76,6 +77,9 @@ class Scheduler {
   private stopWatch: (() => void) | undefined;
   private tickTimer: NodeJS.Timeout | undefined;
   private readonly inflight = new Set<Promise<void>>();
+  private readonly apps: AppDirectory;
+  private readonly caller: TickCaller;
+  private readonly reporter: TickReporter;
 
   constructor(opts: SchedulerOptions, hooks: SchedulerHooks) {
     this.hooks = hooks;
@@ -85,6 +89,9 @@ class Scheduler {
       log: () => {},
       ...opts,
     };
+    this.apps = new AppDirectory(this.o.bus, this.o.vault);
+    this.caller = new TickCaller(this.apps, this.o.tickTimeoutMs);
+    this.reporter = new TickReporter(this.o.bus, this.o.nodeId, this.o.log);
   }
 
   isLeader(): boolean {
@@ -150,13 +157,17 @@ class Scheduler {
     this.leading = false;
     this.stopWatch?.();
     this.stopWatch = undefined;
+    this.apps.stop();
     for (const j of this.jobs.values()) if (j.timer) clearTimeout(j.timer);
     this.jobs.clear();
   }
 
   /** Becomes leader: loads every job and its state from a watch, then arms timers (catching up once). */
   private async lead(): Promise<void> {
-    const w = await this.o.bus.kv.jobs.watch();
+    await this.apps.start(this.o.log);
+    // definitions only (`<app>.<job>`): a tick's run state is this leader's own write, or read back
+    // after a compare-and-set that another leader won
+    const w = await this.o.bus.kv.jobs.watch({ key: keys.allJobs });
     this.stopWatch = () => w.stop();
     (async () => {
       for await (const e of w) {
@@ -166,52 +177,35 @@ class Scheduler {
     })().catch((e) => this.o.log(`scheduler: watch ended: ${String(e)}`));
   }
 
+  /** A job definition was written or deleted. */
   private onEntry(e: KvEntry): void {
-    const isState = e.key.endsWith(".state");
-    const key = isState ? e.key.slice(0, -".state".length) : e.key;
-    if (!isState) {
-      const job = this.jobs.get(key);
-      if (e.operation !== "PUT") {
-        if (job?.timer) clearTimeout(job.timer);
-        this.jobs.delete(key);
-        return;
-      }
-      let def: JobDefinition;
-      let schedule: Schedule;
-      try {
-        def = check(JobDefinitionSchema, e.json(), `job ${key}`);
-        schedule = scheduleOf({ every: def.every, cron: def.cron, at: def.at });
-      } catch (err) {
-        this.o.log(`scheduler: skipped job ${key}: ${String(err)}`);
-        return;
-      }
-      if (job) {
-        job.def = def;
-        job.schedule = schedule;
-        this.arm(job);
-      } else {
-        const j: Job = { key, def, schedule, stateRev: 0, busy: false };
-        this.jobs.set(key, j);
-        this.loadState(j)
-          .catch((err) => this.o.log(`scheduler: state of ${key} not read: ${String(err)}`))
-          .then(() => this.arm(j));
-      }
-      return;
-    }
+    const key = e.key;
     const job = this.jobs.get(key);
-    if (!job) return;
     if (e.operation !== "PUT") {
-      job.state = undefined;
-      job.stateRev = 0;
+      if (job?.timer) clearTimeout(job.timer);
+      this.jobs.delete(key);
       return;
     }
-    if (e.revision <= job.stateRev) return;
+    let def: JobDefinition;
+    let schedule: Schedule;
     try {
-      job.state = check(JobStateSchema, e.json(), `job state ${key}`);
-      job.stateRev = e.revision;
-    } catch {
-      /* keep what we have */
+      def = check(JobDefinitionSchema, e.json(), `job ${key}`);
+      schedule = scheduleOf({ every: def.every, cron: def.cron, at: def.at });
+    } catch (err) {
+      this.o.log(`scheduler: skipped job ${key}: ${String(err)}`);
+      return;
     }
+    if (job) {
+      job.def = def;
+      job.schedule = schedule;
+      this.arm(job);
+      return;
+    }
+    const j: Job = { key, def, schedule, stateRev: 0, busy: false };
+    this.jobs.set(key, j);
+    this.loadState(j)
+      .catch((err) => this.o.log(`scheduler: state of ${key} not read: ${String(err)}`))
+      .then(() => this.arm(j));
   }
 
   private async loadState(job: Job): Promise<void> {
@@ -239,7 +233,7 @@ class Scheduler {
       due = nextTick(job.schedule, anchor, anchor);
     }
     if (due === null) return;
-    const wait = Math.max(0, due - now());
+    const wait = Math.max(0, due - PREMARK_MS - now());
     job.timer = setTimeout(() => this.track(this.fire(job)), Math.min(wait, 2 ** 31 - 1));
   }
 
@@ -322,7 +316,7 @@ class Scheduler {
           ? Date.parse(state.next_due)
           : nextTick(job.schedule, anchor, anchor);
       if (due === null) return;
-      if (due > t + 5) return; // woke early
+      if (due > t + PREMARK_MS + 5) return; // woke early
       // down for several periods: fire the latest missed tick once, count the rest
       tick = latestDue(job.schedule, due, Math.max(t, due), anchor);
       const missed = ticksBetween(job.schedule, due - 1, tick - 1, anchor);
@@ -330,7 +324,7 @@ class Scheduler {
       state.missed += missed;
     }
     const nextDue = nextTick(job.schedule, tick, anchor);
-    const deadline = t + this.o.tickTimeoutMs + 5000;
+    const deadline = Math.max(t, tick) + this.o.tickTimeoutMs + 5000;
     const running: JobState = {
       ...state,
       next_due: nextDue === null ? null : new Date(nextDue).toISOString(),
@@ -344,6 +338,10 @@ class Scheduler {
     };
     if (!this.isLeader()) return;
     if (!(await this.writeState(job, running))) return; // another leader moved it: re-arm from what it wrote
+    // marked ahead of its moment (PREMARK_MS): the call leaves on time, not one round trip late
+    const early = tick - now();
+    if (early > 0) await sleep(early);
+    const firedAt = now();
     // while this tick runs, later due moments are skipped and counted
     const result = await this.call(job, tick, refire);
     // every due moment that passed while this tick ran was skipped: ticks never overlap
@@ -366,102 +364,35 @@ class Scheduler {
       written = await this.writeState(job, after);
       if (!written && job.state?.running?.tick !== running.running!.tick) break; // someone else finished it
     }
-    await this.report(job, tick, t, refire, result, after);
+    this.report(job, tick, firedAt, refire, result, after);
   }
 
-  private async call(
-    job: Job,
-    tick: number,
-    refire: boolean,
-  ): Promise<{ ok: boolean; status_code?: number; error?: string; duration_ms: number }> {
-    const t0 = performance.now();
+  private call(job: Job, tick: number, refire: boolean): Promise<TickResult> {
     const { app, name } = job.def;
     this.hooks.onFire?.({ app, job: name, tick: new Date(tick).toISOString(), refire, node: this.o.nodeId });
-    try {
-      const e = await this.o.bus.kv.apps.get(keys.app(app));
-      if (e?.operation !== "PUT") return { ok: false, error: "app not found", duration_ms: 0 };
-      const rec = check(AppRecordSchema, e.json(), `app ${app}`);
-      if (!rec.base_url) return { ok: false, error: "the app has no base_url yet", duration_ms: 0 };
-      let url: URL;
-      try {
-        url = appUrl(rec.base_url, job.def.target_path);
-      } catch (e) {
-        // refused before any connection: the tick never leaves the app's origin
-        return { ok: false, error: e instanceof Error ? e.message : String(e), duration_ms: 0 };
-      }
-      const key = this.o.vault.openString(rec.service_key, serviceKeyAad(app));
-      const token = signServiceToken(key, { app, job: name, tick: new Date(tick).toISOString() });
-      const r = await fetch(url, {
-        method: job.def.method,
-        headers: {
-          authorization: `Bearer ${token}`,
-          "idempotency-key": `${name}:${new Date(tick).toISOString()}`,
-          "x-slipway-job": name,
-          "x-slipway-tick": new Date(tick).toISOString(),
-        },
-        redirect: "manual",
-        signal: AbortSignal.timeout(this.o.tickTimeoutMs),
-      });
-      await r.body?.cancel().catch(() => {});
-      const ok = r.status >= 200 && r.status < 300;
-      return { ok, status_code: r.status, duration_ms: performance.now() - t0 };
-    } catch (err) {
-      const e = err as Error & { cause?: { code?: string } };
-      const error =
-        e.name === "TimeoutError"
-          ? `timeout after ${this.o.tickTimeoutMs} ms`
-          : e.cause?.code
-            ? `${e.cause.code}`
-            : e.message;
-      return { ok: false, error, duration_ms: performance.now() - t0 };
-    }
+    return this.caller.call(job.def, tick);
   }
 
   /** Hands the outcome to the app actor (it records it on the job and emits JobRan / JobRunFailed). */
-  private async report(
+  private report(
     job: Job,
     tick: number,
     firedAt: number,
     refire: boolean,
-    result: { ok: boolean; status_code?: number; error?: string; duration_ms: number },
+    result: TickResult,
     state: JobState,
-  ): Promise<void> {
-    const due = new Date(tick).toISOString();
-    const input: JobRan = {
+  ) {
+    this.reporter.add(job.def.app, {
       name: job.def.name,
       ok: result.ok,
       ...(result.status_code !== undefined ? { status_code: result.status_code } : {}),
       ...(result.error !== undefined ? { error: result.error } : {}),
       duration_ms: Math.round(result.duration_ms * 100) / 100,
-      due_at: due,
+      due_at: new Date(tick).toISOString(),
       late_ms: Math.max(0, firedAt - tick),
       refire,
       state,
-    };
-    const id = `job-${job.def.app}-${job.def.name}-${tick}${refire ? "-r" : ""}`.replace(
-      /[^A-Za-z0-9_-]/g,
-      "_",
-    );
-    const cmd: Command = {
-      id,
-      capability: JOB_RAN,
-      app: job.def.app,
-      input,
-      actor: { type: "service", id: `scheduler:${this.o.nodeId}` },
-      plane: "control",
-      gateway_id: "none",
-      request_id: id,
-      received_at: new Date().toISOString(),
-    };
-    for (let i = 0; i < 20; i++) {
-      try {
-        await this.o.bus.js.publish(subjects.command(job.def.app), encode(cmd), { msgID: id });
-        return;
-      } catch {
-        await sleep(Math.min(100 * 2 ** i, 2000));
-      }
-    }
-    this.o.log(`scheduler: could not report tick ${due} of ${job.key}`);
+    });
   }
 
   async close(): Promise<void> {
@@ -476,6 +407,8 @@ class Scheduler {
       new Promise<void>((r) => (t = setTimeout(r, 5000))),
     ]);
     clearTimeout(t);
+    await Promise.race([this.reporter.close(), sleep(5000)]);
+    this.caller.close();
     if (wasLeading && this.o.bus.connected())
       await this.o.bus.kv.leases.delete(keys.schedulerLease).catch(() => {});
   }

@@ -1,5 +1,6 @@
 import { type Bus, appendLog } from "../store/mod.js";
 import {
+  NO_GATEWAY,
   type SideEffect,
   encode,
   type Command,
@@ -104,7 +105,7 @@ export class TaskRunner {
       input: done,
       actor: origin.actor,
       plane: "control",
-      gateway_id: "none",
+      gateway_id: NO_GATEWAY,
       request_id: `${commandId}-done`,
       received_at: new Date().toISOString(),
     };

@@ -91,6 +91,9 @@ const ONLY_PHASE = (() => {
 })();
 const PERIOD_MS = 1000;
 const CREATE_CONCURRENCY = 16;
+// phases 1 and 2 put every job in one app, past the default quota of 100 jobs per app; the nodes that
+// apply schedule-job there run in this process (phase 2's maker node) and read the quota from its env
+process.env.SLIPWAY_JOB_QUOTA ??= String(JOBS);
 /** After the scheduler leads (and fires every job's first tick at once), before the measured window starts. */
 const SETTLE_MS = 5000;
 /** After the window, how long ticks of its nominal times may still arrive. */
@@ -155,9 +158,11 @@ async function leaseHolder(bus: Bus): Promise<string | undefined> {
 
 // ---- what the bus says after the run ----
 interface BusFigures {
-  /** `_job_ran` reports the scheduler published (command ids `job-<app>-<job>-<tick>`). */
+  /** Tick outcomes the scheduler reported (the runs of its `_job_ran` commands). */
   reportsPublished: number;
-  /** Of them, re-fires of an in-doubt tick (ids ending in `-r`). */
+  /** `_job_ran` commands that carried them (an app's outcomes that end close together share one). */
+  reportCommands: number;
+  /** Of the outcomes, re-fires of an in-doubt tick. */
   refiresReported: number;
   /** JobRan / JobRunFailed events the app actor had emitted by then: the rest waits in its queue. */
   jobRanEvents: number;
@@ -181,11 +186,9 @@ async function busFigures(bus: Bus, schedulerStart: number): Promise<BusFigures>
   const start = performance.now();
   const since = (Date.now() - schedulerStart) / 1000;
   let reports = 0;
+  let commands = 0;
   let refires = 0;
-  const c = await bus.js.consumers.get(STREAMS.commands, {
-    filter_subjects: subjects.command(APP),
-    headers_only: true,
-  });
+  const c = await bus.js.consumers.get(STREAMS.commands, { filter_subjects: subjects.command(APP) });
   const info = await bus.jsm.streams.info(STREAMS.commands, { subjects_filter: subjects.command(APP) });
   const total = info.state.subjects?.[subjects.command(APP)] ?? 0;
   if (total > 0) {
@@ -194,10 +197,12 @@ async function busFigures(bus: Bus, schedulerStart: number): Promise<BusFigures>
     let seen = 0;
     for await (const m of msgs) {
       seen++;
-      const id = m.headers?.get("Nats-Msg-Id") ?? "";
-      if (id.startsWith("job-")) {
-        reports++;
-        if (id.endsWith("-r")) refires++;
+      const cmd = m.json<{ capability: string; input: { runs?: { refire: boolean }[] } }>();
+      if (cmd.capability === "_job_ran") {
+        const runs = cmd.input.runs ?? [cmd.input as { refire: boolean }];
+        commands++;
+        reports += runs.length;
+        refires += runs.filter((r) => r.refire).length;
       }
       if (m.info.pending === 0 || seen >= total) break;
     }
@@ -234,6 +239,7 @@ async function busFigures(bus: Bus, schedulerStart: number): Promise<BusFigures>
   await Promise.all(Array.from({ length: 16 }, reader));
   return {
     reportsPublished: reports,
+    reportCommands: commands,
     refiresReported: refires,
     jobRanEvents: evs[subjects.event(APP, "ScheduledJob", "JobRan")] ?? 0,
     jobRunFailedEvents: evs[subjects.event(APP, "ScheduledJob", "JobRunFailed")] ?? 0,
@@ -341,6 +347,8 @@ interface PhaseReport {
   jobsCreated: { seconds: number; perS: number };
   /** Phase 0: schedule-job answer times while earlier jobs tick. */
   registration?: Registration;
+  /** Phase 0: schedule-job answer times, one call at a time, while all the jobs tick (the window). */
+  alone?: { calls: number; p50Ms: number; p99Ms: number; maxMs: number; refused: number };
   figures: Figures;
   /** What the bus says after the run (phases 1 and 2: one app). */
   bus?: BusFigures;
@@ -567,7 +575,10 @@ async function phase0(vaultKey: string): Promise<PhaseReport> {
   const meter = new ProcMeter();
   meter.add("slipwayd up (gateways; node thread with its scheduler; target worker)", process.pid);
   meter.add("nats-server", nats.pid);
-  const w = await runWindow(meter);
+  let alone: PhaseReport["alone"];
+  const w = await runWindow(meter, async (w0) => {
+    alone = await probeAlone(base, apps, w0 + SECONDS * 1000);
+  });
   const cpu = meter.stop();
   const hits = await target.collect();
   const figures = analyse(hits, w.w0, w.w1, ANALYSIS);
@@ -580,11 +591,37 @@ async function phase0(vaultKey: string): Promise<PhaseReport> {
     setup: `nats-server + slipwayd up in this process (gateways; runtime node and scheduler in their worker thread) + target worker; ${APPS} apps`,
     jobsCreated: { seconds: reg.seconds, perS: reg.perS },
     registration: reg,
+    alone,
     figures,
     cpu,
     loop: w.loop,
     schedulerLog: [],
   };
+}
+
+/**
+ * One schedule-job call at a time during the window, each to the next app, with an `at` an hour away
+ * (a job that does not fire in the window), about 5 a second: how long a user waits while everything ticks.
+ */
+async function probeAlone(base: string, apps: string[], until: number): Promise<PhaseReport["alone"]> {
+  const times: number[] = [];
+  let refused = 0;
+  const at = new Date(Date.now() + 3_600_000).toISOString();
+  for (let i = 0; Date.now() < until - 1000 && i < apps.length; i++) {
+    const t = performance.now();
+    const r = await post(base, "schedule-job", {
+      app: apps[i],
+      name: "probe",
+      target_path: "/cron/probe",
+      at,
+    });
+    times.push(performance.now() - t);
+    if (r.status !== 200) refused++;
+    await sleep(200);
+  }
+  times.sort((a, b) => a - b);
+  const q = (p: number) => times[Math.min(times.length - 1, Math.floor((p / 100) * times.length))] ?? 0;
+  return { calls: times.length, p50Ms: q(50), p99Ms: q(99), maxMs: times.at(-1) ?? 0, refused };
 }
 
 /** schedule-job for every job over HTTP, CREATE_CONCURRENCY at a time, while the scheduler fires the earlier ones. */
@@ -792,6 +829,14 @@ function phaseRows(p: PhaseReport): string[][] {
           ],
         ]
       : []),
+    ...(p.alone
+      ? [
+          [
+            "  schedule-job answer, one at a time, while all tick",
+            `${p.alone.calls} calls: p50 ${ms(p.alone.p50Ms)}, p99 ${ms(p.alone.p99Ms)}, max ${ms(p.alone.maxMs)}; ${p.alone.refused} refused`,
+          ],
+        ]
+      : []),
     ["window", `${f.windowS} s (ticks whose nominal time is in it; ${GRACE_MS / 1000} s grace to arrive)`],
     [
       "ticks received",
@@ -856,7 +901,7 @@ function phaseRows(p: PhaseReport): string[][] {
       ],
       [
         "app actor behind",
-        `${f0(b.reportsPublished)} _job_ran reports published (${f0(b.publishedPerS)}/s), ${f0(b.jobRanEvents)} JobRan + ${f0(b.jobRunFailedEvents)} JobRunFailed events applied (${f0(b.appliedPerS)}/s): ${f0(b.reportsPublished - b.jobRanEvents - b.jobRunFailedEvents)} waiting`,
+        `${f0(b.reportsPublished)} tick outcomes reported in ${f0(b.reportCommands)} _job_ran commands (${f0(b.publishedPerS)}/s), ${f0(b.jobRanEvents)} JobRan + ${f0(b.jobRunFailedEvents)} JobRunFailed events applied (${f0(b.appliedPerS)}/s): ${f0(b.reportsPublished - b.jobRanEvents - b.jobRunFailedEvents)} waiting`,
       ],
     );
   rows.push([

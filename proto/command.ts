@@ -39,6 +39,9 @@ export const CommandSchema = Type.Object({
 });
 export type Command = Static<typeof CommandSchema>;
 
+/** The `gateway_id` of a command nobody waits on (the scheduler's reports, a node's end of long work): no reply is sent. */
+export const NO_GATEWAY = "none";
+
 /** Body of a capability answer (DESIGN §3). */
 export const CapabilityResponseSchema = Type.Object({
   status: Type.Union([Type.Literal("succeeded"), Type.Literal("running"), Type.Literal("failed")]),

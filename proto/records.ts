@@ -89,6 +89,9 @@ export const JobRanSchema = Type.Object({
 });
 export type JobRan = Static<typeof JobRanSchema>;
 
+/** Input of `_job_ran` as the scheduler sends it: the outcomes of an app's ticks that ended close together, in order. */
+export const JobRunsSchema = Type.Object({ runs: Type.Array(JobRanSchema, { minItems: 1 }) });
+
 /** A file the outbox writes under the workspace root (content plain, or sealed when it holds a credential). */
 export const OutboxFileSchema = Type.Object({
   path: Type.String(),

@@ -117,6 +117,8 @@ export const keys = {
   resourcesOf: (app: string, type?: string) => `${app}.${type ?? "*"}.*`,
   vaultOf: (app: string) => `${app}.*`,
   jobsOf: (app: string) => `${app}.*`,
+  /** Every app's job definitions (not their run states). */
+  allJobs: "*.*",
 } as const;
 
 /** What a key of `slipway_leases` is: a node's presence, a partition's lease, the scheduler's. */

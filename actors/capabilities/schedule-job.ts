@@ -4,6 +4,8 @@ import {
   PlatformError,
   newResourceId,
   JobRanSchema,
+  JobRunsSchema,
+  type JobRan,
   type JobDefinition,
   type Resource,
   isJobToggle,
@@ -148,17 +150,44 @@ export const scheduleJob = defineHandler("schedule-job", {
   },
 });
 
-/** `_job_ran` (internal, from the scheduler): records a tick's outcome on the job and emits JobRan or JobRunFailed. */
+/**
+ * `_job_ran` (internal, from the scheduler): records the outcomes of an app's
+ * ticks, in order, on their jobs (one resource write per job) and emits
+ * JobRan or JobRunFailed for each tick. A single outcome (the input before
+ * reports were batched) is one run.
+ */
 export const jobRan: InternalHandler = async (ctx, input) => {
-  const r = check(JobRanSchema, input, "job tick");
-  const def = await ctx.state.getJob(r.name);
-  if (!def) throw new PlatformError("not_found", `job ${r.name} is gone`);
-  const previous = await ctx.state.getResource("ScheduledJob", def.resource_id);
-  if (!previous) throw new PlatformError("not_found", `job resource ${def.resource_id} is gone`);
+  const runs =
+    input !== null && typeof input === "object" && "runs" in input
+      ? check(JobRunsSchema, input, "job ticks").runs
+      : [check(JobRanSchema, input, "job tick")];
+  const written = new Map<string, { resource: Resource; previous: Resource }>();
+  let last: Resource | undefined;
+  for (const r of runs) {
+    const def = await ctx.state.getJob(r.name);
+    if (!def) continue; // removed since: its outcome has nothing to land on
+    const seen = written.get(def.resource_id);
+    const previous = seen?.previous ?? (await ctx.state.getResource("ScheduledJob", def.resource_id));
+    if (!previous) continue;
+    const resource = tickedResource(seen?.resource ?? previous, r, ctx.now.toISOString());
+    written.set(def.resource_id, { resource, previous });
+    last = resource;
+    ctx.log(def.resource_id, tickLine(r));
+    ctx.emit(r.ok ? "JobRan" : "JobRunFailed", resource, tickData(r));
+  }
+  if (!last) {
+    const names = [...new Set(runs.map((r) => r.name))].join(", ");
+    throw new PlatformError("not_found", `job ${names} is gone`);
+  }
+  for (const { resource, previous } of written.values()) ctx.putResource(resource, previous);
+  return { status: "succeeded", resource: last };
+};
+
+function tickedResource(before: Resource, r: JobRan, iso: string): Resource {
   const s = r.state;
-  const resource: Resource = {
-    ...previous,
-    updated_at: ctx.now.toISOString(),
+  return {
+    ...before,
+    updated_at: iso,
     next_due_at: s.next_due,
     last_fired_at: r.due_at,
     last_status: s.last_status,
@@ -167,16 +196,14 @@ export const jobRan: InternalHandler = async (ctx, input) => {
     skipped_overlap: s.skipped_overlap,
     missed: s.missed,
   };
-  ctx.putResource(resource, previous);
-  const outcome = r.ok
-    ? `${r.status_code}`
-    : r.status_code !== undefined
-      ? `${r.status_code}`
-      : (r.error ?? "error");
-  ctx.log(
-    def.resource_id,
-    `tick ${r.due_at}${r.refire ? " (re-fired)" : ""}: ${outcome} in ${Math.round(r.duration_ms)} ms, ${Math.round(r.late_ms)} ms late`,
-  );
+}
+
+function tickLine(r: JobRan): string {
+  const outcome = r.status_code !== undefined ? `${r.status_code}` : (r.error ?? "error");
+  return `tick ${r.due_at}${r.refire ? " (re-fired)" : ""}: ${outcome} in ${Math.round(r.duration_ms)} ms, ${Math.round(r.late_ms)} ms late`;
+}
+
+function tickData(r: JobRan): Record<string, unknown> {
   const data: Record<string, unknown> = {
     name: r.name,
     due_at: r.due_at,
@@ -186,6 +213,5 @@ export const jobRan: InternalHandler = async (ctx, input) => {
   if (r.status_code !== undefined) data.status_code = r.status_code;
   if (r.error !== undefined) data.error = r.error;
   if (r.refire) data.refire = true;
-  ctx.emit(r.ok ? "JobRan" : "JobRunFailed", resource, data);
-  return { status: "succeeded", resource };
-};
+  return data;
+}
