@@ -41,6 +41,7 @@ import { startInstrumentedScheduler } from "../actors/testing.js";
 import { type PlatformHandle, startPlatform } from "../bin/platform.js";
 import { keys, partitionOf, STREAMS, subjects } from "../proto/subjects.js";
 import type { Bus } from "../store/bus.js";
+import { readStream } from "../store/read-stream.js";
 import { type EmbeddedNats, startEmbeddedNats } from "../store/embedded-nats.js";
 import { type NodeProcess, spawnNode } from "../test/helpers/processes.js";
 import {
@@ -167,6 +168,8 @@ interface BusFigures {
   /** JobRan / JobRunFailed events the app actor had emitted by then: the rest waits in its queue. */
   jobRanEvents: number;
   jobRunFailedEvents: number;
+  /** JobRan / JobRunFailed events of a tick (job, due moment) that already had one: an effect applied twice. */
+  duplicateEvents: number;
   /** Reports published and applied per second since the scheduler started. */
   appliedPerS: number;
   publishedPerS: number;
@@ -237,7 +240,17 @@ async function busFigures(bus: Bus, schedulerStart: number): Promise<BusFigures>
     }
   };
   await Promise.all(Array.from({ length: 16 }, reader));
+  const seenTicks = new Set<string>();
+  let duplicateEvents = 0;
+  for await (const m of readStream(bus, STREAMS.events, `slipway.evt.${APP}.ScheduledJob.*`)) {
+    const ev = m.json<{ type: string; data: { name?: string; due_at?: string } }>();
+    if (ev.type !== "JobRan" && ev.type !== "JobRunFailed") continue;
+    const k = `${ev.data.name} ${ev.data.due_at}`;
+    if (seenTicks.has(k)) duplicateEvents++;
+    seenTicks.add(k);
+  }
   return {
+    duplicateEvents,
     reportsPublished: reports,
     reportCommands: commands,
     refiresReported: refires,
@@ -901,7 +914,7 @@ function phaseRows(p: PhaseReport): string[][] {
       ],
       [
         "app actor behind",
-        `${f0(b.reportsPublished)} tick outcomes reported in ${f0(b.reportCommands)} _job_ran commands (${f0(b.publishedPerS)}/s), ${f0(b.jobRanEvents)} JobRan + ${f0(b.jobRunFailedEvents)} JobRunFailed events applied (${f0(b.appliedPerS)}/s): ${f0(b.reportsPublished - b.jobRanEvents - b.jobRunFailedEvents)} waiting`,
+        `${f0(b.reportsPublished)} tick outcomes reported in ${f0(b.reportCommands)} _job_ran commands (${f0(b.publishedPerS)}/s), ${f0(b.jobRanEvents)} JobRan + ${f0(b.jobRunFailedEvents)} JobRunFailed events applied (${f0(b.appliedPerS)}/s): ${f0(b.reportsPublished - b.jobRanEvents - b.jobRunFailedEvents)} waiting; ${b.duplicateEvents} events of a tick that had one already`,
       ],
     );
   rows.push([
