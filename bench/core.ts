@@ -9,7 +9,10 @@
  * 3. set-secret through the whole platform (gateway → NATS → actor →
  *    KV/stream → reply): latency at a fixed 1,000 requests/s (and at a light
  *    100/s), and the highest sustained rate;
- * 4. GET /resources/Secret/<id> through the gateway and its read index.
+ * 4. GET /resources/Secret/<id> through the gateway and its read index;
+ * 5. the platform as separate processes (bench/processes.ts): `slipwayd up`
+ *    as one process (its writes/s and RSS), and 2 gateways + 2 nodes as four
+ *    processes on one nats-server (`--no-processes` skips it).
  *
  * Everything runs on this machine: nats-server (child process), the platform
  * (gateways and runtime node, in this process) and the load generator (a
@@ -56,6 +59,7 @@ import {
   TurnTimer,
 } from "./core-meter.js";
 import type { LoadResult, LoadTask, SecretMix } from "./loadgen.js";
+import { type ProcessesResult, processPhases } from "./processes.js";
 
 // ---- parameters ----
 const RAW_WINDOW = 128;
@@ -86,9 +90,12 @@ const TARGETS = {
   writesOverRaw: 0.3,
   readsPerS: 20000,
   readsOverUws: 0.4,
+  upRssMiB: 250,
 };
 
 const asJson = process.argv.includes("--json");
+/** Skips phase 5 (the platform as separate processes). */
+const noProcesses = process.argv.includes("--no-processes");
 /** Runs the node on the main thread, instrumented to time actor turns (default: its own thread, as `slipwayd up`). */
 const inProcess = process.argv.includes("--in-process");
 const t0 = Date.now();
@@ -317,6 +324,8 @@ interface Report {
   };
   targets: Target[];
   memory: { processRssMiB: number; heapUsedMiB: number; natsServerRssMiB: number | undefined };
+  /** Phase 5: the platform as separate processes (absent with --no-processes). */
+  processes?: ProcessesResult;
   totalSeconds: number;
 }
 
@@ -528,8 +537,34 @@ function costLines(r: Report): string[] {
   out.push(
     `memory after the run: this process (platform + load generator) RSS ${r.memory.processRssMiB.toFixed(0)} MiB (heap used ${r.memory.heapUsedMiB.toFixed(0)} MiB); nats-server RSS ${r.memory.natsServerRssMiB?.toFixed(0) ?? "?"} MiB`,
   );
+  if (r.processes) out.push("", ...processLines(r.processes, r.setSecretMax.rps));
   out.push(`total ${r.totalSeconds.toFixed(0)} s`);
   return out;
+}
+
+/** Phase 5: writes/s of the platform as processes, beside the in-process `up` of phase 3c, and their memory. */
+function processLines(p: ProcessesResult, upInProcess: number): string[] {
+  const row = (what: string, x: ProcessesResult["up"]) => [
+    what,
+    `${f0(x.rps)} req/s`,
+    `p50 ${x.p50} ms, p99 ${x.p99} ms, non-2xx ${x.non2xx}, errors ${x.errors}`,
+    x.procs
+      .map(
+        (q) =>
+          `${q.what} ${Number.isNaN(q.cpuPct) ? "" : `${q.cpuPct.toFixed(0)} % CPU, `}RSS ${q.rssMiB.toFixed(0)} MiB`,
+      )
+      .join("; "),
+  ];
+  const upRss = p.up.procs[0]?.rssMiB ?? 0;
+  return [
+    `5. the platform as processes running ${p.entry} (each scenario on a fresh nats-server; set-secret max, ${MAX_CONNECTIONS} connections, ${MAX_SECONDS} s; 3c, in this process: ${f0(upInProcess)} req/s):`,
+    table([
+      ["scenario", "set-secret", "latency", "processes after the run"],
+      row("slipwayd up (one process)", p.up),
+      row("2 gateways + 2 nodes (4 processes)", p.split),
+    ]),
+    `RSS of slipwayd up after the run: ${upRss.toFixed(0)} MiB (target <= ${TARGETS.upRssMiB} MiB: ${upRss <= TARGETS.upRssMiB ? "met" : "NOT met"})`,
+  ];
 }
 
 // ---- main ----
@@ -774,8 +809,8 @@ async function main(): Promise<void> {
   };
   const unguard = guardProcess({
     progress,
-    limitMs: 170_000,
-    limitMessage: "over 170 s: giving up",
+    limitMs: 300_000,
+    limitMessage: "over 300 s: giving up",
     kill: () => {
       nats?.kill();
       rmSync(natsDir, { recursive: true, force: true });
@@ -809,6 +844,22 @@ async function main(): Promise<void> {
     meter.nodeWorker = platform.nodeThread?.worker;
     const results = await runPhases({ base, natsUrl: nats.url, platform, gen, meter, turns });
     const report = makeReport(results, nats.pid, loadAvgBefore);
+    if (!noProcesses) {
+      // the in-process platform is closed first: its memory figures are taken, and it no longer runs beside
+      await platform.close().catch((e) => progress(`platform close: ${String(e)}`));
+      platform = undefined;
+      report.processes = await processPhases(gen, {
+        vaultKey: randomBytes(32).toString("base64"),
+        connections: MAX_CONNECTIONS,
+        durationS: MAX_SECONDS,
+        mix: {
+          apps: Array.from({ length: APPS }, (_, i) => `bench-${String(i).padStart(2, "0")}`),
+          names: NAMES_PER_APP,
+        },
+        progress,
+      });
+      report.totalSeconds = (Date.now() - t0) / 1000;
+    }
     if (asJson) process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
     else printReport(report);
   } finally {
