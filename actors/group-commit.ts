@@ -4,7 +4,9 @@ import {
   encode,
   keys,
   NO_GATEWAY,
+  type Outbox,
   type Outcome,
+  type OutcomeRef,
   type PartitionApp,
   type PartitionRecord,
   PartitionRecordSchema,
@@ -47,6 +49,71 @@ export class FencedError extends Error {
 
 /** The largest record written at once: a batch is cut into several commits above it. */
 const RECORD_BYTES_MAX = 768 * 1024;
+
+/** A decided command as its record keeps it: JSON made once, for sizing the chunks and for the record. */
+interface Encoded {
+  outcome: string;
+  outbox: string | undefined;
+}
+const encoded = new WeakMap<Decided, Encoded>();
+
+function encodedOf(d: Decided): Encoded {
+  let e = encoded.get(d);
+  if (!e) {
+    e = {
+      outcome: JSON.stringify(recordedOutcome(d)),
+      outbox: d.outbox ? JSON.stringify(d.outbox) : undefined,
+    };
+    encoded.set(d, e);
+  }
+  return e;
+}
+
+/**
+ * The outcome as the record keeps it: by reference when the answer's resource
+ * and events are the outbox's own (the common case), so the record does not
+ * carry them twice; in full otherwise (an error, a sealed answer, a deletion).
+ */
+export function recordedOutcome(d: Decided): Outcome | OutcomeRef {
+  const o = d.outcome;
+  const body = o.reply?.body;
+  if (!body || !d.outbox || body.events !== d.outbox.events) return o;
+  const r = body.resource;
+  const key = keys.resource(r.app_id, r.type, r.id);
+  if (!d.outbox.resources.some((x) => x.key === key && x.doc === r)) return o;
+  return {
+    id: o.id,
+    seq: o.seq,
+    ref: {
+      http: o.reply!.http,
+      status: body.status,
+      resource_key: key,
+      links: body.links,
+      ...(body.result ? { result: body.result } : {}),
+    },
+  };
+}
+
+/** An outcome read from a record, whole again (its outbox is in the same record). */
+export function fullOutcome(o: Outcome | OutcomeRef, outboxes: Outbox[]): Outcome | undefined {
+  if (!("ref" in o)) return o;
+  const outbox = outboxes.find((b) => b.command_id === o.id);
+  let doc: Resource | null | undefined;
+  for (const x of outbox?.resources ?? []) if (x.key === o.ref.resource_key) doc = x.doc;
+  if (!outbox || !doc) return undefined;
+  const { http, status, links, result } = o.ref;
+  return {
+    id: o.id,
+    seq: o.seq,
+    reply: {
+      command_id: o.id,
+      http,
+      ok: true,
+      seq: o.seq,
+      body: { status, resource: doc, events: outbox.events, links, ...(result ? { result } : {}) },
+    },
+  };
+}
 
 /**
  * A partition's commit log (DESIGN §2, group commit): the record in
@@ -91,7 +158,11 @@ export class CommitLog {
       this.record = this.empty(off && off.operation === "PUT" ? Number(off.string()) || 0 : 0);
       this.revision = 0;
     }
-    this.known = new Map(this.record.outcomes.map((o) => [o.id, o]));
+    this.known = new Map();
+    for (const o of this.record.outcomes) {
+      const full = fullOutcome(o, this.record.outboxes);
+      if (full) this.known.set(full.id, full);
+    }
   }
 
   get offset(): number {
@@ -112,7 +183,8 @@ export class CommitLog {
     let cur: Decided[] = [];
     let bytes = 0;
     for (const d of decided) {
-      const size = JSON.stringify(d.outcome).length + (d.outbox ? JSON.stringify(d.outbox).length : 0);
+      const e = encodedOf(d);
+      const size = e.outcome.length + (e.outbox?.length ?? 0);
       if (cur.length > 0 && bytes + size > RECORD_BYTES_MAX) {
         out.push(cur);
         cur = [];
@@ -144,12 +216,13 @@ export class CommitLog {
       node: this.host.nodeId,
       offset: Math.max(offset, this.record.offset),
       apps,
-      // the offset moving on alone keeps the last batch's outcomes (its outboxes are written)
-      outcomes: batch.length > 0 ? batch.map((d) => d.outcome) : this.record.outcomes,
+      // the offset moving on alone keeps the last batch's outcomes, whole (its outboxes are written and
+      // leave the record)
+      outcomes: batch.length > 0 ? batch.map((d) => d.outcome) : [...this.known.values()],
       outboxes: batch.flatMap((d) => (d.outbox ? [d.outbox] : [])),
     };
     if (!this.host.leaseValid()) throw new FencedError("lease expiring", true);
-    const data = encode(next);
+    const data = batch.length > 0 ? this.encodeRecord(next, batch) : encode(next);
     const kv = this.host.bus.kv.actors;
     try {
       this.revision =
@@ -164,6 +237,26 @@ export class CommitLog {
     this.record = next;
     if (batch.length > 0) this.known = new Map(next.outcomes.map((o) => [o.id, o]));
     await this.apply(batch, actors);
+  }
+
+  /** The record's JSON from each command's, made once (chunks() sized the batch with them). */
+  private encodeRecord(next: PartitionRecord, batch: Decided[]): Uint8Array {
+    const head = JSON.stringify({
+      partition: next.partition,
+      node: next.node,
+      offset: next.offset,
+      apps: next.apps,
+    });
+    const outcomes: string[] = [];
+    const outboxes: string[] = [];
+    for (const d of batch) {
+      const e = encodedOf(d);
+      outcomes.push(e.outcome);
+      if (e.outbox !== undefined) outboxes.push(e.outbox);
+    }
+    return Buffer.from(
+      `${head.slice(0, -1)},"outcomes":[${outcomes.join(",")}],"outboxes":[${outboxes.join(",")}]}`,
+    );
   }
 
   /** The committed batch's writes, then what runs after them, then the answers. */

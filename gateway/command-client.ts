@@ -1,4 +1,4 @@
-import type { Subscription } from "@nats-io/transport-node";
+import { headers, type Msg, type Subscription } from "@nats-io/transport-node";
 import { type Bus, type Vault, busUnavailable, isTransientBusError } from "../store/mod.js";
 import {
   check,
@@ -15,9 +15,21 @@ import {
   subjects,
 } from "../proto/mod.js";
 
+/** How long JetStream may take to acknowledge a command before the gateway answers 503. */
+const ACK_TIMEOUT_MS = 5000;
+
+interface AckWaiter {
+  resolve(duplicate: boolean): void;
+  reject(e: unknown): void;
+  timer: NodeJS.Timeout;
+}
+
 /**
  * The gateway's side of the command bus: puts a command on the stream (its id
  * as `Nats-Msg-Id`) and waits for the actor's reply on the gateway's inbox.
+ * The stream's acknowledgement comes to the same inbox (a plain publish with
+ * a reply subject, not a request: no per-command subscription, timer chain
+ * or error object in the client library; docs/performance.md).
  */
 export class CommandClient {
   private readonly bus: Bus;
@@ -26,6 +38,8 @@ export class CommandClient {
   private readonly pending = new Map<string, { resolve: (r: Reply) => void; timer: NodeJS.Timeout }>();
   private sub: Subscription | undefined;
   private readonly timeoutMs: number;
+  private readonly acks = new Map<number, AckWaiter>();
+  private ackSeq = 0;
 
   constructor(bus: Bus, vault: Vault, gatewayId: string, timeoutMs = 30_000) {
     this.bus = bus;
@@ -38,6 +52,7 @@ export class CommandClient {
     this.sub = this.bus.nc.subscribe(subjects.replyInbox(this.gatewayId), {
       callback: (err, msg) => {
         if (err) return;
+        if (msg.subject.includes(".ack.")) return this.onAck(msg);
         let reply: Reply;
         try {
           reply = decode(ReplySchema, msg.data, "reply");
@@ -50,6 +65,48 @@ export class CommandClient {
         clearTimeout(p.timer);
         p.resolve(reply);
       },
+    });
+  }
+
+  /** JetStream's answer to a command's publish: stored (perhaps as a duplicate), or an error. */
+  private onAck(msg: Msg): void {
+    const n = Number(msg.subject.slice(msg.subject.lastIndexOf(".") + 1));
+    const w = this.acks.get(n);
+    if (!w) return;
+    this.acks.delete(n);
+    clearTimeout(w.timer);
+    // no stream listens (503 no responders), or the stream refused it: either way, not stored
+    if (msg.headers?.hasError || msg.data.length === 0) return w.reject(busUnavailable());
+    try {
+      const ack = JSON.parse(new TextDecoder().decode(msg.data)) as { error?: unknown; duplicate?: boolean };
+      if (ack.error) return w.reject(busUnavailable());
+      w.resolve(ack.duplicate === true);
+    } catch {
+      w.reject(busUnavailable());
+    }
+  }
+
+  /** Publishes a command with its id as `Nats-Msg-Id`; resolves with JetStream's duplicate flag. */
+  private publish(cmd: Command): Promise<boolean> {
+    return new Promise<boolean>((resolve, reject) => {
+      const n = ++this.ackSeq;
+      const timer = setTimeout(() => {
+        this.acks.delete(n);
+        reject(busUnavailable());
+      }, ACK_TIMEOUT_MS);
+      this.acks.set(n, { resolve, reject, timer });
+      try {
+        const h = headers();
+        h.set("Nats-Msg-Id", cmd.id);
+        this.bus.nc.publish(subjects.command(cmd.app), encode(cmd), {
+          reply: subjects.commandAck(this.gatewayId, cmd.id, n),
+          headers: h,
+        });
+      } catch (e) {
+        clearTimeout(timer);
+        this.acks.delete(n);
+        reject(e);
+      }
     });
   }
 
@@ -101,11 +158,7 @@ export class CommandClient {
     });
     let duplicate = false;
     try {
-      const ack = await this.bus.js.publish(subjects.command(cmd.app), encode(cmd), {
-        msgID: cmd.id,
-        timeout: 5000,
-      });
-      duplicate = ack.duplicate;
+      duplicate = await this.publish(cmd);
     } catch (e) {
       const p = this.pending.get(cmd.id);
       if (p) {
@@ -149,6 +202,11 @@ export class CommandClient {
 
   async close(): Promise<void> {
     this.sub?.unsubscribe();
+    for (const [n, w] of this.acks) {
+      clearTimeout(w.timer);
+      this.acks.delete(n);
+      w.reject(busUnavailable());
+    }
     for (const [id, p] of this.pending) {
       clearTimeout(p.timer);
       this.pending.delete(id);

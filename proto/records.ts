@@ -224,6 +224,28 @@ export type PartitionApp = Static<typeof PartitionAppSchema>;
  * `slipway_actors` value under `partition.<n>`: the partition's commit record, the fence of
  * group commit (docs/architecture.md). One compare-and-set of it commits a whole batch.
  */
+/**
+ * An outcome as a partition's record keeps it when its answer is its outbox's:
+ * the answered resource is the outbox's write under `resource_key`, and the
+ * answer's events are the outbox's events (group commit writes them once).
+ */
+export const OutcomeRefSchema = Type.Object({
+  id: Type.String(),
+  seq: Type.Integer(),
+  ref: Type.Object({
+    http: Type.Integer(),
+    status: Type.Union([Type.Literal("succeeded"), Type.Literal("running"), Type.Literal("failed")]),
+    resource_key: Type.String(),
+    links: Type.Object({
+      resource: Type.Optional(Type.String()),
+      logs: Type.String(),
+      events: Type.String(),
+    }),
+    result: Type.Optional(Type.Record(Type.String(), Type.Unknown())),
+  }),
+});
+export type OutcomeRef = Static<typeof OutcomeRefSchema>;
+
 export const PartitionRecordSchema = Type.Object({
   partition: Type.Integer(),
   /** Node that wrote the record. */
@@ -232,8 +254,8 @@ export const PartitionRecordSchema = Type.Object({
   offset: Type.Integer(),
   /** Apps whose last command is above `offset` or that run long work. */
   apps: Type.Record(Type.String(), PartitionAppSchema),
-  /** Outcomes of the batch this record committed. */
-  outcomes: Type.Array(OutcomeSchema),
+  /** Outcomes of the batch this record committed (those whose answer repeats their outbox, by reference). */
+  outcomes: Type.Array(Type.Union([OutcomeSchema, OutcomeRefSchema])),
   /** Outboxes of the batch, in the order they are applied. */
   outboxes: Type.Array(OutboxSchema),
 });

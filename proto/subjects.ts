@@ -72,6 +72,9 @@ export const subjects = {
   /** The answer to a command, back to the waiting gateway (core NATS). */
   reply: (gatewayId: string, commandId: string) =>
     `slipway.reply.${token(gatewayId, "gateway id")}.${token(commandId, "command id")}`,
+  /** Where JetStream acknowledges a gateway's publish of a command (the `n`th of the gateway). */
+  commandAck: (gatewayId: string, commandId: string, n: number) =>
+    `slipway.reply.${token(gatewayId, "gateway id")}.${token(commandId, "command id")}.ack.${n}`,
   replyInbox: (gatewayId: string) => `slipway.reply.${token(gatewayId, "gateway id")}.>`,
   /** A platform event. */
   event: (app: string, resourceType: string, eventType: string) =>

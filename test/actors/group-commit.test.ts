@@ -1,7 +1,10 @@
 import { randomUUID } from "node:crypto";
 import test from "ava";
 import type { ApplyTrace } from "../../actors/app-actor.js";
-import type { CommitTrace } from "../../actors/group-commit.js";
+import type { Decided } from "../../actors/app-actor.js";
+import { type CommitTrace, fullOutcome, recordedOutcome } from "../../actors/group-commit.js";
+import { keys } from "../../proto/subjects.js";
+import type { Outbox, Resource } from "../../proto/mod.js";
 import type { PlatformEvent } from "../../proto/events.js";
 import { partitionOf, STREAMS, subjects } from "../../proto/subjects.js";
 import { readStream } from "../../store/read-stream.js";
@@ -33,6 +36,7 @@ test("a partition receiving 300 commands for 30 apps at once commits them in far
   const replies = new Map<string, number>();
   const sub = bus.nc.subscribe("slipway.reply.>", {
     callback: (_e, m) => {
+      if (m.subject.includes(".ack.")) return; // the stream's acknowledgement of a gateway's publish
       const id = m.subject.split(".").pop()!;
       replies.set(id, (replies.get(id) ?? 0) + 1);
     },
@@ -99,4 +103,68 @@ test("a partition receiving 300 commands for 30 apps at once commits them in far
   await eventually(async () => replies.size >= 300, 5000);
   const twice = [...replies.values()].filter((n) => n !== 1).length;
   t.is(twice, 0, "no command answered twice");
+});
+
+test("a partition's record keeps an answer that repeats its outbox by reference, and reads it back whole", (t) => {
+  const doc = {
+    type: "Secret",
+    id: "sec_1",
+    app_id: "gapp",
+    status: "succeeded",
+    created_at: "2026-01-01T00:00:00.000Z",
+    updated_at: "2026-01-01T00:00:00.000Z",
+    name: "S",
+  } as Resource;
+  const event = {
+    id: "evt_1",
+    type: "SecretSet",
+    resource_type: "Secret",
+    resource_id: "sec_1",
+    app_id: "gapp",
+    timestamp: doc.created_at,
+    actor: { type: "builder" as const, id: "t" },
+    data: { name: "S" },
+  };
+  const outbox: Outbox = {
+    command_id: "cmd_1",
+    resources: [{ key: keys.resource("gapp", "Secret", "sec_1"), doc }],
+    vault: [],
+    apps: [],
+    events: [event],
+    logs: [],
+    files: [],
+  };
+  const links = {
+    resource: "/resources/Secret/sec_1",
+    logs: "/logs/sec_1",
+    events: "/events?resource_id=sec_1",
+  };
+  const reply = {
+    command_id: "cmd_1",
+    http: 200,
+    ok: true,
+    seq: 7,
+    body: { status: "succeeded" as const, resource: doc, events: outbox.events, links },
+  };
+  const d = {
+    app: "gapp",
+    seq: 7,
+    reply,
+    outcome: { id: "cmd_1", seq: 7, reply },
+    outbox,
+  } as unknown as Decided;
+  const kept = recordedOutcome(d);
+  t.true("ref" in kept, "kept by reference");
+  t.false(JSON.stringify(kept).includes("SecretSet"), "the events are not repeated");
+  // as a new owner reads it: JSON, with the outboxes of the same record
+  const back = fullOutcome(JSON.parse(JSON.stringify(kept)), JSON.parse(JSON.stringify([outbox])));
+  t.deepEqual(back, JSON.parse(JSON.stringify(d.outcome)));
+  // an answer that is not its outbox's (an error, a sealed one) is kept whole
+  const refused = {
+    ...d,
+    outcome: { id: "cmd_2", seq: 8, reply: { command_id: "cmd_2", http: 409, ok: false, seq: 8 } },
+  };
+  t.deepEqual(recordedOutcome(refused as Decided), refused.outcome);
+  // a reference whose outbox is missing is not an answer
+  t.is(fullOutcome(kept, []), undefined);
 });
