@@ -12,6 +12,8 @@ import {
   targetAppPerFile,
 } from "../helpers/cluster.js";
 import { call, eventually, freePort, get, sleep } from "../helpers/infra.js";
+import { STREAMS, subjects } from "../../proto/subjects.js";
+import { readStream } from "../../store/read-stream.js";
 
 /**
  * When and how the scheduler fires a job: the calls, their timing and overlap, failing targets,
@@ -274,4 +276,46 @@ test("a cron job fires on its five-field schedule (every minute: on the minute, 
   t.is(Date.parse(ran[0].data.due_at), next);
   t.is(hitsOf(target, "/cron/minutely")[0]!.tick, next);
   await call(p.controlUrl, "schedule-job", { app, name: "minutely", remove: true });
+});
+
+test("the outcomes of an app's ticks that end together reach its actor as one report, and each reported tick has one JobRan", async (t) => {
+  const { p, app } = t.context;
+  const names = ["batch-a", "batch-b", "batch-c"];
+  const ids: string[] = [];
+  for (const name of names) {
+    const r = await call(p.controlUrl, "schedule-job", {
+      app,
+      name,
+      target_path: `/cron/${name}`,
+      every: "1s",
+    });
+    t.is(r.status, 200);
+    ids.push(r.body.resource.id);
+  }
+  const ran = async (id: string) => (await jobEvents(p, id)).filter((x) => x.type === "JobRan");
+  await eventually(async () => (await Promise.all(ids.map(ran))).every((e) => e.length >= 3), 10_000);
+  for (const name of names)
+    t.is((await call(p.controlUrl, "schedule-job", { app, name, remove: true })).status, 200);
+  // the reports on the app's command subject: the three jobs tick within milliseconds of each other
+  const reports: { runs: { name: string; due_at: string }[] }[] = [];
+  for await (const m of readStream(p.bus, STREAMS.commands, subjects.command(app))) {
+    const cmd = m.json<{ capability: string; input: { runs?: { name: string; due_at: string }[] } }>();
+    if (cmd.capability === "_job_ran" && cmd.input.runs?.some((r) => names.includes(r.name)))
+      reports.push({ runs: cmd.input.runs });
+  }
+  t.true(
+    reports.some((r) => new Set(r.runs.map((x) => x.name)).size >= 2),
+    `some report carries ticks of several jobs: ${JSON.stringify(reports.map((r) => r.runs.map((x) => x.name)))}`,
+  );
+  for (const [i, id] of ids.entries()) {
+    const evs = await ran(id);
+    const dues = evs.map((e) => e.data.due_at);
+    t.is(new Set(dues).size, dues.length, "no tick has two JobRan");
+    const reported = reports.flatMap((r) => r.runs).filter((x) => x.name === names[i]).length;
+    // a tick in flight when its job was removed is reported, but has nothing to land on
+    t.true(
+      reported - evs.length >= 0 && reported - evs.length <= 1,
+      `one JobRan per reported tick: ${evs.length} of ${reported}`,
+    );
+  }
 });
