@@ -1,4 +1,5 @@
 import {
+  BUCKETS,
   type Command,
   CommitRecordSchema,
   capability,
@@ -421,7 +422,8 @@ export class AppActor {
 
   /** Records the answer of an Idempotency-Key command (24 h); the gateway answers retries from it. */
   keepIdempotent(cmd: Command, outcome: Outcome): Promise<number> {
-    return this.host.bus.kv.idempotency.put(
+    return this.host.bus.pub.kvPut(
+      BUCKETS.idempotency,
       keys.idempotency(cmd.id),
       encode({ body_hash: cmd.body_hash, outcome, created_at: new Date().toISOString() }),
     );

@@ -1,4 +1,5 @@
 import {
+  BUCKETS,
   check,
   type Command,
   encode,
@@ -223,12 +224,12 @@ export class CommitLog {
     };
     if (!this.host.leaseValid()) throw new FencedError("lease expiring", true);
     const data = batch.length > 0 ? this.encodeRecord(next, batch) : encode(next);
-    const kv = this.host.bus.kv.actors;
+    const key = keys.partitionRecord(this.partition);
     try {
       this.revision =
         this.revision === 0
-          ? await kv.create(keys.partitionRecord(this.partition), data)
-          : await kv.update(keys.partitionRecord(this.partition), data, this.revision);
+          ? await this.host.bus.kv.actors.create(key, data)
+          : await this.host.bus.pub.kvUpdate(BUCKETS.actors, key, data, this.revision);
     } catch (e) {
       if (isCasConflict(e)) throw new FencedError("commit record moved");
       throw e;

@@ -4,8 +4,6 @@ import {
   BUCKETS,
   encode,
   keys,
-  kvStream,
-  kvSubject,
   type Outbox,
   PlatformError,
   type SideEffect,
@@ -32,40 +30,34 @@ export interface OutboxHost {
  * ({@link runSideEffects}).
  */
 export async function writeOutbox(host: OutboxHost, outbox: Outbox): Promise<Map<string, number>> {
-  const { bus } = host;
+  const { pub } = host.bus;
   const revisions = new Map<string, number>();
   const jobs: Promise<unknown>[] = [];
   for (const r of outbox.resources) {
     const write = r.doc
-      ? bus.kv.resources.put(r.key, encode(r.doc))
-      : bus.kv.resources.delete(r.key).then(async () => {
-          // the delete marker's stream sequence is the revision of the deletion
-          const m = await bus.jsm.streams.getMessage(kvStream(BUCKETS.resources), {
-            last_by_subj: kvSubject(BUCKETS.resources, r.key),
-          });
-          return m?.seq;
-        });
-    jobs.push(
-      write.then((rev) => {
-        if (typeof rev === "number") revisions.set(r.key, rev);
-      }),
-    );
+      ? pub.kvPut(BUCKETS.resources, r.key, encode(r.doc))
+      : pub.kvDelete(BUCKETS.resources, r.key);
+    jobs.push(write.then((rev) => revisions.set(r.key, rev)));
   }
   for (const v of outbox.vault)
-    jobs.push(v.entry ? bus.kv.vault.put(v.key, encode(v.entry)) : bus.kv.vault.delete(v.key));
+    jobs.push(
+      v.entry ? pub.kvPut(BUCKETS.vault, v.key, encode(v.entry)) : pub.kvDelete(BUCKETS.vault, v.key),
+    );
   for (const a of outbox.apps)
-    jobs.push(a.record ? bus.kv.apps.put(a.key, encode(a.record)) : bus.kv.apps.delete(a.key));
+    jobs.push(
+      a.record ? pub.kvPut(BUCKETS.apps, a.key, encode(a.record)) : pub.kvDelete(BUCKETS.apps, a.key),
+    );
   outbox.events.forEach((ev, i) => {
     jobs.push(
-      bus.js.publish(subjects.event(ev.app_id, ev.resource_type, ev.type), encode(ev), {
-        msgID: `${outbox.command_id}/${i}`,
+      pub.publish(subjects.event(ev.app_id, ev.resource_type, ev.type), encode(ev), {
+        msgId: `${outbox.command_id}/${i}`,
       }),
     );
   });
   outbox.logs.forEach((l, i) => {
     jobs.push(
       appendLog(
-        bus,
+        host.bus,
         l.resource_id,
         { ts: l.ts, stream: l.stream, line: l.line },
         `${outbox.command_id}/log/${i}`,
@@ -76,8 +68,11 @@ export async function writeOutbox(host: OutboxHost, outbox: Outbox): Promise<Map
   for (const j of outbox.jobs ?? []) {
     jobs.push(
       j.def
-        ? bus.kv.jobs.put(j.key, encode(j.def))
-        : Promise.all([bus.kv.jobs.delete(j.key), bus.kv.jobs.delete(keys.jobStateOf(j.key))]),
+        ? pub.kvPut(BUCKETS.jobs, j.key, encode(j.def))
+        : Promise.all([
+            pub.kvDelete(BUCKETS.jobs, j.key),
+            pub.kvDelete(BUCKETS.jobs, keys.jobStateOf(j.key)),
+          ]),
     );
   }
   await Promise.all(jobs);

@@ -1,4 +1,4 @@
-import { headers, type Msg, type Subscription } from "@nats-io/transport-node";
+import type { Subscription } from "@nats-io/transport-node";
 import { type Bus, type Vault, busUnavailable, isTransientBusError } from "../store/mod.js";
 import {
   check,
@@ -15,21 +15,12 @@ import {
   subjects,
 } from "../proto/mod.js";
 
-/** How long JetStream may take to acknowledge a command before the gateway answers 503. */
-const ACK_TIMEOUT_MS = 5000;
-
-interface AckWaiter {
-  resolve(duplicate: boolean): void;
-  reject(e: unknown): void;
-  timer: NodeJS.Timeout;
-}
-
 /**
  * The gateway's side of the command bus: puts a command on the stream (its id
- * as `Nats-Msg-Id`) and waits for the actor's reply on the gateway's inbox.
- * The stream's acknowledgement comes to the same inbox (a plain publish with
- * a reply subject, not a request: no per-command subscription, timer chain
- * or error object in the client library; docs/performance.md).
+ * as `Nats-Msg-Id`, pipelined through the bus's publisher: no request per
+ * command, docs/performance.md) and waits for the actor's reply on the
+ * gateway's inbox. No acknowledgement from JetStream within 5 s, or an error
+ * one, is `503 bus_unavailable`.
  */
 export class CommandClient {
   private readonly bus: Bus;
@@ -38,8 +29,6 @@ export class CommandClient {
   private readonly pending = new Map<string, { resolve: (r: Reply) => void; timer: NodeJS.Timeout }>();
   private sub: Subscription | undefined;
   private readonly timeoutMs: number;
-  private readonly acks = new Map<number, AckWaiter>();
-  private ackSeq = 0;
 
   constructor(bus: Bus, vault: Vault, gatewayId: string, timeoutMs = 30_000) {
     this.bus = bus;
@@ -52,7 +41,6 @@ export class CommandClient {
     this.sub = this.bus.nc.subscribe(subjects.replyInbox(this.gatewayId), {
       callback: (err, msg) => {
         if (err) return;
-        if (msg.subject.includes(".ack.")) return this.onAck(msg);
         let reply: Reply;
         try {
           reply = decode(ReplySchema, msg.data, "reply");
@@ -68,46 +56,15 @@ export class CommandClient {
     });
   }
 
-  /** JetStream's answer to a command's publish: stored (perhaps as a duplicate), or an error. */
-  private onAck(msg: Msg): void {
-    const n = Number(msg.subject.slice(msg.subject.lastIndexOf(".") + 1));
-    const w = this.acks.get(n);
-    if (!w) return;
-    this.acks.delete(n);
-    clearTimeout(w.timer);
-    // no stream listens (503 no responders), or the stream refused it: either way, not stored
-    if (msg.headers?.hasError || msg.data.length === 0) return w.reject(busUnavailable());
-    try {
-      const ack = JSON.parse(new TextDecoder().decode(msg.data)) as { error?: unknown; duplicate?: boolean };
-      if (ack.error) return w.reject(busUnavailable());
-      w.resolve(ack.duplicate === true);
-    } catch {
-      w.reject(busUnavailable());
-    }
-  }
-
   /** Publishes a command with its id as `Nats-Msg-Id`; resolves with JetStream's duplicate flag. */
-  private publish(cmd: Command): Promise<boolean> {
-    return new Promise<boolean>((resolve, reject) => {
-      const n = ++this.ackSeq;
-      const timer = setTimeout(() => {
-        this.acks.delete(n);
-        reject(busUnavailable());
-      }, ACK_TIMEOUT_MS);
-      this.acks.set(n, { resolve, reject, timer });
-      try {
-        const h = headers();
-        h.set("Nats-Msg-Id", cmd.id);
-        this.bus.nc.publish(subjects.command(cmd.app), encode(cmd), {
-          reply: subjects.commandAck(this.gatewayId, cmd.id, n),
-          headers: h,
-        });
-      } catch (e) {
-        clearTimeout(timer);
-        this.acks.delete(n);
-        reject(e);
-      }
-    });
+  private async publish(cmd: Command): Promise<boolean> {
+    try {
+      const ack = await this.bus.pub.publish(subjects.command(cmd.app), encode(cmd), { msgId: cmd.id });
+      return ack.duplicate;
+    } catch {
+      // no stream listens, the stream refused it, or no acknowledgement in time: not stored
+      throw busUnavailable();
+    }
   }
 
   /** Answer recorded for an Idempotency-Key command, if any. */
@@ -202,11 +159,6 @@ export class CommandClient {
 
   async close(): Promise<void> {
     this.sub?.unsubscribe();
-    for (const [n, w] of this.acks) {
-      clearTimeout(w.timer);
-      this.acks.delete(n);
-      w.reject(busUnavailable());
-    }
     for (const [id, p] of this.pending) {
       clearTimeout(p.timer);
       this.pending.delete(id);

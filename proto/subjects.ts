@@ -72,10 +72,10 @@ export const subjects = {
   /** The answer to a command, back to the waiting gateway (core NATS). */
   reply: (gatewayId: string, commandId: string) =>
     `slipway.reply.${token(gatewayId, "gateway id")}.${token(commandId, "command id")}`,
-  /** Where JetStream acknowledges a gateway's publish of a command (the `n`th of the gateway). */
-  commandAck: (gatewayId: string, commandId: string, n: number) =>
-    `slipway.reply.${token(gatewayId, "gateway id")}.${token(commandId, "command id")}.ack.${n}`,
   replyInbox: (gatewayId: string) => `slipway.reply.${token(gatewayId, "gateway id")}.>`,
+  /** Where JetStream acknowledges the `n`th publish of one connection's publisher (store/publisher.ts). */
+  ack: (owner: string, n: number) => `slipway.ack.${token(owner, "publisher id")}.${n}`,
+  ackInbox: (owner: string) => `slipway.ack.${token(owner, "publisher id")}.*`,
   /** A platform event. */
   event: (app: string, resourceType: string, eventType: string) =>
     `slipway.evt.${token(app, "app")}.${token(resourceType, "resource type")}.${token(eventType, "event type")}`,

@@ -11,6 +11,8 @@ import {
   type StreamConfig,
 } from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
+import { randomBytes } from "node:crypto";
+import { JsPublisher } from "./publisher.js";
 import {
   BUCKETS,
   COMMAND_DEDUP_MS,
@@ -64,6 +66,8 @@ export interface Bus {
   readonly js: JetStreamClient;
   readonly jsm: JetStreamManager;
   readonly kv: Readonly<Record<keyof typeof BUCKETS, KV>>;
+  /** Pipelined JetStream publishes with their acknowledgements on one subscription (the write paths). */
+  readonly pub: JsPublisher;
   /** True while the connection to the server is up. */
   connected(): boolean;
   /** Registers a listener for connection state changes. */
@@ -191,6 +195,8 @@ export async function openBus(opts: BusOptions): Promise<Bus> {
   if (!opts.skipSetup) await ensureStreams(jsm);
   const kv = await openBuckets(nc);
   const js = jetstream(nc, { timeout: 5000 });
+  const pub = new JsPublisher(nc, randomBytes(8).toString("hex"));
+  pub.start();
   let up = true;
   const listeners: ((c: boolean) => void)[] = [];
   (async () => {
@@ -213,11 +219,13 @@ export async function openBus(opts: BusOptions): Promise<Bus> {
     js,
     jsm,
     kv,
+    pub,
     connected: () => up && !nc.isClosed(),
     onStatus: (fn) => {
       listeners.push(fn);
     },
     close: async () => {
+      pub.close();
       if (nc.isClosed()) return;
       try {
         await nc.drain();

@@ -13,7 +13,11 @@ export interface LogLine {
 
 /** Appends a line to a resource's log; `msgId` makes a replay harmless. */
 export async function appendLog(bus: Bus, resourceId: string, line: LogLine, msgId?: string): Promise<void> {
-  await bus.js.publish(subjects.log(resourceId), JSON.stringify(line), msgId ? { msgID: msgId } : undefined);
+  await bus.pub.publish(
+    subjects.log(resourceId),
+    Buffer.from(JSON.stringify(line)),
+    msgId ? { msgId } : undefined,
+  );
 }
 
 export function formatLogLine(l: LogLine): string {
