@@ -84,6 +84,11 @@ export interface Decided {
   started?: { spec: TaskSpec; resource: Resource };
   /** What the commit record keeps of the app once this command is committed. */
   entry: PartitionApp;
+  /**
+   * The answer's resource is written after this KV revision of its key (`Reply.resource_after`):
+   * the command may be answered right after the commit. Undefined: answered after its writes.
+   */
+  after?: number;
 }
 
 type Decision = Omit<Decided, "entry">;
@@ -222,9 +227,11 @@ export class AppActor {
       state: this.state,
       facts: await facts,
     });
-    let d: Decision;
+    let d: Decision & { after?: number };
     try {
       d = await this.run(cmd, seq, ctx);
+      const after = this.writtenAfter(d, ctx.minted);
+      if (after !== undefined) d.after = after;
     } catch (e) {
       if (isPlatformError(e)) d = this.refusal(cmd, seq, toWireError(e, cmd.request_id));
       else if (isTransientBusError(e)) throw e;
@@ -239,6 +246,24 @@ export class AppActor {
     if (d.outbox) this.state.absorb(d.outbox);
     this.trace(cmd, seq, "exit");
     return { ...d, entry: this.entry() };
+  }
+
+  /**
+   * Whether a decided command may be answered right after its commit, before its writes are
+   * acknowledged: when nothing it does after the commit is part of its answer (no files, side
+   * effects, app record or long work) and the KV revision its answer's resource is written after is
+   * known (DESIGN §2 and docs/architecture.md, "early answers"). That revision, or undefined.
+   */
+  private writtenAfter(d: Decision, minted: ReadonlySet<string>): number | undefined {
+    const body = d.reply.body;
+    const o = d.outbox;
+    if (!body || !o || d.started || o.files.length > 0 || o.apps.length > 0 || (o.effects?.length ?? 0) > 0)
+      return undefined;
+    const r = body.resource;
+    const key = keys.resource(r.app_id, r.type, r.id);
+    const writes = o.resources.filter((x) => x.key === key);
+    if (writes.length !== 1) return undefined;
+    return this.state.writtenAfter(key, minted.has(key));
   }
 
   private refusal(cmd: Command, seq: number, w: ReturnType<typeof toWireError>): Decision {

@@ -31,6 +31,10 @@ export class AppStateStore implements AppState {
   private readonly app: string;
   private readonly vault = new Map<string, VaultEntry | null>();
   private readonly resources = new Map<string, Resource | null>();
+  /** KV revision of each kept resource's last acknowledged write (0: none), as far as this actor knows it. */
+  private readonly revisions = new Map<string, number>();
+  /** Resources written by decided commands whose writes are not acknowledged yet. */
+  private readonly unacked = new Set<string>();
   /** Job definitions by key (`<app>.<job>`); null when deleted. */
   private readonly jobs = new Map<string, JobDefinition | null>();
   private appRecord: AppRecord | null | undefined;
@@ -44,6 +48,8 @@ export class AppStateStore implements AppState {
   clear(): void {
     this.vault.clear();
     this.resources.clear();
+    this.revisions.clear();
+    this.unacked.clear();
     this.jobs.clear();
     this.appRecord = undefined;
   }
@@ -54,16 +60,43 @@ export class AppStateStore implements AppState {
    * batch refused by the fence clears everything).
    */
   absorb(outbox: Outbox): void {
-    for (const r of outbox.resources) this.wroteResource(r.key, r.doc);
+    for (const r of outbox.resources) {
+      this.wroteResource(r.key, r.doc);
+      this.unacked.add(r.key);
+    }
     for (const v of outbox.vault) this.vault.set(v.key.slice(this.app.length + 1), v.entry);
     for (const a of outbox.apps) this.appRecord = a.record;
     for (const j of outbox.jobs ?? []) this.jobs.set(j.key, j.def);
   }
 
-  private wroteResource(key: string, doc: Resource | null): void {
+  /** The KV revisions a committed batch's writes got (their acknowledgements). */
+  acknowledged(revisions: ReadonlyMap<string, number>): void {
+    for (const [key, rev] of revisions) {
+      this.unacked.delete(key);
+      if (this.resources.has(key)) this.revisions.set(key, rev);
+    }
+  }
+
+  /**
+   * The KV revision after which a write of `key` decided now will land: the key's last
+   * acknowledged revision (0 for a key this turn minted), or undefined when it is not known
+   * (never read here, or written by a command whose write is not acknowledged yet).
+   */
+  writtenAfter(key: string, minted: boolean): number | undefined {
+    if (this.unacked.has(key)) return undefined;
+    if (minted) return 0;
+    return this.revisions.get(key);
+  }
+
+  private wroteResource(key: string, doc: Resource | null, revision?: number): void {
     this.resources.delete(key);
-    if (this.resources.size >= RESOURCES_KEPT) this.resources.delete(this.resources.keys().next().value!);
+    if (this.resources.size >= RESOURCES_KEPT) {
+      const oldest = this.resources.keys().next().value!;
+      this.resources.delete(oldest);
+      this.revisions.delete(oldest);
+    }
     this.resources.set(key, doc);
+    if (revision !== undefined) this.revisions.set(key, revision);
   }
 
   async getApp(): Promise<AppRecord | undefined> {
@@ -91,7 +124,8 @@ export class AppStateStore implements AppState {
     const e = await this.bus.kv.resources.get(key);
     const doc =
       e?.operation === "PUT" ? (check(ResourceSchema, e.json(), `resource ${id}`) as Resource) : null;
-    this.wroteResource(key, doc);
+    // a deleted key's revision is its delete marker's
+    this.wroteResource(key, doc, e?.revision ?? 0);
     return doc ?? undefined;
   }
 

@@ -140,21 +140,33 @@ export function emptyOutbox(commandId: string): Outbox {
   return { command_id: commandId, resources: [], vault: [], apps: [], events: [], logs: [], files: [] };
 }
 
+/** A handler's context as its actor holds it: also the keys of resources this turn created with new ids. */
+export interface TurnContext extends HandlerContext {
+  readonly minted: ReadonlySet<string>;
+}
+
 export function makeContext(
   base: Omit<
     HandlerContext,
     "emit" | "putResource" | "deleteResource" | "log" | "outbox" | "after" | "resource"
   >,
-): HandlerContext {
+): TurnContext {
   const outbox = emptyOutbox(base.cmd.id);
   const iso = base.now.toISOString();
+  const minted = new Set<string>();
   return {
     ...base,
     outbox,
+    minted,
     resource(type, status, fields = {}, previous) {
+      let id = previous?.id;
+      if (id === undefined) {
+        id = newResourceId(type);
+        minted.add(keys.resource(base.app, type, id));
+      }
       return {
         type,
-        id: previous?.id ?? newResourceId(type),
+        id,
         app_id: base.app,
         status,
         created_at: previous?.created_at ?? iso,

@@ -260,8 +260,25 @@ export class CommitLog {
     );
   }
 
-  /** The committed batch's writes, then what runs after them, then the answers. */
+  /**
+   * After the commit: the answers that need nothing more go out at once (a refusal, or a write whose
+   * resource a read index can take before its revision is known: `Decided.after`); then the batch's
+   * writes, sent together and acknowledged together; then side effects and long work; then the
+   * other answers, with their resources' revisions.
+   */
   private async apply(batch: Decided[], actors: Map<string, AppActor>): Promise<void> {
+    const late: number[] = [];
+    for (let i = 0; i < batch.length; i++) {
+      const d = batch[i]!;
+      if (!d.outbox) this.answer(d);
+      else if (d.after !== undefined && d.reply.body) {
+        const r = d.reply.body.resource;
+        const key = keys.resource(r.app_id, r.type, r.id);
+        d.reply.resource_after = d.after;
+        if (d.outbox.resources.some((x) => x.key === key && x.doc === null)) d.reply.resource_deleted = true;
+        this.answer(d);
+      } else late.push(i);
+    }
     const writes: Promise<unknown>[] = [];
     const revisions = batch.map((d) => {
       if (!d.outbox) return Promise.resolve(new Map<string, number>());
@@ -279,10 +296,11 @@ export class CommitLog {
       }
     }
     await Promise.all(writes);
+    for (let i = 0; i < batch.length; i++) actors.get(batch[i]!.app)?.state.acknowledged(await revisions[i]!);
     for (const d of batch) if (d.outbox) await runSideEffects(this.host, d.outbox);
     for (const d of batch)
       if (d.started) this.host.startTask(d.app, d.started.resource, d.started.spec, d.cmd);
-    for (let i = 0; i < batch.length; i++) {
+    for (const i of late) {
       const d = batch[i]!;
       const body = d.reply.body;
       if (body && d.outbox) {
@@ -292,9 +310,13 @@ export class CommitLog {
         if (rev !== undefined) d.reply.resource_revision = rev;
         if (d.outbox.resources.some((x) => x.key === key && x.doc === null)) d.reply.resource_deleted = true;
       }
-      if (d.cmd.gateway_id !== NO_GATEWAY)
-        this.host.bus.nc.publish(subjects.reply(d.cmd.gateway_id, d.cmd.id), encode(d.reply));
+      this.answer(d);
     }
+  }
+
+  private answer(d: Decided): void {
+    if (d.cmd.gateway_id !== NO_GATEWAY)
+      this.host.bus.nc.publish(subjects.reply(d.cmd.gateway_id, d.cmd.id), encode(d.reply));
   }
 
   /** Moves the offset on alone (nothing decided since): a new owner re-reads less, and the record sheds applied apps. */

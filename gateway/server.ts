@@ -67,13 +67,10 @@ function answerLearner(opts: GatewayOptions, log: (msg: string) => void) {
     if (!reply.ok || !reply.body) return;
     const r = reply.body.resource;
     try {
-      if (reply.resource_revision !== undefined) {
-        await index.applyResource(
-          keys.resource(r.app_id, r.type, r.id),
-          reply.resource_deleted ? null : r,
-          reply.resource_revision,
-        );
-      }
+      const key = keys.resource(r.app_id, r.type, r.id);
+      const doc = reply.resource_deleted ? null : r;
+      if (reply.resource_revision !== undefined) await index.applyResource(key, doc, reply.resource_revision);
+      else if (reply.resource_after !== undefined) await index.applyAnswer(key, doc, reply.resource_after);
       for (const ev of reply.body.events) await index.applyEvent(ev);
       if (r.type === "Application") {
         const e = await bus.kv.apps.get(keys.app(r.app_id));

@@ -66,6 +66,12 @@ export const ReplySchema = Type.Object({
   seq: Type.Optional(Type.Integer()),
   /** KV revision of the answered resource's write (lets a gateway's read index apply it at once). */
   resource_revision: Type.Optional(Type.Integer()),
+  /**
+   * Sent right after the commit, before the resource's write is acknowledged: the write comes after
+   * this KV revision of its key (0: a new key), and its own revision is not known yet. A read index
+   * keeps the answer until a later revision of the key arrives (docs/architecture.md).
+   */
+  resource_after: Type.Optional(Type.Integer()),
   /** The answered resource was deleted at that revision (unset-secret, a removed job). */
   resource_deleted: Type.Optional(Type.Boolean()),
 });

@@ -40,6 +40,13 @@ export interface Page<T> {
 interface StoredResource {
   rev: number;
   doc: Resource | null; // null = tombstone
+  /** An answer taken before its write's revision was known: it is newer than `rev`, older than any later revision. */
+  after?: true;
+}
+
+/** Where a stored state sits in its key's history: revision r at 2r, an answer written after r at 2r + 1. */
+function order(s: StoredResource): number {
+  return s.rev * 2 + (s.after ? 1 : 0);
 }
 
 const SEP = "\x00";
@@ -112,16 +119,32 @@ export class ReadIndex {
 
   /** Applies a resource document (or its deletion) at a KV revision. Older revisions are ignored. */
   applyResource(key: string, doc: Resource | null, rev: number): Promise<void> {
+    return this.store(key, { rev, doc });
+  }
+
+  /**
+   * Applies a command's answer that came before its write's KV revision was known (read your
+   * writes): the write landed after revision `after` of its key, so it replaces anything up to
+   * that revision and gives way to the next one, its own write's (or a later one).
+   */
+  applyAnswer(key: string, doc: Resource | null, after: number): Promise<void> {
+    return this.store(key, { rev: after, doc, after: true });
+  }
+
+  private store(key: string, stored: StoredResource): Promise<void> {
     const parsed = parseResourceKey(key);
     if (!parsed) return Promise.resolve();
+    const { doc } = stored;
     return this.serial(`r!${parsed.id}`, async () => {
       const existing = await this.stored(parsed.id, true);
-      if (existing && existing.rev >= rev) return;
+      if (existing && order(existing) >= order(stored)) return;
       const batch = this.db.batch();
-      if (existing?.doc) for (const k of resourceIndexKeys(existing.doc)) batch.del(k);
-      const stored: StoredResource = { rev, doc };
+      // an update keeps its index entries (same app, type, owner and id): only what changed is written
+      const before = existing?.doc ? resourceIndexKeys(existing.doc) : [];
+      const after = doc ? resourceIndexKeys(doc) : [];
+      for (const k of before) if (!after.includes(k)) batch.del(k);
       batch.put(`r!${parsed.id}`, JSON.stringify(stored));
-      if (doc) for (const k of resourceIndexKeys(doc)) batch.put(k, doc.id);
+      for (const k of after) if (!before.includes(k)) batch.put(k, parsed.id);
       await batch.write();
       this.cache(parsed.id, stored);
     });

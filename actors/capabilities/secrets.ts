@@ -1,5 +1,5 @@
 import { defineHandler, type HandlerContext } from "../context.js";
-import { PlatformError, newResourceId, keys, commandFieldAad, secretAad } from "../../proto/mod.js";
+import { PlatformError, keys, commandFieldAad, secretAad } from "../../proto/mod.js";
 
 async function requireApp(ctx: HandlerContext): Promise<void> {
   if (!(await ctx.state.getApp())) throw new PlatformError("unknown_app", `app ${ctx.app} does not exist`);
@@ -19,16 +19,17 @@ export const setSecret = defineHandler("set-secret", {
     const existing = await ctx.state.getVaultEntry(name);
     const iso = ctx.now.toISOString();
     const previous = existing ? await ctx.state.getResource("Secret", existing.resource_id) : undefined;
-    const id = existing?.resource_id ?? newResourceId("Secret");
     const version = (existing?.version ?? 0) + 1;
     const sealed = ctx.vault.seal(value, secretAad(ctx.app, name));
     value.fill(0);
+    // a first version gets a new id; later ones keep the Secret's
     const resource = ctx.resource(
       "Secret",
       "succeeded",
       { name, key_id: sealed.kid, version },
-      { id, created_at: previous?.created_at ?? iso },
+      existing ? { id: existing.resource_id, created_at: previous?.created_at ?? iso } : undefined,
     );
+    const id = resource.id;
     ctx.outbox.vault.push({
       key: keys.vault(ctx.app, name),
       entry: { sealed, resource_id: id, version, updated_at: iso },

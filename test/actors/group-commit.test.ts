@@ -9,7 +9,7 @@ import type { PlatformEvent } from "../../proto/events.js";
 import { partitionOf, STREAMS, subjects } from "../../proto/subjects.js";
 import { readStream } from "../../store/read-stream.js";
 import { clusterFor } from "../helpers/cluster.js";
-import { call, eventually } from "../helpers/infra.js";
+import { call, eventually, get } from "../helpers/infra.js";
 
 /** Apps whose names fall in one partition. */
 function appsOfOnePartition(n: number): string[] {
@@ -103,6 +103,57 @@ test("a partition receiving 300 commands for 30 apps at once commits them in far
   await eventually(async () => replies.size >= 300, 5000);
   const twice = [...replies.values()].filter((n) => n !== 1).length;
   t.is(twice, 0, "no command answered twice");
+});
+
+test("answers go out right after the commit: a set-secret's reply is on the bus before its resource's write, and a read on its gateway right after sees it", async (t) => {
+  const c = await clusterFor(t);
+  await c.addNode("early");
+  const app = `e${randomUUID().slice(0, 8)}`;
+  await eventually(async () => (await call(c.gw.controlUrl, "initialize-app", { name: app })).status === 200);
+
+  // replies and resource writes, in the order the server delivers them to one connection
+  const seen: { kind: "reply" | "write"; version: number; reply?: Record<string, unknown> }[] = [];
+  const onReply = c.bus.nc.subscribe("slipway.reply.>", {
+    callback: (_e, m) => {
+      const r = m.json<{ body?: { resource?: Resource } }>();
+      const doc = r.body?.resource;
+      if (doc?.app_id === app && doc.type === "Secret")
+        seen.push({ kind: "reply", version: doc.version as number, reply: r as Record<string, unknown> });
+    },
+  });
+  const onWrite = c.bus.nc.subscribe(`$KV.slipway_resources.${app}.Secret.>`, {
+    callback: (_e, m) => {
+      seen.push({ kind: "write", version: m.json<Resource>().version as number });
+    },
+  });
+  t.teardown(() => {
+    onReply.unsubscribe();
+    onWrite.unsubscribe();
+  });
+
+  let id = "";
+  for (let v = 1; v <= 10; v++) {
+    const r = await call(c.gw.controlUrl, "set-secret", { app, name: "EARLY", value: `v${v}` });
+    t.is(r.status, 200);
+    t.is(r.body.resource.version, v);
+    id = r.body.resource.id;
+    // read your writes on the answering gateway, before its index has the write's revision
+    const read = await get(c.gw.controlUrl, `/resources/Secret/${id}`);
+    t.is(read.body.version, v, `version ${v} read back at once`);
+  }
+  await eventually(async () => seen.filter((x) => x.kind === "write").length >= 10);
+  for (let v = 1; v <= 10; v++) {
+    const reply = seen.findIndex((x) => x.kind === "reply" && x.version === v);
+    const write = seen.findIndex((x) => x.kind === "write" && x.version === v);
+    t.true(reply >= 0 && write >= 0, `version ${v}: reply and write seen`);
+    t.true(reply < write, `version ${v}: answered before its write`);
+    const r = seen[reply]!.reply!;
+    t.is(typeof r.resource_after, "number", "the answer names the revision its write comes after");
+    t.is(r.resource_revision, undefined);
+  }
+  const unset = await call(c.gw.controlUrl, "unset-secret", { app, name: "EARLY" });
+  t.is(unset.status, 200);
+  t.is((await get(c.gw.controlUrl, `/resources/Secret/${id}`)).status, 404, "read your deletion at once");
 });
 
 test("a partition's record keeps an answer that repeats its outbox by reference, and reads it back whole", (t) => {
