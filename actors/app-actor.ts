@@ -40,6 +40,11 @@ import { workspaceFiles } from "./workspace-files.js";
 /** The internal command a node publishes when long work ends. */
 export const TASK_DONE = "_task_done";
 
+/** A command the platform sends itself (the end of long work, a tick's outcome), never a caller. */
+function isInternal(capability: string): boolean {
+  return capability === TASK_DONE || internalHandlerOf(capability) !== undefined;
+}
+
 export interface ActorHost extends OutboxHost {
   readonly bus: Bus;
   readonly nodeId: string;
@@ -230,6 +235,9 @@ export class AppActor {
     let d: Decision & { after?: number };
     try {
       d = await this.run(cmd, seq, ctx);
+      // a short command's log lines ride on its events (long work and internal commands: the logs stream)
+      if (d.outbox && d.outbox.logs.length > 0 && !d.started && !isInternal(cmd.capability))
+        d.outbox.fold_logs = true;
       const after = this.writtenAfter(d, ctx.minted);
       if (after !== undefined) d.after = after;
     } catch (e) {

@@ -16,7 +16,7 @@ import {
 } from "../proto/mod.js";
 import { type Bus, isCasConflict } from "../store/mod.js";
 import type { AppActor, Decided } from "./app-actor.js";
-import { type OutboxHost, reapplyOutboxes, runSideEffects, writeOutbox } from "./outbox.js";
+import { foldedLogs, type OutboxHost, reapplyOutboxes, runSideEffects, writeOutbox } from "./outbox.js";
 import type { TaskSpec } from "./tasks/types.js";
 
 /** What the commit log needs of its partition worker and node. */
@@ -270,6 +270,7 @@ export class CommitLog {
     const late: number[] = [];
     for (let i = 0; i < batch.length; i++) {
       const d = batch[i]!;
+      if (d.outbox?.fold_logs && d.reply.body) d.reply.logs = foldedLogs(d.outbox);
       if (!d.outbox) this.answer(d);
       else if (d.after !== undefined && d.reply.body) {
         const r = d.reply.body.resource;

@@ -3,7 +3,10 @@ import { dirname, join, resolve, sep } from "node:path";
 import {
   BUCKETS,
   encode,
+  type FoldedLog,
   keys,
+  LOG_HEADER,
+  type LogLine,
   type Outbox,
   PlatformError,
   type SideEffect,
@@ -47,14 +50,18 @@ export async function writeOutbox(host: OutboxHost, outbox: Outbox): Promise<Map
     jobs.push(
       a.record ? pub.kvPut(BUCKETS.apps, a.key, encode(a.record)) : pub.kvDelete(BUCKETS.apps, a.key),
     );
+  const { folded, streamed } = foldLogs(outbox);
   outbox.events.forEach((ev, i) => {
+    const lines = folded.get(i);
     jobs.push(
       pub.publish(subjects.event(ev.app_id, ev.resource_type, ev.type), encode(ev), {
         msgId: `${outbox.command_id}/${i}`,
+        ...(lines ? { headers: { [LOG_HEADER]: JSON.stringify(lines) } } : {}),
       }),
     );
   });
-  outbox.logs.forEach((l, i) => {
+  for (const i of streamed) {
+    const l = outbox.logs[i]!;
     jobs.push(
       appendLog(
         host.bus,
@@ -63,7 +70,7 @@ export async function writeOutbox(host: OutboxHost, outbox: Outbox): Promise<Map
         `${outbox.command_id}/log/${i}`,
       ),
     );
-  });
+  }
   for (const f of outbox.files) jobs.push(writeWorkspaceFile(host, f));
   for (const j of outbox.jobs ?? []) {
     jobs.push(
@@ -77,6 +84,31 @@ export async function writeOutbox(host: OutboxHost, outbox: Outbox): Promise<Map
   }
   await Promise.all(jobs);
   return revisions;
+}
+
+/**
+ * Where an outbox's log lines go: with `fold_logs`, each line rides on the first event of its
+ * resource (by the event's index); the others (and all without `fold_logs`) go to the logs stream,
+ * by their index in `logs` (their message ids). The same outbox always splits the same way, so a
+ * re-applied outbox writes nothing twice.
+ */
+export function foldLogs(outbox: Outbox): { folded: Map<number, LogLine[]>; streamed: number[] } {
+  const folded = new Map<number, LogLine[]>();
+  const streamed: number[] = [];
+  outbox.logs.forEach((l, i) => {
+    const e = outbox.fold_logs ? outbox.events.findIndex((ev) => ev.resource_id === l.resource_id) : -1;
+    if (e < 0) streamed.push(i);
+    else folded.set(e, [...(folded.get(e) ?? []), { ts: l.ts, stream: l.stream, line: l.line }]);
+  });
+  return { folded, streamed };
+}
+
+/** The lines an outbox folds into its events, as a reply carries them (a gateway's read index keeps them). */
+export function foldedLogs(outbox: Outbox): FoldedLog[] {
+  const out: FoldedLog[] = [];
+  for (const [i, lines] of foldLogs(outbox).folded)
+    for (const l of lines) out.push({ event_id: outbox.events[i]!.id, ...l });
+  return out;
 }
 
 /** Carries out an outbox's side effects: only once the commit's writes are in (a refused batch changed nothing). */

@@ -131,8 +131,18 @@ async function logRoute(d: ReadDeps, req: Req, res: Res, principal: Principal, i
     return !cur || TERMINAL.has(cur.status);
   };
   try {
-    for await (const line of readLog(d.bus, id, { follow, done, signal: ac.signal }))
+    // lines of short commands ride on their events (the index has them); the others are on the logs
+    // stream: merged by time
+    const folded = await d.index.foldedLogs(id);
+    let shown = 0;
+    for await (const line of readLog(d.bus, id, { follow, done, signal: ac.signal })) {
+      while (shown < folded.length && folded[shown]!.ts <= line.ts)
+        res.write(formatLogLine(folded[shown++]!));
       res.write(formatLogLine(line));
+    }
+    // and those that came while a follow ran (a dev server stopped, say)
+    const all = follow ? await d.index.foldedLogs(id) : folded;
+    for (const l of all.slice(shown)) res.write(formatLogLine(l));
   } catch (e) {
     d.guard.log(`${d.guard.name}: ${req.requestId}: log of ${id} ended early: ${String(e)}`);
   } finally {

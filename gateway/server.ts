@@ -71,7 +71,11 @@ function answerLearner(opts: GatewayOptions, log: (msg: string) => void) {
       const doc = reply.resource_deleted ? null : r;
       if (reply.resource_revision !== undefined) await index.applyResource(key, doc, reply.resource_revision);
       else if (reply.resource_after !== undefined) await index.applyAnswer(key, doc, reply.resource_after);
-      for (const ev of reply.body.events) await index.applyEvent(ev);
+      for (const ev of reply.body.events)
+        await index.applyEvent(
+          ev,
+          (reply.logs ?? []).filter((l) => l.event_id === ev.id).map(({ event_id: _, ...l }) => l),
+        );
       if (r.type === "Application") {
         const e = await bus.kv.apps.get(keys.app(r.app_id));
         if (e && e.operation === "PUT") apps.put(check(AppRecordSchema, e.json(), "app record"));

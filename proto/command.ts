@@ -2,6 +2,7 @@ import Type, { type Static } from "typebox";
 import { ActorSchema, PlatformEventSchema } from "./events.js";
 import { ResourceSchema } from "./resources.js";
 import { WireErrorSchema } from "./errors.js";
+import { FoldedLogSchema } from "./logs.js";
 
 /** A value sealed with the vault (AES-256-GCM). */
 export const SealedSchema = Type.Object({
@@ -74,5 +75,7 @@ export const ReplySchema = Type.Object({
   resource_after: Type.Optional(Type.Integer()),
   /** The answered resource was deleted at that revision (unset-secret, a removed job). */
   resource_deleted: Type.Optional(Type.Boolean()),
+  /** Log lines the command folded into its events (a read index keeps them with the events). */
+  logs: Type.Optional(Type.Array(FoldedLogSchema)),
 });
 export type Reply = Static<typeof ReplySchema>;

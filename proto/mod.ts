@@ -15,6 +15,7 @@ export { FORMATS, appUrl, isAppPath, isHttpUrl, OriginEscapeError } from "./form
 export { APP_NAME_PATTERN, isAppName, JOB_NAME_PATTERN, SECRET_NAME_PATTERN } from "./fields.js";
 export * from "./ids.js";
 export * from "./inputs.js";
+export * from "./logs.js";
 export * from "./names.js";
 export * from "./records.js";
 export { refineInput } from "./refine.js";

@@ -1,5 +1,6 @@
 import Type, { type Static } from "typebox";
 import { ReplySchema, SealedSchema } from "./command.js";
+import { LogLineSchema } from "./logs.js";
 import { ActorSchema, PlatformEventSchema } from "./events.js";
 import { ResourceSchema } from "./resources.js";
 
@@ -132,14 +133,13 @@ export const OutboxSchema = Type.Object({
   vault: Type.Array(Type.Object({ key: Type.String(), entry: Type.Union([VaultEntrySchema, Type.Null()]) })),
   apps: Type.Array(Type.Object({ key: Type.String(), record: Type.Union([AppRecordSchema, Type.Null()]) })),
   events: Type.Array(PlatformEventSchema),
-  logs: Type.Array(
-    Type.Object({
-      resource_id: Type.String(),
-      ts: Type.String(),
-      stream: Type.String(),
-      line: Type.String(),
-    }),
-  ),
+  logs: Type.Array(Type.Object({ resource_id: Type.String(), ...LogLineSchema.properties })),
+  /**
+   * A short command's outbox (no long work, not internal): each log line rides on the first event
+   * of its resource (header `Slipway-Logs`) instead of the logs stream; lines of a resource without
+   * an event here still go to the stream.
+   */
+  fold_logs: Type.Optional(Type.Boolean()),
   files: Type.Array(OutboxFileSchema),
   /** Job definitions (`slipway_jobs`); null deletes the definition and its run state. */
   jobs: Type.Optional(

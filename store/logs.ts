@@ -1,15 +1,6 @@
 import type { Bus } from "./bus.js";
-import { STREAMS, subjects } from "../proto/mod.js";
+import { type LogLine, STREAMS, subjects } from "../proto/mod.js";
 import { readStream } from "./read-stream.js";
-
-/** One log line of a resource (stream SLIPWAY_LOGS). */
-export interface LogLine {
-  /** ISO 8601 UTC. */
-  ts: string;
-  /** stdout, stderr or platform. */
-  stream: string;
-  line: string;
-}
 
 /** Appends a line to a resource's log; `msgId` makes a replay harmless. */
 export async function appendLog(bus: Bus, resourceId: string, line: LogLine, msgId?: string): Promise<void> {

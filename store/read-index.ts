@@ -4,6 +4,9 @@ import type { Bus } from "./bus.js";
 import {
   check,
   CodecError,
+  LOG_HEADER,
+  type LogLine,
+  LogLinesSchema,
   PlatformEventSchema,
   type PlatformEvent,
   ResourceSchema,
@@ -167,7 +170,8 @@ export class ReadIndex {
     return s;
   }
 
-  applyEvent(ev: PlatformEvent): Promise<void> {
+  /** Indexes an event, with the log lines of its resource that ride on it (`LOG_HEADER`). */
+  applyEvent(ev: PlatformEvent, lines: readonly LogLine[] = []): Promise<void> {
     return this.serial(`e!${ev.id}`, async () => {
       if (this.seenEvents.has(ev.id)) return;
       this.seenEvents.add(ev.id);
@@ -175,8 +179,21 @@ export class ReadIndex {
       const batch = this.db.batch();
       batch.put(`e!${ev.id}`, JSON.stringify(ev));
       for (const k of eventIndexKeys(ev)) batch.put(k, ev.id);
+      const s = sortKey(ev.id);
+      lines.forEach((l, i) => {
+        batch.put(`l!${ev.resource_id}!${s}${SEP}${String(i).padStart(4, "0")}`, JSON.stringify(l));
+      });
       await batch.write();
     });
+  }
+
+  /** The log lines of a resource that rode on its events, oldest first. */
+  async foldedLogs(resourceId: string): Promise<LogLine[]> {
+    const out: LogLine[] = [];
+    const prefix = `l!${resourceId}!`;
+    for await (const v of this.db.values({ gte: prefix, lt: `${prefix}\xff` }))
+      out.push(JSON.parse(v) as LogLine);
+    return out;
   }
 
   async getResource(id: string): Promise<Resource | undefined> {
@@ -304,7 +321,11 @@ export class ReadIndex {
         if (this.stopped) break;
         try {
           const ev = check(PlatformEventSchema, m.json(), `event seq ${m.seq}`);
-          await this.applyEvent(ev);
+          const folded = m.headers?.get(LOG_HEADER);
+          await this.applyEvent(
+            ev,
+            folded ? check(LogLinesSchema, JSON.parse(folded), `log lines of event seq ${m.seq}`) : [],
+          );
         } catch (err) {
           log(`read index: skipped event seq ${m.seq}: ${String(err)}`);
         }

@@ -9,7 +9,7 @@ import type { PlatformEvent } from "../../proto/events.js";
 import { partitionOf, STREAMS, subjects } from "../../proto/subjects.js";
 import { readStream } from "../../store/read-stream.js";
 import { clusterFor } from "../helpers/cluster.js";
-import { call, eventually, get } from "../helpers/infra.js";
+import { call, eventually, get, startTestPlatform } from "../helpers/infra.js";
 
 /** Apps whose names fall in one partition. */
 function appsOfOnePartition(n: number): string[] {
@@ -123,7 +123,7 @@ test("answers go out right after the commit: a set-secret's reply is on the bus 
   });
   const onWrite = c.bus.nc.subscribe(`$KV.slipway_resources.${app}.Secret.>`, {
     callback: (_e, m) => {
-      seen.push({ kind: "write", version: m.json<Resource>().version as number });
+      if (m.data.length > 0) seen.push({ kind: "write", version: m.json<Resource>().version as number });
     },
   });
   t.teardown(() => {
@@ -154,6 +154,47 @@ test("answers go out right after the commit: a set-secret's reply is on the bus 
   const unset = await call(c.gw.controlUrl, "unset-secret", { app, name: "EARLY" });
   t.is(unset.status, 200);
   t.is((await get(c.gw.controlUrl, `/resources/Secret/${id}`)).status, 404, "read your deletion at once");
+});
+
+test("a set-secret update is five JetStream writes (command, commit, resource, vault, event): its log line rides on its event and every gateway shows it", async (t) => {
+  const c = await clusterFor(t);
+  await c.addNode("ops");
+  const app = `o${randomUUID().slice(0, 8)}`;
+  await eventually(async () => (await call(c.gw.controlUrl, "initialize-app", { name: app })).status === 200);
+  t.is((await call(c.gw.controlUrl, "set-secret", { app, name: "OPS", value: "one" })).status, 200);
+
+  // every JetStream write the next set-secret causes, by stream (the observer sees each publish)
+  const writes = new Map<string, number>();
+  const count = (what: string) => () => {
+    writes.set(what, (writes.get(what) ?? 0) + 1);
+  };
+  const subs = [
+    c.bus.nc.subscribe(subjects.commandsAll, { callback: count("command") }),
+    c.bus.nc.subscribe("$KV.slipway_actors.>", { callback: count("commit") }),
+    c.bus.nc.subscribe("$KV.slipway_resources.>", { callback: count("resource") }),
+    c.bus.nc.subscribe("$KV.slipway_vault.>", { callback: count("vault") }),
+    c.bus.nc.subscribe(subjects.eventsAll, { callback: count("event") }),
+    c.bus.nc.subscribe(subjects.logsAll, { callback: count("log") }),
+  ];
+  t.teardown(() => {
+    for (const s of subs) s.unsubscribe();
+  });
+  await c.bus.nc.flush();
+  const r = await call(c.gw.controlUrl, "set-secret", { app, name: "OPS", value: "two" });
+  t.is(r.status, 200);
+  await eventually(async () => (writes.get("event") ?? 0) >= 1);
+  await new Promise((ok) => setTimeout(ok, 300)); // anything written late would show up meanwhile
+  t.deepEqual(Object.fromEntries(writes), { command: 1, commit: 1, resource: 1, vault: 1, event: 1 });
+
+  // the line is read back with the Secret's log, on this gateway (from the answer) and on another
+  // (from the event's header)
+  const id = r.body.resource.id as string;
+  const here = await get(c.gw.controlUrl, `/logs/${id}`);
+  t.regex(here.text, /sealed OPS \(version 1, key [^)]+\)\n.*sealed OPS \(version 2, key [^)]+\)/s);
+  const other = await startTestPlatform(c.nats.url, { role: "gateway", plane: "control" });
+  t.teardown(() => other.close());
+  await eventually(async () => (await get(other.controlUrl, `/logs/${id}`)).text.includes("version 2"));
+  t.is((await get(other.controlUrl, `/logs/${id}`)).text, here.text);
 });
 
 test("a partition's record keeps an answer that repeats its outbox by reference, and reads it back whole", (t) => {
