@@ -91,6 +91,8 @@ const TARGETS = {
   readsPerS: 20000,
   readsOverUws: 0.4,
   upRssMiB: 250,
+  jsOpsPerWrite: 3,
+  loopUsPerWrite: 200,
 };
 
 const asJson = process.argv.includes("--json");
@@ -730,6 +732,20 @@ function targetsOf(p: PhaseResults, writesOverRaw: number, readsOverUws: number)
       target: `>= ${pc(TARGETS.writesOverRaw)}`,
       value: pc(writesOverRaw),
       met: writesOverRaw >= TARGETS.writesOverRaw,
+    },
+    {
+      // every message the platform's connections send per write is a JetStream operation but the
+      // one reply to the gateway (core NATS)
+      what: "JetStream operations per write (max rate)",
+      target: `<= ${TARGETS.jsOpsPerWrite}`,
+      value: `${f2(max.bus.outMsgsPerWrite - 1)}`,
+      met: max.bus.outMsgsPerWrite - 1 <= TARGETS.jsOpsPerWrite,
+    },
+    {
+      what: "platform loop time per write (max rate)",
+      target: `<= ${TARGETS.loopUsPerWrite} µs`,
+      value: `${f0(max.loopMsPerWrite * 1000)} µs`,
+      met: max.loopMsPerWrite * 1000 <= TARGETS.loopUsPerWrite,
     },
     {
       what: "GET /resources/<type>/<id>",
