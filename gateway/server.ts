@@ -69,13 +69,20 @@ function answerLearner(opts: GatewayOptions, log: (msg: string) => void) {
     try {
       const key = keys.resource(r.app_id, r.type, r.id);
       const doc = reply.resource_deleted ? null : r;
-      if (reply.resource_revision !== undefined) await index.applyResource(key, doc, reply.resource_revision);
-      else if (reply.resource_after !== undefined) await index.applyAnswer(key, doc, reply.resource_after);
-      for (const ev of reply.body.events)
-        await index.applyEvent(
-          ev,
-          (reply.logs ?? []).filter((l) => l.event_id === ev.id).map(({ event_id: _, ...l }) => l),
-        );
+      // the resource and the events side by side (different keys of the index)
+      await Promise.all([
+        reply.resource_revision !== undefined
+          ? index.applyResource(key, doc, reply.resource_revision)
+          : reply.resource_after !== undefined
+            ? index.applyAnswer(key, doc, reply.resource_after)
+            : undefined,
+        ...reply.body.events.map((ev) =>
+          index.applyEvent(
+            ev,
+            (reply.logs ?? []).filter((l) => l.event_id === ev.id).map(({ event_id: _, ...l }) => l),
+          ),
+        ),
+      ]);
       if (r.type === "Application") {
         const e = await bus.kv.apps.get(keys.app(r.app_id));
         if (e && e.operation === "PUT") apps.put(check(AppRecordSchema, e.json(), "app record"));

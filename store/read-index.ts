@@ -47,6 +47,11 @@ interface StoredResource {
   after?: true;
 }
 
+/** True when a watched entry's JSON (null: a deletion) is the document held. */
+function sameDoc(held: Resource | null, raw: string | null): boolean {
+  return raw === null ? held === null : held !== null && JSON.stringify(held) === raw;
+}
+
 /** Where a stored state sits in its key's history: revision r at 2r, an answer written after r at 2r + 1. */
 function order(s: StoredResource): number {
   return s.rev * 2 + (s.after ? 1 : 0);
@@ -88,6 +93,9 @@ export class ReadIndex {
   private readonly chains = new Map<string, Promise<unknown>>();
   /** Recent resource states by id (a read needs no LevelDB get when it hits). Bounded. */
   private readonly docs = new Map<string, StoredResource>();
+  /** The feeds' positions last saved, and the timer that saves them. */
+  private saved = { rev: 0, seq: 0 };
+  private positionTimer: NodeJS.Timeout | undefined;
   /** Recently indexed event ids: an event arrives twice (the answer, then the feed). */
   private readonly seenEvents = new Set<string>();
 
@@ -126,6 +134,16 @@ export class ReadIndex {
   }
 
   /**
+   * Applies an entry of the resources bucket's watch: its JSON (null: a deletion) is parsed and
+   * checked only when the index does not hold it already. The write an early answer announced is
+   * already held: only its revision is learned (in memory; the stored entry stays "after r", which
+   * orders the same against every revision of the key but r).
+   */
+  applyWatched(key: string, raw: string | null, rev: number): Promise<void> {
+    return this.store(key, { rev, raw });
+  }
+
+  /**
    * Applies a command's answer that came before its write's KV revision was known (read your
    * writes): the write landed after revision `after` of its key, so it replaces anything up to
    * that revision and gives way to the next one, its own write's (or a later one).
@@ -134,13 +152,28 @@ export class ReadIndex {
     return this.store(key, { rev: after, doc, after: true });
   }
 
-  private store(key: string, stored: StoredResource): Promise<void> {
+  private store(
+    key: string,
+    incoming: { rev: number; after?: true } & ({ doc: Resource | null } | { raw: string | null }),
+  ): Promise<void> {
     const parsed = parseResourceKey(key);
     if (!parsed) return Promise.resolve();
-    const { doc } = stored;
     return this.serial(`r!${parsed.id}`, async () => {
       const existing = await this.stored(parsed.id, true);
-      if (existing && order(existing) >= order(stored)) return;
+      const at: StoredResource = { rev: incoming.rev, doc: null, ...(incoming.after ? { after: true } : {}) };
+      if (existing && order(existing) >= order(at)) return;
+      let doc: Resource | null;
+      if ("raw" in incoming) {
+        if (existing?.after && sameDoc(existing.doc, incoming.raw)) {
+          this.cache(parsed.id, { rev: incoming.rev, doc: existing.doc });
+          return;
+        }
+        doc =
+          incoming.raw === null
+            ? null
+            : (check(ResourceSchema, JSON.parse(incoming.raw), `resource ${key}`) as Resource);
+      } else doc = incoming.doc;
+      const stored: StoredResource = { ...at, doc };
       const batch = this.db.batch();
       // an update keeps its index entries (same app, type, owner and id): only what changed is written
       const before = existing?.doc ? resourceIndexKeys(existing.doc) : [];
@@ -265,6 +298,12 @@ export class ReadIndex {
   async follow(bus: Bus, log: (msg: string) => void = () => {}): Promise<void> {
     this.resourcesRev = Number((await this.db.get("meta!resources_rev")) ?? 0);
     this.eventsSeq = Number((await this.db.get("meta!events_seq")) ?? 0);
+    this.saved = { rev: this.resourcesRev, seq: this.eventsSeq };
+    // a restart re-reads at most about a second of the feeds (applying them again changes nothing)
+    this.positionTimer = setInterval(() => {
+      this.savePositions().catch((e) => log(`read index: positions not saved: ${String(e)}`));
+    }, 1000);
+    this.positionTimer.unref();
     await this.followResources(bus, log);
     await this.followEvents(bus, log);
   }
@@ -280,26 +319,16 @@ export class ReadIndex {
     });
     this.stops.push(() => w.stop());
     (async () => {
-      let sinceSave = 0;
       for await (const e of w) {
         if (this.stopped) break;
         try {
-          if (e.operation === "PUT") {
-            const doc = check(ResourceSchema, e.json(), `resource ${e.key}`) as Resource;
-            await this.applyResource(e.key, doc, e.revision);
-          } else {
-            await this.applyResource(e.key, null, e.revision);
-          }
+          await this.applyWatched(e.key, e.operation === "PUT" ? e.string() : null, e.revision);
         } catch (err) {
           log(
             `read index: skipped resource ${e.key}: ${err instanceof CodecError ? err.message : String(err)}`,
           );
         }
         this.resourcesRev = e.revision;
-        if (++sinceSave >= 50 || e.delta === 0) {
-          sinceSave = 0;
-          await this.db.put("meta!resources_rev", String(this.resourcesRev));
-        }
         if (e.revision >= target) this.initialResources = true;
       }
     })().catch((err) => log(`read index: resource watch ended: ${String(err)}`));
@@ -316,36 +345,48 @@ export class ReadIndex {
     const msgs = await consumer.consume({ max_messages: 512 });
     this.stops.push(() => void msgs.stop());
     (async () => {
-      let sinceSave = 0;
       for await (const m of msgs) {
         if (this.stopped) break;
         try {
-          const ev = check(PlatformEventSchema, m.json(), `event seq ${m.seq}`);
-          const folded = m.headers?.get(LOG_HEADER);
-          await this.applyEvent(
-            ev,
-            folded ? check(LogLinesSchema, JSON.parse(folded), `log lines of event seq ${m.seq}`) : [],
-          );
+          const raw = m.json<{ id?: unknown }>();
+          // an event this index took from an answer comes back on the feed: nothing more to do
+          const known = typeof raw.id === "string" && this.seenEvents.has(raw.id);
+          const ev = known ? undefined : check(PlatformEventSchema, raw, `event seq ${m.seq}`);
+          if (ev) {
+            const folded = m.headers?.get(LOG_HEADER);
+            await this.applyEvent(
+              ev,
+              folded ? check(LogLinesSchema, JSON.parse(folded), `log lines of event seq ${m.seq}`) : [],
+            );
+          }
         } catch (err) {
           log(`read index: skipped event seq ${m.seq}: ${String(err)}`);
         }
         this.eventsSeq = m.seq;
-        if (++sinceSave >= 50 || m.info.pending === 0) {
-          sinceSave = 0;
-          await this.db.put("meta!events_seq", String(this.eventsSeq));
-        }
         if (m.seq >= target) this.initialEvents = true;
       }
     })().catch((err) => log(`read index: event consumer ended: ${String(err)}`));
   }
 
+  /** Saves the feeds' positions when they moved (once a second while following, and at close). */
+  private async savePositions(): Promise<void> {
+    const rev = this.resourcesRev;
+    const seq = this.eventsSeq;
+    if (rev === this.saved.rev && seq === this.saved.seq) return;
+    await this.db.batch([
+      { type: "put", key: "meta!resources_rev", value: String(rev) },
+      { type: "put", key: "meta!events_seq", value: String(seq) },
+    ]);
+    this.saved = { rev, seq };
+  }
+
   async close(): Promise<void> {
     this.stopped = true;
+    if (this.positionTimer) clearInterval(this.positionTimer);
     for (const s of this.stops) s();
     await Promise.all(this.chains.values());
     try {
-      await this.db.put("meta!resources_rev", String(this.resourcesRev));
-      await this.db.put("meta!events_seq", String(this.eventsSeq));
+      await this.savePositions();
     } catch {
       /* closing */
     }
