@@ -12,12 +12,7 @@ export type LogLine = Static<typeof LogLineSchema>;
 export const LogLinesSchema = Type.Array(LogLineSchema);
 
 /** A log line that rides on an event of its resource (in a reply: which event). */
-export const FoldedLogSchema = Type.Object({
-  event_id: Type.String(),
-  ts: Type.String(),
-  stream: Type.String(),
-  line: Type.String(),
-});
+export const FoldedLogSchema = Type.Object({ event_id: Type.String(), ...LogLineSchema.properties });
 export type FoldedLog = Static<typeof FoldedLogSchema>;
 
 /**
