@@ -1,5 +1,6 @@
 import {
   type AppRecord,
+  BUCKETS,
   AppRecordSchema,
   check,
   type JobDefinition,
@@ -14,7 +15,7 @@ import {
   type VaultEntry,
   VaultEntrySchema,
 } from "../proto/mod.js";
-import { type Bus, readStream } from "../store/mod.js";
+import { type Bus, kvKeys, readStream } from "../store/mod.js";
 import type { AppState } from "./context.js";
 
 /** Most resources an actor keeps in memory. */
@@ -132,7 +133,7 @@ export class AppStateStore implements AppState {
   async listResources(type?: string): Promise<Resource[]> {
     const prefix = type ? `${this.app}.${type}.` : `${this.app}.`;
     const ks = new Set<string>();
-    for await (const k of await this.bus.kv.resources.keys(keys.resourcesOf(this.app, type))) ks.add(k);
+    for (const k of await kvKeys(this.bus, BUCKETS.resources, keys.resourcesOf(this.app, type))) ks.add(k);
     for (const k of this.resources.keys()) if (k.startsWith(prefix)) ks.add(k);
     const out: Resource[] = [];
     for (const k of ks) {
@@ -149,7 +150,7 @@ export class AppStateStore implements AppState {
 
   async listVaultNames(): Promise<string[]> {
     const names = new Set<string>();
-    for await (const k of await this.bus.kv.vault.keys(keys.vaultOf(this.app)))
+    for (const k of await kvKeys(this.bus, BUCKETS.vault, keys.vaultOf(this.app)))
       names.add(k.slice(this.app.length + 1));
     for (const [name, entry] of this.vault) {
       if (entry) names.add(name);
@@ -173,7 +174,7 @@ export class AppStateStore implements AppState {
   async countJobs(): Promise<number> {
     // definitions (`<app>.<job>`), not run states (`<app>.<job>.state`)
     const ks = new Set<string>();
-    for await (const k of await this.bus.kv.jobs.keys(keys.jobsOf(this.app))) ks.add(k);
+    for (const k of await kvKeys(this.bus, BUCKETS.jobs, keys.jobsOf(this.app))) ks.add(k);
     for (const [k, def] of this.jobs) {
       if (def) ks.add(k);
       else ks.delete(k);

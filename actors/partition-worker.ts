@@ -1,6 +1,15 @@
 import { DeliverPolicy } from "@nats-io/jetstream";
-import { type Command, CommandSchema, check, keys, partitionOf, STREAMS, subjects } from "../proto/mod.js";
-import { type Bus, isTransientBusError, type Vault } from "../store/mod.js";
+import {
+  BUCKETS,
+  type Command,
+  CommandSchema,
+  check,
+  keys,
+  partitionOf,
+  STREAMS,
+  subjects,
+} from "../proto/mod.js";
+import { type Bus, isTransientBusError, kvKeys, type Vault } from "../store/mod.js";
 import { type ActorHost, AppActor, type Decided } from "./app-actor.js";
 import type { PlatformUrls } from "./context.js";
 import type { Facts } from "./facts/types.js";
@@ -291,7 +300,7 @@ export class PartitionWorker {
       for (const [app, e] of Object.entries(this.log.record.apps))
         if (e.tasks && e.tasks.length > 0) this.recoveries.add(app);
       // apps still under the per-app records of an older version
-      for await (const k of await this.node.bus.kv.actors.keys()) {
+      for (const k of await kvKeys(this.node.bus, BUCKETS.actors, ">")) {
         if (keys.isPartitionRecord(k) || partitionOf(k) !== this.partition) continue;
         const e = await this.node.bus.kv.actors.get(keys.actor(k));
         const tasks = e && e.operation === "PUT" ? (e.json<{ tasks?: unknown[] }>().tasks ?? []) : [];

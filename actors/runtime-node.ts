@@ -1,6 +1,14 @@
 import { randomBytes } from "node:crypto";
-import type { Bus, Vault } from "../store/mod.js";
-import { type Command, keys, LEASE_TTL_MS, parseLeaseKey, PARTITIONS, partitionOf } from "../proto/mod.js";
+import { type Bus, kvKeys, type Vault } from "../store/mod.js";
+import {
+  BUCKETS,
+  type Command,
+  keys,
+  LEASE_TTL_MS,
+  parseLeaseKey,
+  PARTITIONS,
+  partitionOf,
+} from "../proto/mod.js";
 import { handlerOf } from "./handlers.js";
 import type { PlatformUrls } from "./context.js";
 import { gatherFacts } from "./facts/gather.js";
@@ -153,7 +161,7 @@ export class RuntimeNode implements WorkerHost {
     const nodes = new Set<string>();
     const held = new Set<number>();
     if (stale()) return;
-    for await (const k of await kv.keys()) {
+    for (const k of await kvKeys(this.bus, BUCKETS.leases, ">")) {
       const lease = parseLeaseKey(k);
       if (lease?.kind === "node") nodes.add(lease.node);
       else if (lease?.kind === "partition") held.add(lease.partition);

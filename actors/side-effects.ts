@@ -1,6 +1,6 @@
 import { ContainerRuntime, Masker } from "../effects/mod.js";
-import { appendLog, type Bus } from "../store/mod.js";
-import { check, secretAad, VaultEntrySchema, type SideEffect, keys } from "../proto/mod.js";
+import { appendLog, type Bus, kvKeys } from "../store/mod.js";
+import { BUCKETS, check, secretAad, VaultEntrySchema, type SideEffect, keys } from "../proto/mod.js";
 import type { Sealer } from "./sealer.js";
 
 /**
@@ -79,7 +79,7 @@ export class SideEffectRunner {
   /** A masker of the app's vault values (read from the vault bucket, opened in memory only). */
   private async masker(app: string): Promise<Masker> {
     const values: string[] = [];
-    for await (const k of await this.bus.kv.vault.keys(keys.vaultOf(app))) {
+    for (const k of await kvKeys(this.bus, BUCKETS.vault, keys.vaultOf(app))) {
       const entry = await this.bus.kv.vault.get(k);
       if (entry?.operation !== "PUT") continue;
       const v = check(VaultEntrySchema, entry.json(), `vault ${k}`);

@@ -6,6 +6,7 @@
 export * from "./bus.js";
 export * from "./bus-errors.js";
 export * from "./embedded-nats.js";
+export * from "./kv-keys.js";
 export * from "./logs.js";
 export * from "./publisher.js";
 export * from "./read-index.js";

@@ -1,5 +1,6 @@
 import type { Bus } from "./bus.js";
-import { check, encode, AppRecordSchema, VaultEntrySchema } from "../proto/mod.js";
+import { kvKeys } from "./kv-keys.js";
+import { BUCKETS, check, encode, AppRecordSchema, VaultEntrySchema } from "../proto/mod.js";
 import { secretAad, serviceKeyAad, type Vault, VaultTamperedError } from "./vault.js";
 
 export interface RotateReport {
@@ -16,7 +17,7 @@ export interface RotateReport {
 export async function resealAll(bus: Bus, vault: Vault): Promise<RotateReport> {
   const report: RotateReport = { resealed: 0, already_current: 0, tampered: [] };
   const names: string[] = [];
-  for await (const k of await bus.kv.vault.keys()) names.push(k);
+  names.push(...(await kvKeys(bus, BUCKETS.vault, ">")));
   for (const key of names) {
     const e = await bus.kv.vault.get(key);
     if (e?.operation !== "PUT") continue;
@@ -48,7 +49,7 @@ export async function resealAll(bus: Bus, vault: Vault): Promise<RotateReport> {
   }
   // the apps' service keys
   const apps: string[] = [];
-  for await (const k of await bus.kv.apps.keys()) apps.push(k);
+  apps.push(...(await kvKeys(bus, BUCKETS.apps, ">")));
   for (const key of apps) {
     const e = await bus.kv.apps.get(key);
     if (e?.operation !== "PUT") continue;

@@ -37,6 +37,7 @@ test("disabled jobs do not tick; removed jobs emit JobUnscheduled, leave the lis
     target_path: "/cron/gone",
     every: "1s",
   });
+  t.is(r.status, 200, JSON.stringify(r.body));
   await eventually(async () => hitsOf(target, "/cron/gone").length >= 1, 5000);
   const rm = await call(p.controlUrl, "schedule-job", { app, name: "gone", remove: true });
   t.is(rm.status, 200);
