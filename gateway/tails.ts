@@ -1,5 +1,5 @@
 import type { TemplatedApp, WebSocket } from "uWebSockets.js";
-import { DeliverPolicy } from "@nats-io/jetstream";
+import { AckPolicy, type Consumer, DeliverPolicy } from "@nats-io/jetstream";
 import type { Bus } from "../store/mod.js";
 import {
   check,
@@ -82,31 +82,44 @@ export function feedFilters(
 }
 
 /**
- * Seconds of no pull interest after which the server drops a tail's consumer:
- * a running tail always has a pull waiting, so only one whose delete was lost
- * (a close racing its creation under load) is reaped by it.
+ * Milliseconds of no pull interest after which the server drops a tail's
+ * consumer: a running tail always has a pull waiting, so this only reaps one
+ * whose process died before it could delete it.
  */
 const FEED_INACTIVE_MS = 5000;
 
 /**
- * Opens an ordered consumer on the events stream and hands each matching
- * event to `onEvent`. The returned function stops it and deletes the consumer
- * on the server at once (an abandoned one would linger for 5 minutes; one
- * whose delete is lost goes after FEED_INACTIVE_MS).
+ * Opens a consumer of the events stream and hands each matching event to
+ * `onEvent`. The consumer is made under a name of ours (not an ordered
+ * consumer, which names and re-creates its server-side consumer itself: a
+ * close racing a re-creation left one behind for the length of a pull), so
+ * the returned function stops it and deletes exactly that one.
  */
 export async function openFeed(
   bus: Bus,
   filters: FeedFilters,
   onEvent: (ev: PlatformEvent, seq: number) => void,
 ): Promise<() => void> {
-  const consumer = await bus.js.consumers.get(STREAMS.events, {
-    ...(filters.app ? { filter_subjects: subjects.eventsOfApp(filters.app) } : {}),
+  const name = `tail_${newId("c").slice(2)}`;
+  await bus.jsm.consumers.add(STREAMS.events, {
+    name,
+    ack_policy: AckPolicy.None,
+    ...(filters.app ? { filter_subject: subjects.eventsOfApp(filters.app) } : {}),
     ...(filters.fromSeq
       ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: filters.fromSeq }
       : { deliver_policy: DeliverPolicy.New }),
-    inactive_threshold: FEED_INACTIVE_MS,
+    inactive_threshold: FEED_INACTIVE_MS * 1_000_000,
+    mem_storage: true,
   });
-  const msgs = await consumer.consume({ max_messages: 256 });
+  const drop = () => bus.jsm.consumers.delete(STREAMS.events, name).catch(() => false);
+  let msgs: Awaited<ReturnType<Consumer["consume"]>>;
+  try {
+    const consumer = await bus.js.consumers.get(STREAMS.events, name);
+    msgs = await consumer.consume({ max_messages: 256 });
+  } catch (e) {
+    void drop();
+    throw e;
+  }
   (async () => {
     for await (const m of msgs) {
       let ev: PlatformEvent;
@@ -124,7 +137,7 @@ export async function openFeed(
     if (stopped) return;
     stopped = true;
     msgs.stop();
-    consumer.delete().catch(() => {});
+    void drop();
   };
 }
 
