@@ -20,6 +20,7 @@ export * from "./names.js";
 export * from "./records.js";
 export { refineInput } from "./refine.js";
 export * from "./resources.js";
+export * from "./routes.js";
 export * from "./schedule.js";
 export * from "./service-token.js";
 export * from "./subjects.js";

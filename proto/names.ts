@@ -15,6 +15,10 @@ export const commandFieldAad = (commandId: string, field: string) => `cmd/${comm
 export const envFileAad = (app: string, commandId: string) => `${app}/.env/${commandId}`;
 /** AAD of a recorded command outcome that holds a credential. */
 export const outcomeAad = (commandId: string) => `outcome/${commandId}`;
+/** AAD of a host's certificate and key in the vault. */
+export const certificateAad = (host: string) => `cert/${host.toLowerCase()}`;
+/** AAD of an ACME account key in the vault. */
+export const acmeAccountAad = (directory: string) => `acme/${directory}`;
 
 /** The dev server container of an app: `slipway-dev-<app>` (characters docker refuses become `-`). */
 export function devContainerName(app: string): string {

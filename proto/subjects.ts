@@ -24,6 +24,8 @@ export const BUCKETS = {
   idempotency: "slipway_idempotency",
   /** Deployment-wide facts recorded once: `vault_fingerprint` (every process's vault keys must match it). */
   meta: "slipway_meta",
+  /** The edge proxy's routes by host, and the ACME HTTP-01 answers (`_challenge.<token>`): proto/routes.ts. */
+  routes: "slipway_routes",
 } as const;
 
 /** Lease TTL (bucket-wide max age of `slipway_leases`). */
@@ -85,6 +87,8 @@ export const subjects = {
   appEvent: (app: string, owner: string, subject: string) =>
     `slipway.appevt.${token(app, "app")}.${encodeToken(owner) || "_"}.${encodeToken(subject) || "_"}`,
   appEventsAll: "slipway.appevt.>",
+  /** A proxy serves a route's revision now (core NATS, proto/routes.ts RouteApplied). */
+  proxyApplied: "slipway.proxy.applied",
   /** Log lines of a resource. */
   log: (resourceId: string) => `slipway.log.${token(resourceId, "resource id")}`,
   logsAll: "slipway.log.>",
@@ -111,6 +115,18 @@ export const keys = {
   partitionLease: (partition: number) => `partition.${partition}`,
   nodeLease: (nodeId: string) => `node.${token(nodeId, "node id")}`,
   schedulerLease: "scheduler",
+  /** A proxy's presence (`slipway_leases`, renewed like a node's). */
+  proxyLease: (proxyId: string) => `proxy.${token(proxyId, "proxy id")}`,
+  /** The proxy that obtains and renews certificates (one at a time). */
+  acmeLease: "acme",
+  /** A host's route (`slipway_routes`). */
+  route: (host: string) => host.toLowerCase(),
+  /** The key authorization of a pending ACME HTTP-01 challenge (`slipway_routes`). */
+  acmeChallenge: (token: string) => `_challenge.${token}`,
+  /** A host's certificate (`slipway_vault`). */
+  certificate: (host: string) => `_certs.${host.toLowerCase()}`,
+  /** An ACME account key for a directory (`slipway_vault`), by the directory URL's hash. */
+  acmeAccount: (directoryHash: string) => `_acme.${token(directoryHash, "directory hash")}`,
   job: (app: string, name: string) => `${app}.${name}`,
   jobState: (app: string, name: string) => `${app}.${name}.state`,
   /** The run-state key beside a job definition's key. */
@@ -131,8 +147,12 @@ export function parseLeaseKey(
   | { kind: "node"; node: string }
   | { kind: "partition"; partition: number }
   | { kind: "scheduler" }
+  | { kind: "proxy"; proxy: string }
+  | { kind: "acme" }
   | undefined {
   if (key === keys.schedulerLease) return { kind: "scheduler" };
+  if (key === keys.acmeLease) return { kind: "acme" };
+  if (key.startsWith("proxy.")) return { kind: "proxy", proxy: key.slice("proxy.".length) };
   if (key.startsWith("node.")) return { kind: "node", node: key.slice("node.".length) };
   if (key.startsWith("partition.")) {
     const n = Number(key.slice("partition.".length));

@@ -1,0 +1,69 @@
+import Type, { type Static } from "typebox";
+import { SealedSchema } from "./command.js";
+
+/**
+ * The edge proxy's contract (DESIGN §8): what a deploy writes and every proxy
+ * reads. Routes live in the KV bucket `slipway_routes` under their host; each
+ * proxy watches the bucket and swaps its upstream pools when a route changes
+ * (no restart, no reload). Certificates live sealed in `slipway_vault`.
+ */
+
+/** One running instance of a service the proxy may send traffic to. */
+export const UpstreamSchema = Type.Object({
+  /** `http://127.0.0.1:<port>` (a host-network container) or `http://<name>:<port>` on a proxy network. */
+  url: Type.String(),
+  /** The Deployment that started it. */
+  deployment_id: Type.String(),
+  /** Its container's name, when it runs in one. */
+  container: Type.Optional(Type.String()),
+  /** Path the proxy probes before it sends traffic there (any 2xx passes). */
+  health_path: Type.String(),
+});
+export type Upstream = Static<typeof UpstreamSchema>;
+
+/** `slipway_routes` value at `<host>`: where a host's traffic goes, and how it is served. */
+export const RouteSchema = Type.Object({
+  /** Lower-case host name, no port: the key. */
+  host: Type.String(),
+  app: Type.String(),
+  /** The compose service behind the host (`web`). */
+  service: Type.String(),
+  /** The ready upstreams, used in turn; none: the proxy answers 503. */
+  upstreams: Type.Array(UpstreamSchema),
+  /** HTTPS: the ACME directory URL its certificate comes from (productionize's `cert_resolver`). */
+  acme_directory: Type.Optional(Type.String()),
+  /** mTLS: PEM of the CA whose client certificates this host requires (`mcp_mtls_tls_options`). */
+  client_ca_pem: Type.Optional(Type.String()),
+  /** The resource whose log gets the host's access lines (the Deployment serving it). */
+  log_resource_id: Type.Optional(Type.String()),
+  updated_at: Type.String(),
+});
+export type Route = Static<typeof RouteSchema>;
+
+/** `slipway_vault` value at `_certs.<host>`: a host's certificate and key, sealed together. */
+export const CertificateEntrySchema = Type.Object({
+  host: Type.String(),
+  /** `{key_pem, cert_pem}` as JSON, sealed with AAD {@link certificateAad}. */
+  sealed: SealedSchema,
+  /** ISO time the certificate expires. */
+  not_after: Type.String(),
+  issued_at: Type.String(),
+  /** The ACME directory it came from. */
+  directory: Type.String(),
+});
+export type CertificateEntry = Static<typeof CertificateEntrySchema>;
+
+/** What a proxy says on `slipway.proxy.applied` once it serves a route's revision (or could not). */
+export const RouteAppliedSchema = Type.Object({
+  proxy_id: Type.String(),
+  host: Type.String(),
+  /** The route's KV revision now served. */
+  revision: Type.Integer(),
+  /** False when the new upstreams never passed the proxy's health probe: the old ones still serve. */
+  ok: Type.Boolean(),
+  error: Type.Optional(Type.String()),
+});
+export type RouteApplied = Static<typeof RouteAppliedSchema>;
+
+/** The compose service a host's route serves when nothing says otherwise. */
+export const DEFAULT_SERVICE = "web";
