@@ -55,7 +55,7 @@ export class RuntimeNode implements WorkerHost {
     this.ttl = opts.leaseTtlMs ?? LEASE_TTL_MS;
     this.margin = opts.leaseMarginMs ?? Math.min(2000, Math.floor(this.ttl / 4));
     this.tickMs = opts.tickMs ?? 1000;
-    this.sideEffects = new SideEffectRunner(opts.bus, opts.vault, this.log);
+    this.sideEffects = new SideEffectRunner(opts.bus, opts.vault, opts.workspaceRoot, this.log);
     this.tasks = new TaskRunner(this);
   }
 

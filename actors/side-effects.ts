@@ -1,4 +1,5 @@
-import { ContainerRuntime, Masker } from "../effects/mod.js";
+import { resolve, sep } from "node:path";
+import { commitAll, ContainerRuntime, Masker } from "../effects/mod.js";
 import { appendLog, type Bus, kvKeys } from "../store/mod.js";
 import { BUCKETS, check, secretAad, VaultEntrySchema, type SideEffect, keys } from "../proto/mod.js";
 import type { Sealer } from "./sealer.js";
@@ -14,11 +15,13 @@ export class SideEffectRunner {
   private readonly bus: Bus;
   private readonly vault: Sealer;
   private readonly log: (msg: string) => void;
+  private readonly workspaceRoot: string;
   private readonly followers = new Map<string, { ac: AbortController; containerId: string }>();
 
-  constructor(bus: Bus, vault: Sealer, log: (msg: string) => void) {
+  constructor(bus: Bus, vault: Sealer, workspaceRoot: string, log: (msg: string) => void) {
     this.bus = bus;
     this.vault = vault;
+    this.workspaceRoot = workspaceRoot;
     this.log = log;
   }
 
@@ -27,10 +30,26 @@ export class SideEffectRunner {
     try {
       if (e.kind === "container.remove") await ContainerRuntime.fromEnv().stop(e.name);
       else if (e.kind === "container.unfollow") this.unfollow(e.app);
+      else if (e.kind === "workspace.commit") await this.commit(e);
       else await this.follow(e);
     } catch (err) {
       this.log(`side effect ${e.kind} failed: ${err instanceof Error ? err.message : String(err)}`);
     }
+  }
+
+  /** Commits a workspace's changes (it becomes a repository the first time); the commit goes to the log. */
+  private async commit(e: Extract<SideEffect, { kind: "workspace.commit" }>): Promise<void> {
+    const root = resolve(this.workspaceRoot);
+    const dir = resolve(root, e.workspace);
+    if (!dir.startsWith(root + sep)) throw new Error("workspace outside the workspace root");
+    const { commit, created } = await commitAll(dir, e.message);
+    await appendLog(this.bus, e.resource_id, {
+      ts: new Date().toISOString(),
+      stream: "platform",
+      line: created
+        ? `committed the workspace as ${commit}`
+        : `the workspace was committed already (${commit})`,
+    });
   }
 
   private unfollow(app: string): void {

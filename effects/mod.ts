@@ -6,6 +6,7 @@
  * effects after the commit (docs/architecture.md).
  */
 export * from "./docker.js";
+export * from "./git.js";
 export * from "./model.js";
 export * from "./net.js";
 export * from "./process.js";

@@ -124,6 +124,17 @@ export const SideEffectSchema = Type.Union([
   }),
   /** Stop following an app's dev container. */
   Type.Object({ kind: Type.Literal("container.unfollow"), app: Type.String() }),
+  /**
+   * Commit everything that changed in a workspace (a repository from then on): the starter, the
+   * files productionize wrote. Logged on `resource_id`'s log with the commit it made.
+   */
+  Type.Object({
+    kind: Type.Literal("workspace.commit"),
+    /** The workspace folder, relative to the node's workspace root. */
+    workspace: Type.String(),
+    message: Type.String(),
+    resource_id: Type.String(),
+  }),
 ]);
 export type SideEffect = Static<typeof SideEffectSchema>;
 

@@ -88,6 +88,13 @@ export const initializeApp = defineHandler("initialize-app", {
       id,
       `initialized app ${name} (platform ${platform}, framework ${framework}); ${files.length} starter files`,
     );
+    // the workspace is a git repository from the start: the starter is its first commit
+    ctx.after({
+      kind: "workspace.commit",
+      workspace,
+      message: `initialize-app: the ${name} starter`,
+      resource_id: id,
+    });
     ctx.emit("ApplicationInitialized", resource, {
       name,
       platform,

@@ -1,4 +1,5 @@
 import anyTest, { type TestFn } from "ava";
+import { execFileSync } from "node:child_process";
 import { readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { randomUUID } from "node:crypto";
@@ -32,6 +33,14 @@ test("initialize-app registers the app, returns the token once and writes the st
   t.true(env.includes(`SLIPWAY_TOKEN=${r.body.result.token}`));
   t.is(statSync(join(ws, ".env")).mode & 0o777, 0o600);
   t.truthy(readFileSync(join(ws, "package.json"), "utf8").includes(name));
+  // a git repository whose first commit is the starter, without the .env
+  const tracked = execFileSync("git", ["ls-files"], { cwd: ws, encoding: "utf8" }).split("\n");
+  t.true(
+    tracked.includes("package.json") && tracked.includes("src/server.ts") && tracked.includes(".gitignore"),
+  );
+  t.false(tracked.includes(".env"), "the .env (the token) is never committed");
+  t.is(execFileSync("git", ["rev-list", "--count", "HEAD"], { cwd: ws, encoding: "utf8" }).trim(), "1");
+  t.is(execFileSync("git", ["status", "--porcelain"], { cwd: ws, encoding: "utf8" }), "", "nothing left out");
   // the same name again
   const again = await call(p.controlUrl, "initialize-app", { name });
   t.is(again.status, 409);

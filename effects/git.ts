@@ -1,0 +1,101 @@
+import { execFile } from "node:child_process";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+
+/**
+ * Workspaces are git repositories (DESIGN §8): initialize-app commits the
+ * starter, productionize commits what it writes, and release reads commits
+ * and tags as the ground truth of what it ships. git runs with a fixed
+ * identity and none of the host's or user's configuration (no hooks, no
+ * signing, no pager), bounded in time.
+ */
+
+/** The author and committer of the platform's commits. */
+export const PLATFORM_GIT_IDENTITY = { name: "Slipway", email: "platform@slipway.invalid" } as const;
+
+/** git could not be run, or refused (its own words, never anything of the environment). */
+export class GitError extends Error {
+  override readonly name = "GitError";
+}
+
+const TIMEOUT_MS = 30_000;
+
+function gitEnv(): NodeJS.ProcessEnv {
+  return {
+    PATH: process.env.PATH ?? "/usr/bin:/bin",
+    LANG: "C",
+    LC_ALL: "C",
+    // nothing of the machine's or a user's git configuration applies (hooks, signing, templates)
+    GIT_CONFIG_NOSYSTEM: "1",
+    GIT_CONFIG_GLOBAL: "/dev/null",
+    GIT_TERMINAL_PROMPT: "0",
+    GIT_AUTHOR_NAME: PLATFORM_GIT_IDENTITY.name,
+    GIT_AUTHOR_EMAIL: PLATFORM_GIT_IDENTITY.email,
+    GIT_COMMITTER_NAME: PLATFORM_GIT_IDENTITY.name,
+    GIT_COMMITTER_EMAIL: PLATFORM_GIT_IDENTITY.email,
+  };
+}
+
+/** Runs git in `dir`; resolves with its output, rejects with {@link GitError} on a non-zero exit. */
+export function git(dir: string, args: string[]): Promise<{ stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    execFile(
+      "git",
+      ["-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false", ...args],
+      { cwd: dir, env: gitEnv(), timeout: TIMEOUT_MS, maxBuffer: 16 * 1024 * 1024 },
+      (err, stdout, stderr) => {
+        if (err) {
+          const missing = (err as NodeJS.ErrnoException).code === "ENOENT";
+          reject(
+            new GitError(
+              missing
+                ? "git is not installed (apt-get install -y git)"
+                : `git ${args[0]} failed: ${stderr.trim().split("\n").slice(-3).join(" ") || err.message}`,
+            ),
+          );
+        } else resolve({ stdout, stderr });
+      },
+    );
+  });
+}
+
+/** True when `dir` is the top of a git work tree. */
+export function isRepository(dir: string): boolean {
+  return existsSync(join(dir, ".git"));
+}
+
+/** The commit HEAD names, or undefined in a repository without commits (or no repository). */
+export async function headCommit(dir: string): Promise<string | undefined> {
+  if (!isRepository(dir)) return undefined;
+  try {
+    return (await git(dir, ["rev-parse", "--verify", "-q", "HEAD"])).stdout.trim() || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Paths with changes not committed (tracked or not, ignored files aside). */
+export async function uncommitted(dir: string): Promise<string[]> {
+  const out = (await git(dir, ["status", "--porcelain=v1", "-z", "--untracked-files=all"])).stdout;
+  return out
+    .split("\0")
+    .filter((l) => l.length > 3)
+    .map((l) => l.slice(3));
+}
+
+/**
+ * Makes `dir` a repository (branch `main`) when it is not one, and commits
+ * everything in it that changed (`git add -A`; `.gitignore` keeps `.env` and
+ * builds out). Returns the commit HEAD names afterwards, and whether this call
+ * made it (false: nothing had changed).
+ */
+export async function commitAll(dir: string, message: string): Promise<{ commit: string; created: boolean }> {
+  if (!isRepository(dir)) await git(dir, ["init", "-q", "-b", "main"]);
+  await git(dir, ["add", "-A"]);
+  const head = await headCommit(dir);
+  if (head && (await uncommitted(dir)).length === 0) return { commit: head, created: false };
+  await git(dir, ["commit", "-q", "--no-verify", "--allow-empty", "-m", message]);
+  const commit = await headCommit(dir);
+  if (!commit) throw new GitError("git commit left no HEAD");
+  return { commit, created: true };
+}
