@@ -11,6 +11,7 @@ import {
   newId,
   sensitiveFields,
   type CapabilityName,
+  preferencesOf,
 } from "../proto/mod.js";
 import { requireScope, type Principal } from "./auth.js";
 import type { CommandClient } from "./command-client.js";
@@ -133,6 +134,7 @@ export async function capabilityRoute(
   } else {
     id = newId("cmd");
   }
+  const prefer = preferencesOf(req.headers.prefer);
   // seal sensitive fields before the command leaves the gateway
   const clean: Record<string, unknown> = { ...input };
   const sealed: NonNullable<Command["sealed"]> = {};
@@ -154,6 +156,7 @@ export async function capabilityRoute(
     request_id: req.requestId,
     received_at: new Date().toISOString(),
     ...(bodyHash ? { body_hash: bodyHash } : {}),
+    ...(prefer.length ? { prefer } : {}),
   };
   const reply = await d.client.send(cmd);
   await d.learn(reply);

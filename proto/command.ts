@@ -37,8 +37,34 @@ export const CommandSchema = Type.Object({
   received_at: Type.String(),
   /** Set when the client sent Idempotency-Key: keyed hash of the canonical body. */
   body_hash: Type.Optional(Type.String()),
+  /** The caller's preferences the platform knows ({@link PREFERENCES}), from the `Prefer` header. */
+  prefer: Type.Optional(Type.Array(Type.String())),
 });
 export type Command = Static<typeof CommandSchema>;
+
+/**
+ * Preferences a caller may state with `Prefer` (RFC 7240; others are ignored,
+ * as the RFC says): how a call behaves where the spec's fields say nothing.
+ */
+export const PREFERENCES = {
+  /** deploy, release: answer 409 busy while another one runs for the app, instead of waiting in line. */
+  noQueue: "no-queue",
+  /** productionize: take another host than the one the app remembers. */
+  replaceHost: "replace-host",
+} as const;
+export type Preference = (typeof PREFERENCES)[keyof typeof PREFERENCES];
+
+/** The known preferences of a `Prefer` header value (tokens, comma-separated, parameters ignored). */
+export function preferencesOf(header: string | undefined): Preference[] {
+  if (!header) return [];
+  const known = new Set<string>(Object.values(PREFERENCES));
+  const out = new Set<Preference>();
+  for (const part of header.split(",")) {
+    const token = part.split(";")[0]!.split("=")[0]!.trim().toLowerCase();
+    if (known.has(token)) out.add(token as Preference);
+  }
+  return [...out];
+}
 
 /** The `gateway_id` of a command nobody waits on (the scheduler's reports, a node's end of long work): no reply is sent. */
 export const NO_GATEWAY = "none";

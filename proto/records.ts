@@ -17,6 +17,8 @@ export const AppRecordSchema = Type.Object({
   platform: Type.String(),
   framework: Type.String(),
   workspace: Type.String(),
+  /** The production host productionize remembered (absent until its first run). */
+  host: Type.Optional(Type.String()),
   created_at: Type.String(),
   updated_at: Type.String(),
 });

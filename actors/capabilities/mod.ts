@@ -5,6 +5,7 @@ import { generateFeaturePlan } from "./generate-feature-plan.js";
 import { initializeApp } from "./initialize-app.js";
 import { inspect } from "./inspect.js";
 import { installDependencies } from "./install-dependencies.js";
+import { productionize } from "./productionize.js";
 import { provisionEnvironment } from "./provision-environment.js";
 import { runDevServer } from "./run-dev-server.js";
 import { jobRan, scheduleJob } from "./schedule-job.js";
@@ -32,6 +33,7 @@ export const HANDLERS: readonly CapabilityHandler[] = [
   setSecret,
   unsetSecret,
   scheduleJob,
+  productionize,
 ] as unknown as readonly CapabilityHandler[];
 
 /** Handlers of internal commands (never accepted from a gateway). */

@@ -81,7 +81,7 @@ export const productionize = declareCapability({
   events: ["ProductionArtifactsGenerated"],
   skill_action_planned: true,
   busy_group: BusyGroup.workspace,
-  built: false,
+  built: true,
   example: { app: "shop" },
   input: Obj({
     app: App,
