@@ -1,0 +1,226 @@
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Duplex } from "node:stream";
+import type { TLSSocket } from "node:tls";
+import { type AccessLog, accessLine } from "./access-log.js";
+import {
+  answer,
+  answerSocket,
+  badRequest,
+  forbidden,
+  internal,
+  noRoute,
+  noUpstream,
+  type ProxyError,
+  shuttingDown,
+} from "./answers.js";
+import { forward } from "./forward.js";
+import { upstreamHeaders } from "./headers.js";
+import type { HostEntry, RouteTable } from "./route-table.js";
+import { passUpgrade, type UpgradeTracker } from "./websocket.js";
+
+const CHALLENGE_PATH = "/.well-known/acme-challenge/";
+/** `host` or `host:port`, an IPv4 address, or a bracketed IPv6 literal, lower-cased. */
+const HOST_HEADER = /^(?:[a-z0-9_](?:[a-z0-9_.-]{0,252})|\[[0-9a-f:.]{2,45}\])(?::[0-9]{1,5})?$/;
+/** An access line's path is cut to this many characters. */
+const MAX_LOGGED_PATH = 1024;
+
+/** The Host header's host (lower-case, no port), undefined when missing, null when malformed. */
+export function hostOf(value: string | undefined): string | undefined | null {
+  if (value === undefined || value === "") return undefined;
+  const v = value.toLowerCase();
+  if (!HOST_HEADER.test(v)) return null;
+  if (v.startsWith("[")) return v.slice(0, v.indexOf("]") + 1);
+  const colon = v.lastIndexOf(":");
+  const host = colon === -1 ? v : v.slice(0, colon);
+  return host.endsWith(".") ? host.slice(0, -1) : host;
+}
+
+export interface FrontOptions {
+  routes: RouteTable;
+  accessLog: AccessLog;
+  /** Peers whose X-Forwarded-* are kept and appended to (default none: replaced). */
+  trustedProxies: ReadonlySet<string>;
+  upgrades: UpgradeTracker;
+  log: (msg: string) => void;
+  /** For a plain-HTTP request to a host served over HTTPS: the `Location` to send it to (308). */
+  httpsLocation?: (host: string, hostHeader: string, path: string) => string | undefined;
+}
+
+/** Whether the request came over TLS with a verified client certificate, for this very host (SNI). */
+function clientCertified(req: IncomingMessage, host: string): boolean {
+  const s = req.socket as Partial<TLSSocket>;
+  return (
+    s.encrypted === true &&
+    s.authorized === true &&
+    typeof s.servername === "string" &&
+    s.servername.toLowerCase() === host
+  );
+}
+
+/**
+ * The proxy's request and upgrade handlers for its HTTP and HTTPS servers. Every handler runs
+ * behind one guard: whatever throws is logged and answered `500 internal` (or the socket closed),
+ * never the process's end.
+ */
+export class Front {
+  /** Requests being answered now (a shutdown waits for them). */
+  active = 0;
+  closing = false;
+  private readonly o: FrontOptions;
+
+  constructor(o: FrontOptions) {
+    this.o = o;
+  }
+
+  /** node:http `request` listener of a server whose clients speak `proto`. */
+  request(proto: "http" | "https"): (req: IncomingMessage, res: ServerResponse) => void {
+    return (req, res) => {
+      try {
+        this.handle(req, res, proto);
+      } catch (e) {
+        this.o.log(`proxy: request failed: ${e instanceof Error ? e.stack : String(e)}`);
+        answer(res, internal());
+      }
+    };
+  }
+
+  /** node:http `upgrade` listener (WebSocket). */
+  upgrade(proto: "http" | "https"): (req: IncomingMessage, socket: Duplex, head: Buffer) => void {
+    return (req, socket, head) => {
+      socket.on("error", () => socket.destroy());
+      try {
+        this.handleUpgrade(req, socket, head, proto);
+      } catch (e) {
+        this.o.log(`proxy: upgrade failed: ${e instanceof Error ? e.stack : String(e)}`);
+        answerSocket(socket, internal());
+      }
+    };
+  }
+
+  /** The host's entry, or the error that answers the request instead. */
+  private route(
+    req: IncomingMessage,
+    proto: "http" | "https",
+  ): { host: string; entry: HostEntry } | { error: ProxyError; host?: string; entry?: HostEntry } {
+    const url = req.url ?? "";
+    if (!url.startsWith("/")) return { error: badRequest("the request target must be a path (origin-form)") };
+    const host = hostOf(req.headers.host);
+    if (host === undefined) return { error: badRequest("the request has no Host header") };
+    if (host === null) return { error: badRequest("the Host header is not a host name") };
+    const entry = this.o.routes.get(host);
+    if (!entry) return { error: noRoute(host), host };
+    if (entry.route.client_ca_pem !== undefined && !clientCertified(req, host))
+      return {
+        error: forbidden(
+          proto === "http"
+            ? `host ${host} is served over HTTPS with a client certificate only`
+            : `host ${host} requires a client certificate from its CA`,
+        ),
+        host,
+        entry,
+      };
+    return { host, entry };
+  }
+
+  private handle(req: IncomingMessage, res: ServerResponse, proto: "http" | "https"): void {
+    const t0 = performance.now();
+    const remote = req.socket.remoteAddress ?? "";
+    this.active++;
+    res.once("close", () => this.active--);
+    if (this.closing) res.setHeader("connection", "close");
+    const url = req.url ?? "";
+    if (url.startsWith(CHALLENGE_PATH) && (req.method === "GET" || req.method === "HEAD")) {
+      this.challenge(res, url.slice(CHALLENGE_PATH.length));
+      return;
+    }
+    const r = this.route(req, proto);
+    const logged = (status: number) => {
+      const subject = r.entry?.logSubject;
+      if (subject === undefined) return;
+      const path = url.length > MAX_LOGGED_PATH ? `${url.slice(0, MAX_LOGGED_PATH)}...` : url;
+      this.o.accessLog.record(
+        subject,
+        accessLine(req.method ?? "", path, status, performance.now() - t0, remote, req.headers["user-agent"]),
+      );
+    };
+    if ("error" in r) {
+      answer(res, r.error);
+      logged(r.error.status);
+      return;
+    }
+    const { host, entry } = r;
+    if (proto === "http" && this.o.httpsLocation) {
+      const location = this.o.httpsLocation(host, req.headers.host ?? host, url);
+      if (location) {
+        res.writeHead(308, { location, "content-length": 0 });
+        res.end();
+        logged(308);
+        return;
+      }
+    }
+    const pool = entry.set.pick();
+    if (!pool) {
+      answer(res, this.closing ? shuttingDown() : noUpstream(host));
+      logged(503);
+      return;
+    }
+    const headers = upstreamHeaders(req.rawHeaders, {
+      remote,
+      proto,
+      host: req.headers.host ?? host,
+      trusted: this.o.trustedProxies.has(remote),
+    });
+    forward(req, res, pool, headers, logged);
+  }
+
+  /** An ACME HTTP-01 answer, from `_challenge.<token>` in `slipway_routes` (any host). */
+  private challenge(res: ServerResponse, token: string): void {
+    const value = this.o.routes.challenge(token);
+    if (value === undefined) {
+      answer(res, { status: 404, code: "not_found", message: "no pending challenge with that token" });
+      return;
+    }
+    res.writeHead(200, { "content-type": "text/plain", "content-length": Buffer.byteLength(value) });
+    res.end(value);
+  }
+
+  private handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer, proto: "http" | "https"): void {
+    const t0 = performance.now();
+    const remote = req.socket.remoteAddress ?? "";
+    const r = this.closing ? { error: shuttingDown() } : this.route(req, proto);
+    const upgrade = req.headers.upgrade?.toLowerCase();
+    const pool = "error" in r ? undefined : r.entry.set.pick();
+    const refused =
+      "error" in r
+        ? r.error
+        : upgrade !== "websocket"
+          ? badRequest("only WebSocket upgrades are passed on")
+          : !pool
+            ? noUpstream(r.host)
+            : undefined;
+    if (refused || "error" in r || !pool) {
+      answerSocket(socket, refused ?? internal());
+      return;
+    }
+    const { host, entry } = r;
+    const headers = upstreamHeaders(
+      req.rawHeaders,
+      { remote, proto, host: req.headers.host ?? host, trusted: this.o.trustedProxies.has(remote) },
+      "websocket",
+    );
+    passUpgrade({ req, socket, head, origin: pool.origin, headers, tracker: this.o.upgrades }, (status) => {
+      if (entry.logSubject === undefined) return;
+      this.o.accessLog.record(
+        entry.logSubject,
+        accessLine(
+          req.method ?? "",
+          req.url ?? "",
+          status,
+          performance.now() - t0,
+          remote,
+          req.headers["user-agent"],
+        ),
+      );
+    });
+  }
+}

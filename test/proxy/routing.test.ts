@@ -1,0 +1,161 @@
+import anyTest, { type TestFn } from "ava";
+import { WebSocket } from "ws";
+import { keys } from "../../proto/mod.js";
+import { readLog } from "../../store/mod.js";
+import { eventually } from "../helpers/infra.js";
+import {
+  type ProxyWorld,
+  putRoute,
+  routeOf,
+  send,
+  startUpstream,
+  startWorld,
+  stopWorld,
+  testHost,
+  upstreamOf,
+} from "./support.js";
+
+const test = anyTest as TestFn<ProxyWorld>;
+
+test.before(async (t) => {
+  t.context = await startWorld();
+});
+test.after.always(async (t) => {
+  await stopWorld(t.context);
+});
+
+test("proxy: a host's requests reach its upstream, bodies both ways, Host passed through", async (t) => {
+  const w = t.context;
+  const up = await startUpstream("v1", { record: true });
+  t.teardown(() => up.close());
+  const host = testHost();
+  const ack = await putRoute(w, routeOf(host, [upstreamOf(up)]));
+  t.true(ack.ok);
+  const get = await send(w.base, host, "/hello?x=1");
+  t.is(get.status, 200);
+  t.deepEqual(JSON.parse(get.body), { version: "v1" });
+  t.is(get.headers["x-version"], "v1");
+  const body = "x".repeat(200_000);
+  const post = await send(w.base, host, "/echo", { method: "POST", body });
+  t.is(post.status, 200);
+  t.is(post.body, body);
+  const seen = up.seen.find((s) => s.url === "/hello?x=1");
+  t.is(seen?.headers.host, host);
+});
+
+test("proxy: the upstream sees X-Forwarded-For, -Proto and -Host set by the proxy, a client's own replaced, hop-by-hop headers dropped", async (t) => {
+  const w = t.context;
+  const up = await startUpstream("v1");
+  t.teardown(() => up.close());
+  const host = testHost();
+  await putRoute(w, routeOf(host, [upstreamOf(up)]));
+  const r = await send(w.base, `${host}:${w.proxy.httpPort}`, "/headers", {
+    headers: {
+      "x-forwarded-for": "6.6.6.6",
+      "x-forwarded-proto": "https",
+      "x-forwarded-host": "evil.example",
+      connection: "keep-alive, x-secret-hop",
+      "x-secret-hop": "1",
+      "proxy-authorization": "Basic abc",
+      "x-kept": "yes",
+    },
+  });
+  t.is(r.status, 200);
+  const h = JSON.parse(r.body);
+  t.is(h["x-forwarded-for"], "127.0.0.1");
+  t.is(h["x-forwarded-proto"], "http");
+  t.is(h["x-forwarded-host"], `${host}:${w.proxy.httpPort}`);
+  t.is(h.host, `${host}:${w.proxy.httpPort}`);
+  t.is(h["x-kept"], "yes");
+  t.is(h["x-secret-hop"], undefined);
+  t.is(h["proxy-authorization"], undefined);
+});
+
+test("proxy: an unknown host is 404 not_found in the platform's error shape, saying there is no route for it", async (t) => {
+  const r = await send(t.context.base, "nobody.test.internal", "/");
+  t.is(r.status, 404);
+  const b = JSON.parse(r.body);
+  t.is(b.status, "error");
+  t.is(b.error.code, "not_found");
+  t.regex(b.error.message, /no route for host "nobody\.test\.internal"/);
+  t.regex(b.error.request_id, /^req_/);
+});
+
+test("proxy: a route without upstreams is 503 unavailable", async (t) => {
+  const w = t.context;
+  const host = testHost();
+  await putRoute(w, routeOf(host, []));
+  const r = await send(w.base, host, "/");
+  t.is(r.status, 503);
+  const b = JSON.parse(r.body);
+  t.is(b.error.code, "unavailable");
+  t.regex(b.error.message, /no ready upstream/);
+  t.truthy(b.error.request_id);
+});
+
+test("proxy: an upstream that refuses connections is 502 with code unavailable; one that dies mid-body cuts the response", async (t) => {
+  const w = t.context;
+  const host = testHost();
+  const gone = await startUpstream("gone");
+  t.true((await putRoute(w, routeOf(host, [upstreamOf(gone)]))).ok);
+  await gone.close();
+  const r = await send(w.base, host, "/");
+  t.is(r.status, 502);
+  const b = JSON.parse(r.body);
+  t.is(b.error.code, "unavailable");
+  t.regex(b.error.message, /ECONNREFUSED/);
+  t.truthy(b.error.request_id);
+  const up = await startUpstream("v1");
+  t.teardown(() => up.close());
+  const host2 = testHost();
+  await putRoute(w, routeOf(host2, [upstreamOf(up)]));
+  await t.throwsAsync(send(w.base, host2, "/die"));
+  t.is((await send(w.base, host2, "/")).status, 200);
+});
+
+test("proxy: a WebSocket is passed through to the upstream and echoes", async (t) => {
+  const w = t.context;
+  const up = await startUpstream("v1");
+  t.teardown(() => up.close());
+  const host = testHost();
+  await putRoute(w, routeOf(host, [upstreamOf(up)]));
+  const ws = new WebSocket(`ws://127.0.0.1:${w.proxy.httpPort}/ws`, { headers: { host } });
+  t.teardown(() => ws.terminate());
+  const got: string[] = [];
+  ws.on("message", (d) => got.push(d.toString()));
+  await new Promise<void>((resolve, reject) => {
+    ws.once("open", () => resolve());
+    ws.once("error", reject);
+  });
+  ws.send("ping");
+  await eventually(async () => got.length >= 2);
+  t.is(got[0], "hello v1 127.0.0.1");
+  t.is(got[1], "v1:ping");
+});
+
+test("proxy: access lines reach the logs stream of the route's log resource", async (t) => {
+  const w = t.context;
+  const up = await startUpstream("v1");
+  t.teardown(() => up.close());
+  const host = testHost();
+  const resource = `dep_${Math.random().toString(36).slice(2, 10)}`;
+  await putRoute(w, routeOf(host, [upstreamOf(up)], { log_resource_id: resource }));
+  await send(w.base, host, "/some/path?q=1", { headers: { "user-agent": "probe-agent/1" } });
+  await send(w.base, host, "/echo", { method: "POST", body: "hi" });
+  const lines = await eventually(async () => {
+    const out = [];
+    for await (const l of readLog(w.bus, resource)) out.push(l);
+    return out.length >= 2 ? out : undefined;
+  });
+  t.is(lines[0]!.stream, "access");
+  t.regex(lines[0]!.line, /^GET \/some\/path\?q=1 200 \d+\.\dms 127\.0\.0\.1 "probe-agent\/1"$/);
+  t.regex(lines[1]!.line, /^POST \/echo 200 /);
+  t.truthy(Date.parse(lines[0]!.ts));
+});
+
+test("proxy: its presence is in slipway_leases while it runs", async (t) => {
+  const w = t.context;
+  const e = await w.bus.kv.leases.get(keys.proxyLease(w.proxy.proxyId));
+  t.is(e?.operation, "PUT");
+  t.true(Number(e?.string()) > 0);
+});
