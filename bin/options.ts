@@ -1,5 +1,8 @@
 import type { PlatformOptions } from "./platform.js";
 
+/** The edge proxy's ports when SLIPWAY_HTTP_PORT / SLIPWAY_HTTPS_PORT say nothing (no root needed; 80/443 on a host). */
+export const PROXY_DEFAULT_PORTS = { http: 8080, https: 8443 } as const;
+
 /**
  * Options from the environment (DESIGN §1). A module of its own, without the platform's imports:
  * `slipwayd up` reads them and starts the embedded nats-server while the rest of the code loads.
@@ -16,6 +19,24 @@ export function optionsFromEnv(env: NodeJS.ProcessEnv = process.env): PlatformOp
     controlPort: int(env.SLIPWAY_CONTROL_PORT),
     dataPort: int(env.SLIPWAY_DATA_PORT),
     requireControlToken: env.SLIPWAY_REQUIRE_CONTROL_TOKEN === "1",
+    proxyHost: env.SLIPWAY_PROXY_HOST || undefined,
+    httpPort: int(env.SLIPWAY_HTTP_PORT) ?? PROXY_DEFAULT_PORTS.http,
+    httpsPort: int(env.SLIPWAY_HTTPS_PORT) ?? PROXY_DEFAULT_PORTS.https,
+    proxyId: env.SLIPWAY_PROXY_ID || undefined,
+    acmeCaFile: env.SLIPWAY_ACME_CA_FILE || undefined,
+    proxy: {
+      ...(int(env.SLIPWAY_PUBLIC_HTTPS_PORT) !== undefined
+        ? { publicHttpsPort: int(env.SLIPWAY_PUBLIC_HTTPS_PORT) }
+        : {}),
+      ...(env.SLIPWAY_TRUSTED_PROXIES
+        ? {
+            trustedProxies: env.SLIPWAY_TRUSTED_PROXIES.split(",")
+              .map((s) => s.trim())
+              .filter(Boolean),
+          }
+        : {}),
+      ...(env.SLIPWAY_ACME_EMAIL ? { acme: { email: env.SLIPWAY_ACME_EMAIL } } : {}),
+    },
     nodeId: env.SLIPWAY_NODE_ID,
     nodeThread: env.SLIPWAY_NODE_THREAD !== "0",
     platformUrls: {

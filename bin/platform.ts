@@ -12,6 +12,7 @@ import {
   type GatewayHandle,
 } from "../gateway/mod.js";
 import { DEFAULT_PORTS } from "../proto/mod.js";
+import { type ProxyHandle, type ProxyOptions, startProxy } from "../proxy/mod.js";
 import {
   openBus,
   type Bus,
@@ -24,7 +25,7 @@ import {
 
 import { type NodeThreadData, type NodeThreadHandle, startNodeThread } from "./node-thread-api.js";
 
-export type Role = "up" | "gateway" | "node";
+export type Role = "up" | "gateway" | "node" | "proxy";
 
 export interface PlatformOptions {
   role?: Role;
@@ -48,6 +49,21 @@ export interface PlatformOptions {
   /** Require the control token on the control plane even on loopback. */
   requireControlToken?: boolean;
   nodeId?: string;
+  /** Address the edge proxy binds (`up` and `proxy`; default 127.0.0.1). */
+  proxyHost?: string;
+  /**
+   * The edge proxy's HTTP and HTTPS ports. `slipwayd` reads them from SLIPWAY_HTTP_PORT and
+   * SLIPWAY_HTTPS_PORT (8080 and 8443 by default, bin/options.ts); a caller that gives none here
+   * gets free ports (0), so in-process platforms (tests) never take 8080/8443.
+   */
+  httpPort?: number;
+  httpsPort?: number;
+  /** The proxy's id (presence, acknowledgements, the ACME lease); `up` uses its node id, `proxy` a random one. */
+  proxyId?: string;
+  /** A PEM file of CAs the proxy's ACME client trusts for the directory's HTTPS (SLIPWAY_ACME_CA_FILE). */
+  acmeCaFile?: string;
+  /** More proxy settings (probes, pools, access log, ACME timings). */
+  proxy?: Partial<Omit<ProxyOptions, "bus" | "vault" | "log">>;
   /**
    * Where apps reach the planes (dev servers get them as environment). `up`
    * knows its own gateways; a separate `node` takes SLIPWAY_PUBLIC_CONTROL_URL
@@ -80,6 +96,8 @@ export interface PlatformHandle {
   /** `node` when it runs in a worker thread (`nodeThread`). */
   readonly nodeThread?: NodeThreadHandle | undefined;
   readonly index?: ReadIndex | undefined;
+  /** The edge proxy (`up` and `proxy`). */
+  readonly proxy?: ProxyHandle | undefined;
   readonly controlToken: string;
   close(): Promise<void>;
 }
@@ -147,6 +165,11 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
       role === "up" || role === "gateway"
         ? await startGateways(opts, { role, dataDir, env, bus, vault, controlToken, log, closers })
         : ({} as Gateways);
+    const proxy =
+      role === "up" || role === "proxy"
+        ? await startEdgeProxy(opts, { bus, vault, log, proxyId: opts.proxyId ?? nodeId })
+        : undefined;
+    if (proxy) closers.push(() => proxy.close());
     let node: NodeHandle | undefined;
     let nodeThread: NodeThreadHandle | undefined;
     if (role === "up" || role === "node") {
@@ -181,8 +204,9 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
       const n = node;
       closers.push(() => n.close());
     }
-    // gateways close first (stop accepting), then the node finishes in-flight work, then the bus drains, then nats stops
-    const order = [control, data].filter(Boolean) as GatewayHandle[];
+    // gateways and the proxy close first (stop accepting, finish what is in flight), then the node
+    // finishes in-flight work, then the bus drains, then nats stops
+    const order = [control, data, proxy].filter(Boolean) as { close(): Promise<void> }[];
     return {
       dataDir,
       natsUrl,
@@ -194,6 +218,7 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
       node,
       nodeThread,
       index,
+      proxy,
       controlToken,
       // idempotent: a second call waits for the first
       close: () =>
@@ -207,6 +232,33 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
     await closeAll();
     throw e;
   }
+}
+
+/** Starts the edge proxy of `up` or `proxy` (docs/proxy.md). */
+async function startEdgeProxy(
+  opts: PlatformOptions,
+  s: { bus: Bus; vault: Vault; log: (msg: string) => void; proxyId: string | undefined },
+): Promise<ProxyHandle> {
+  let caPem: string | undefined;
+  if (opts.acmeCaFile) {
+    try {
+      caPem = readFileSync(opts.acmeCaFile, "utf8");
+    } catch (e) {
+      throw new Error(`SLIPWAY_ACME_CA_FILE ${opts.acmeCaFile} cannot be read: ${(e as Error).message}`);
+    }
+  }
+  const p = opts.proxy ?? {};
+  return startProxy({
+    ...p,
+    bus: s.bus,
+    vault: s.vault,
+    log: s.log,
+    host: opts.proxyHost ?? p.host ?? "127.0.0.1",
+    httpPort: opts.httpPort ?? p.httpPort ?? 0,
+    httpsPort: opts.httpsPort ?? p.httpsPort ?? 0,
+    ...(s.proxyId ? { proxyId: s.proxyId } : {}),
+    ...(caPem ? { acme: { ...p.acme, caPem } } : {}),
+  });
 }
 
 /** The node options a worker thread can be handed (no functions). */

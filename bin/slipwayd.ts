@@ -3,7 +3,7 @@
 // loads the platform's code (about a second) while the server starts; the rest comes by import().
 import { parseArgs } from "node:util";
 import { resolve } from "node:path";
-import { optionsFromEnv } from "./options.js";
+import { optionsFromEnv, PROXY_DEFAULT_PORTS } from "./options.js";
 import type { PlatformHandle } from "./platform.js";
 import { DEFAULT_PORTS, PLATFORM_MODEL } from "../proto/mod.js";
 import type { Bus } from "../store/mod.js";
@@ -13,9 +13,10 @@ import { startEmbeddedNats, type EmbeddedNats } from "../store/embedded-nats.js"
 const USAGE = `slipwayd: the Slipway platform (model ${PLATFORM_MODEL})
 
 usage:
-  slipwayd up                          embedded nats-server (:${DEFAULT_PORTS.nats}), control (:${DEFAULT_PORTS.control}) and data (:${DEFAULT_PORTS.data}) gateways, one runtime node
+  slipwayd up                          embedded nats-server (:${DEFAULT_PORTS.nats}), control (:${DEFAULT_PORTS.control}) and data (:${DEFAULT_PORTS.data}) gateways, the edge proxy (:${PROXY_DEFAULT_PORTS.http}, :${PROXY_DEFAULT_PORTS.https}), one runtime node
   slipwayd gateway --plane control|data one gateway (needs NATS_URL)
   slipwayd node                         one runtime node (needs NATS_URL)
+  slipwayd proxy                        the edge proxy only: app traffic by host (needs NATS_URL)
   slipwayd vault rotate                 new active vault key; re-seal every secret under it
 
 environment:
@@ -23,6 +24,8 @@ environment:
   SLIPWAY_CONTROL_HOST/PORT  SLIPWAY_DATA_HOST/PORT  SLIPWAY_NATS_PORT  SLIPWAY_VAULT_KEY  SLIPWAY_CONTROL_TOKEN
   SLIPWAY_NODE_ID (up: <data>/node.id)  SLIPWAY_ALLOWED_HOSTS  SLIPWAY_ALLOWED_ORIGINS
   SLIPWAY_TAILS_PER_TOKEN (32)  SLIPWAY_JOB_QUOTA (100)  SLIPWAY_JOB_TIMEOUT_MS (30000)
+  proxy: SLIPWAY_HTTP_PORT (${PROXY_DEFAULT_PORTS.http})  SLIPWAY_HTTPS_PORT (${PROXY_DEFAULT_PORTS.https})  SLIPWAY_PROXY_HOST (127.0.0.1)  SLIPWAY_PROXY_ID
+         SLIPWAY_PUBLIC_HTTPS_PORT  SLIPWAY_TRUSTED_PROXIES  SLIPWAY_ACME_CA_FILE  SLIPWAY_ACME_EMAIL
 `;
 
 /** Errors whose message says what to do: printed as one line, without a stack trace. */
@@ -85,7 +88,8 @@ async function run(argv: string[]): Promise<void> {
     }
     return;
   }
-  if (cmd !== "up" && cmd !== "gateway" && cmd !== "node") fail(`unknown command ${cmd}\n${USAGE}`, 2);
+  if (cmd !== "up" && cmd !== "gateway" && cmd !== "node" && cmd !== "proxy")
+    fail(`unknown command ${cmd}\n${USAGE}`, 2);
   if (cmd === "gateway" && values.plane !== "control" && values.plane !== "data")
     fail("gateway needs --plane control or --plane data", 2);
   if (cmd !== "up" && !base.natsUrl)
@@ -127,6 +131,9 @@ async function run(argv: string[]): Promise<void> {
     handle.nats ? `nats ${handle.natsUrl}` : `nats ${handle.natsUrl} (external)`,
     handle.control ? `control http://127.0.0.1:${handle.control.port}` : "",
     handle.data ? `data http://127.0.0.1:${handle.data.port}` : "",
+    handle.proxy
+      ? `proxy http://${base.proxyHost ?? "127.0.0.1"}:${handle.proxy.httpPort} https://${base.proxyHost ?? "127.0.0.1"}:${handle.proxy.httpsPort}`
+      : "",
     handle.node ? `node ${handle.node.nodeId}` : "",
   ].filter(Boolean);
   process.stdout.write(

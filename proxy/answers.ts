@@ -42,6 +42,7 @@ const REASONS: Record<number, string> = {
   400: "Bad Request",
   403: "Forbidden",
   404: "Not Found",
+  405: "Method Not Allowed",
   408: "Request Timeout",
   413: "Payload Too Large",
   431: "Request Header Fields Too Large",

@@ -97,6 +97,18 @@ export class Front {
     };
   }
 
+  /** node:http `connect` listener: the proxy is no forward proxy (405). */
+  connect(): (req: IncomingMessage, socket: Duplex) => void {
+    return (_req, socket) => {
+      socket.on("error", () => socket.destroy());
+      answerSocket(socket, {
+        status: 405,
+        code: "method_not_allowed",
+        message: "CONNECT is not served: this is no forward proxy",
+      });
+    };
+  }
+
   /** The host's entry, or the error that answers the request instead. */
   private route(
     req: IncomingMessage,

@@ -6,6 +6,6 @@
 export type { AccessLogSettings } from "./access-log.js";
 export type { AcmeSettings } from "./acme.js";
 export type { ProbeSettings } from "./health.js";
-export { PROXY_DEFAULT_PORTS, type ProxyHandle, type ProxyOptions, startProxy } from "./proxy.js";
+export { type ProxyHandle, type ProxyOptions, startProxy } from "./proxy.js";
 export { serverNameOf } from "./client-hello.js";
 export type { PoolSettings } from "./upstreams.js";

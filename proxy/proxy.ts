@@ -13,9 +13,6 @@ import { TlsFront } from "./tls-front.js";
 import { DEFAULT_POOL_SETTINGS, type PoolSettings, UpstreamRegistry } from "./upstreams.js";
 import { UpgradeTracker } from "./websocket.js";
 
-/** The ports `slipwayd` gives the proxy when nothing says otherwise (no root needed; 80/443 on a host). */
-export const PROXY_DEFAULT_PORTS = { http: 8080, https: 8443 } as const;
-
 export interface ProxyOptions {
   bus: Bus;
   vault: Vault;
@@ -110,6 +107,7 @@ export async function startProxy(opts: ProxyOptions): Promise<ProxyHandle> {
   const http = createServer({ keepAliveTimeout: 5000 });
   http.on("request", front.request("http"));
   http.on("upgrade", front.upgrade("http"));
+  http.on("connect", front.connect());
   // node's parser refused the request (garbage, headers too large): a JSON answer, never a crash
   http.on("clientError", (e: Error & { code?: string }, socket) => {
     const status = e.code === "HPE_HEADER_OVERFLOW" ? 431 : 400;

@@ -52,6 +52,7 @@ export class TlsFront {
     for (const s of [this.plain, this.mutual]) {
       s.on("request", o.front.request("https"));
       s.on("upgrade", o.front.upgrade("https"));
+      s.on("connect", o.front.connect());
       s.on("tlsClientError", (_e, socket) => socket.destroy());
       s.on("clientError", (_e, socket) => socket.destroy());
       // connections come from our listener, not theirs: start node's connection tracking

@@ -8,6 +8,11 @@ import { startPlatform, type PlatformHandle, type PlatformOptions } from "../../
 
 export { freePort };
 
+// The edge proxy of a `slipwayd up` (or `proxy`) that a test spawns with this process's environment
+// takes free ports, never 8080/8443: many platforms run side by side in the suite.
+process.env.SLIPWAY_HTTP_PORT ??= "0";
+process.env.SLIPWAY_HTTPS_PORT ??= "0";
+
 export function tempDir(prefix = "slipway-test-"): string {
   return mkdtempSync(join(tmpdir(), prefix));
 }
@@ -61,6 +66,8 @@ export async function startTestPlatform(
     dataDir,
     controlPort: opts.controlPort ?? 0,
     dataPort: opts.dataPort ?? 0,
+    httpPort: opts.httpPort ?? 0,
+    httpsPort: opts.httpsPort ?? 0,
     // the test vault key unless the test sets its own
     env: { SLIPWAY_VAULT_KEY: TEST_VAULT_KEY, ...(opts.env ?? {}) },
   });

@@ -61,7 +61,9 @@ export function spawnSlipwayd(args: string[], env: NodeJS.ProcessEnv, entry?: st
   const startedAt = Date.now();
   const argv = [process.execPath, ...(entry ? [entry] : ["--import", tsx, slipwayd]), ...args];
   const [cmd, ...rest] = hasSetpriv() ? ["setpriv", "--pdeathsig", "KILL", "--", ...argv] : argv;
-  const child = spawn(cmd!, rest, { env, stdio: ["ignore", "pipe", "pipe"] });
+  // the edge proxy on free ports unless the caller says otherwise (never 8080/8443 in tests)
+  const withPorts = { SLIPWAY_HTTP_PORT: "0", SLIPWAY_HTTPS_PORT: "0", ...env };
+  const child = spawn(cmd!, rest, { env: withPorts, stdio: ["ignore", "pipe", "pipe"] });
   let out = "";
   child.stdout!.on("data", (d: Buffer) => (out += d.toString()));
   child.stderr!.on("data", (d: Buffer) => (out += d.toString()));
@@ -154,6 +156,8 @@ export async function slipwaydSetup(dataDir: string): Promise<SlipwaydSetup> {
     SLIPWAY_NATS_PORT: String(natsPort),
     SLIPWAY_CONTROL_PORT: String(controlPort),
     SLIPWAY_DATA_PORT: String(dataPort),
+    SLIPWAY_HTTP_PORT: "0",
+    SLIPWAY_HTTPS_PORT: "0",
   };
   for (const k of ["NATS_URL", "SLIPWAY_VAULT_KEY", "SLIPWAY_NODE_ID", "SLIPWAY_CONTROL_TOKEN"])
     delete env[k];
