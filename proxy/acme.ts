@@ -149,13 +149,21 @@ export class AcmeManager {
       backoffMax: Math.max(settings.pollMinMs, 5000),
       backoffAttempts: 12,
     });
+    // the account: the stored key's existing one (a POST-as-GET), else a new registration (acme-client's
+    // own check re-sends the registration, which an ACME server may refuse as an empty update)
+    try {
+      await client.createAccount({ onlyReturnExisting: true });
+    } catch {
+      await client.createAccount({
+        termsOfServiceAgreed: true,
+        ...(settings.email ? { contact: [`mailto:${settings.email}`] } : {}),
+      });
+    }
     const key = await acme.crypto.createPrivateEcdsaKey();
     const [, csr] = await acme.crypto.createCsr({ commonName: host, altNames: [host] }, key);
     log(`proxy: obtaining a certificate for ${host} from ${directory}`);
     const certPem = await client.auto({
       csr,
-      ...(settings.email ? { email: settings.email } : {}),
-      termsOfServiceAgreed: true,
       challengePriority: ["http-01"],
       // the directory checks the challenge itself; a check of our own would look the host up in DNS
       skipChallengeVerification: true,

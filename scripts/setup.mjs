@@ -2,7 +2,7 @@
 // Makes a fresh clone ready: installs npm dependencies (npm install), makes sure
 // nats-server is installed (apt-get on Debian-like systems), installs the
 // container engine and busybox for run-dev-server when it can (optional: without
-// them run-dev-server answers 503), and with --build compiles the TypeScript
+// them run-dev-server answers 503) and pebble for the proxy's TLS tests, and with --build compiles the TypeScript
 // into dist/ and bundles the client, unless nothing the build reads changed since
 // the last successful build (scripts/build-stamp.mjs; --force-build or
 // SLIPWAY_FORCE_BUILD=1 builds anyway). Says plainly what to do when it cannot.
@@ -172,6 +172,24 @@ if (!process.env.NATS_URL && !onPath(natsBin)) {
     say(
       "note: dockerd is installed but not running: run-dev-server will answer 503 until it runs (systemctl start docker, or as root: dockerd --bridge=none --iptables=false &); the tests start their own",
     );
+  }
+}
+
+// 4b. pebble (an ACME test server, with pebble-challtestsrv's mock DNS): the edge proxy's HTTPS tests
+// obtain certificates from it on loopback (test/proxy/tls.test.ts). Optional: the platform never runs it.
+if (!onPath("pebble") || !onPath("pebble-challtestsrv")) {
+  const isRoot = typeof process.getuid === "function" && process.getuid() === 0;
+  if (isRoot && has("apt-get")) {
+    say("installing pebble with apt-get (the ACME test server of the proxy's TLS tests)");
+    const aptEnv = { ...process.env, DEBIAN_FRONTEND: "noninteractive" };
+    const apt = (a) => run("apt-get", a, { env: aptEnv });
+    if (!apt(["install", "-y", "--no-install-recommends", "pebble"])) {
+      apt(["update"]);
+      if (!apt(["install", "-y", "--no-install-recommends", "pebble"]))
+        say("warning: apt-get could not install pebble; the proxy's TLS tests will fail until it is installed");
+    }
+  } else {
+    say("note: pebble is missing: the proxy's TLS tests need it; fix: as root, apt-get install -y pebble");
   }
 }
 
