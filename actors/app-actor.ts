@@ -14,6 +14,7 @@ import {
   outcomeAad,
   type PartitionApp,
   PlatformError,
+  type QueuedTask,
   type Reply,
   ReplySchema,
   type Resource,
@@ -34,6 +35,7 @@ import {
 } from "./context.js";
 import { type Facts, NO_FACTS } from "./facts/types.js";
 import { handlerOf, internalHandlerOf } from "./handlers.js";
+import { endTask, runningTask, startQueued } from "./task-turns.js";
 import { type OutboxHost, reapplyOutboxes } from "./outbox.js";
 import { workspaceFiles } from "./workspace-files.js";
 
@@ -85,8 +87,8 @@ export interface Decided {
   outcome: Outcome;
   /** Absent when nothing is written (an error answer). */
   outbox?: Outbox;
-  /** Long work to start once the batch is applied. */
-  started?: { spec: TaskSpec; resource: Resource };
+  /** Long work to start once the batch is applied (`origin`: the call it runs for, when not this command). */
+  started?: { spec: TaskSpec; resource: Resource; origin?: Pick<Command, "id" | "actor"> };
   /** What the commit record keeps of the app once this command is committed. */
   entry: PartitionApp;
   /**
@@ -120,6 +122,8 @@ export class AppActor {
   seq = 0;
   /** Long work started and not yet ended. */
   tasks: RunningTask[] = [];
+  /** Calls of queueing capabilities waiting for their busy group. */
+  queued: QueuedTask[] = [];
   active = false;
   /** The app had a per-app commit record (an older version): delete it with the next commit. */
   legacy = false;
@@ -133,7 +137,11 @@ export class AppActor {
 
   /** What the partition's commit record keeps of this app. */
   entry(): PartitionApp {
-    return this.tasks.length > 0 ? { seq: this.seq, tasks: this.tasks } : { seq: this.seq };
+    return {
+      seq: this.seq,
+      ...(this.tasks.length > 0 ? { tasks: this.tasks } : {}),
+      ...(this.queued.length > 0 ? { queued: this.queued } : {}),
+    };
   }
 
   /**
@@ -145,6 +153,7 @@ export class AppActor {
     this.legacyOutcomes = [];
     this.seq = entry?.seq ?? offset;
     this.tasks = entry?.tasks ?? [];
+    this.queued = entry?.queued ?? [];
     if (!entry) {
       const e = await this.host.bus.kv.actors.get(keys.actor(this.app));
       if (e && e.operation === "PUT") {
@@ -231,6 +240,8 @@ export class AppActor {
       platformUrls: this.host.platformUrls,
       state: this.state,
       facts: await facts,
+      running: this.tasks,
+      queued: this.queued,
     });
     let d: Decision & { after?: number };
     try {
@@ -332,39 +343,55 @@ export class AppActor {
   /** Runs the handler (or applies a task's end) and turns what it decided into an answer. */
   private async run(cmd: Command, seq: number, ctx: HandlerContext): Promise<Decision> {
     let tasks = this.tasks;
+    let queued = this.queued;
     let effect: Effect;
     let started: Decided["started"];
+    const running = (name: string, e: Effect, origin: Pick<Command, "id" | "actor">) =>
+      runningTask(name, e, origin, this.host.nodeId, ctx.now);
     if (cmd.capability === TASK_DONE) {
-      const ended = await this.endTask(ctx, tasks, check(TaskDoneSchema, cmd.input, "task end"));
+      const ended = await endTask(ctx, this.app, tasks, check(TaskDoneSchema, cmd.input, "task end"));
       if (!ended) {
         const reply: Reply = { command_id: cmd.id, http: 200, ok: true, seq };
         return { app: this.app, cmd, seq, reply, outcome: { id: cmd.id, seq, reply } };
       }
       tasks = tasks.filter((t) => t !== ended.task);
       effect = ended.effect;
+      // the group is free: the first call waiting for it starts now
+      const group = ended.task.group;
+      const next = group ? queued.find((q) => q.group === group) : undefined;
+      if (next) {
+        queued = queued.filter((q) => q !== next);
+        const origin = { id: next.command_id, actor: next.actor };
+        const begun = await startQueued(ctx, next, queued, (m) => this.host.log(`actor ${this.app}: ${m}`));
+        if (begun?.task) {
+          tasks = [...tasks, running(next.capability, begun, origin)];
+          started = { spec: begun.task, resource: begun.resource, origin };
+        }
+      }
     } else {
       effect = await this.runHandler(cmd, ctx, tasks);
+      const info = capability(cmd.capability);
       if (effect.task) {
-        const info = capability(cmd.capability);
-        tasks = [
-          ...tasks,
+        tasks = [...tasks, running(cmd.capability, effect, cmd)];
+        started = { spec: effect.task, resource: effect.resource };
+      } else if (effect.queued && info?.busy_group) {
+        queued = [
+          ...queued,
           {
             resource_id: effect.resource.id,
             resource_type: effect.resource.type,
             capability: cmd.capability,
-            group: info?.busy_group ?? null,
-            node: this.host.nodeId,
+            group: info.busy_group,
             command_id: cmd.id,
             actor: cmd.actor,
-            started_at: ctx.now.toISOString(),
-            on_success: effect.task.onSuccess,
-            on_failure: effect.task.onFailure,
+            queued_at: ctx.now.toISOString(),
+            plan: effect.queued.plan,
           },
         ];
-        started = { spec: effect.task, resource: effect.resource };
       }
     }
     this.tasks = tasks;
+    this.queued = queued;
     const reply = this.answerOf(cmd, seq, ctx, effect);
     return {
       app: this.app,
@@ -377,10 +404,10 @@ export class AppActor {
     };
   }
 
-  /** A capability's handler, after the busy-group check of long work. */
+  /** A capability's handler, after the busy-group check of long work (queueing capabilities decide themselves). */
   private async runHandler(cmd: Command, ctx: HandlerContext, tasks: RunningTask[]): Promise<Effect> {
     const info = capability(cmd.capability);
-    if (info?.busy_group) {
+    if (info?.busy_group && !info.queues) {
       const running = tasks.find((t) => t.group === info.busy_group);
       if (running) {
         throw new PlatformError(
@@ -395,37 +422,6 @@ export class AppActor {
     if (!handler)
       throw new PlatformError("not_implemented", `capability ${cmd.capability} is not implemented yet`);
     return handler.handle(ctx, cmd.input as never);
-  }
-
-  /** The end of long work: its resource's last status, the closing event, the app update it carries. */
-  private async endTask(
-    ctx: HandlerContext,
-    tasks: RunningTask[],
-    done: TaskDone,
-  ): Promise<{ task: RunningTask; effect: Effect } | undefined> {
-    const task = tasks.find((t) => t.resource_id === done.resource_id);
-    if (!task) return undefined; // ended before (a replay): nothing to do, nobody waits
-    const prev = await ctx.state.getResource(task.resource_type, task.resource_id);
-    if (!prev) throw new Error(`task resource ${task.resource_id} is missing`);
-    const doc: Resource = { ...prev, ...done.fields, status: done.status, updated_at: ctx.now.toISOString() };
-    ctx.putResource(doc, prev);
-    const closing = done.status === "succeeded" ? task.on_success : task.on_failure;
-    // one event for both outcomes (DependenciesInstalled): its data says which (docs/events.md)
-    const data = task.on_failure === task.on_success ? { status: done.status, ...done.data } : done.data;
-    if (closing) ctx.emit(closing, doc, data);
-    if (done.app_update && done.status === "succeeded") {
-      const appRec = await ctx.state.getApp();
-      if (appRec) {
-        const iso = ctx.now.toISOString();
-        ctx.outbox.apps.push({
-          key: keys.app(this.app),
-          record: { ...appRec, ...done.app_update, updated_at: iso },
-        });
-        const appDoc = await ctx.state.getResource("Application", appRec.resource_id);
-        if (appDoc) ctx.putResource({ ...appDoc, ...done.app_update, updated_at: iso }, appDoc);
-      }
-    }
-    return { task, effect: { status: done.status === "succeeded" ? "succeeded" : "failed", resource: doc } };
   }
 
   private answerOf(cmd: Command, seq: number, ctx: HandlerContext, effect: Effect): Reply {

@@ -8,7 +8,10 @@ import {
   type AppRecord,
   type JobDefinition,
   type Outbox,
+  type QueuedTask,
+  type RunningTask,
   type SideEffect,
+  type Actor,
   type VaultEntry,
   type Resource,
   type ResourceStatus,
@@ -81,6 +84,10 @@ export interface HandlerContext {
   readonly state: AppState;
   /** What the handler's declaration asked to know of the outside, read before this turn. */
   readonly facts: Facts;
+  /** The app's long work running now (a queueing capability looks for its busy group here). */
+  readonly running: readonly RunningTask[];
+  /** The calls waiting for a busy group, in order. */
+  readonly queued: readonly QueuedTask[];
   readonly outbox: Outbox;
   /**
    * A resource of this app, built (not queued): a new id, or `previous`'s id and creation time;
@@ -92,8 +99,8 @@ export interface HandlerContext {
     fields?: Record<string, unknown>,
     previous?: Pick<Resource, "id" | "created_at">,
   ): Resource;
-  /** Builds a platform event with the command's actor and queues it. */
-  emit(type: string, resource: Resource, data?: Record<string, unknown>): PlatformEvent;
+  /** Builds a platform event with the command's actor (or `actor`: a queued call's) and queues it. */
+  emit(type: string, resource: Resource, data?: Record<string, unknown>, actor?: Actor): PlatformEvent;
   /** Queues a resource write (validated status move). */
   putResource(doc: Resource, previous?: Resource): void;
   deleteResource(doc: Resource): void;
@@ -112,6 +119,11 @@ export interface Effect {
   sensitive?: boolean;
   /** Long work: runs outside the actor turn after the commit; the call answers 202. */
   task?: TaskSpec;
+  /**
+   * A queueing capability's call while its busy group is held: it waits in line with this plan
+   * (its resource `pending`); the handler's `dequeue` starts it when the group is free.
+   */
+  queued?: { plan: Record<string, unknown> };
 }
 
 export type { TaskContext, TaskResult, TaskSpec } from "./tasks/types.js";
@@ -123,6 +135,12 @@ export interface CapabilityHandler<C extends CapabilityName = CapabilityName> {
   readonly facts?: (input: HandlerInput<C>) => FactRequest[];
   /** Decides what the command does; its input lacks the sealed fields (in `ctx.cmd.sealed`). */
   readonly handle: (ctx: HandlerContext, input: HandlerInput<C>) => Promise<Effect>;
+  /**
+   * A queueing capability: starts a call that waited in line, in the turn that ended the work
+   * before it (its resource moves from pending; its events carry the queued call's actor).
+   * An effect without a task ends the call there (its resource in an end status).
+   */
+  readonly dequeue?: (ctx: HandlerContext, queued: QueuedTask) => Promise<Effect>;
 }
 
 /** Declares the handler of a capability (actors/capabilities/<name>.ts). */
@@ -174,7 +192,7 @@ export function makeContext(
         ...fields,
       };
     },
-    emit(type, resource, data = {}) {
+    emit(type, resource, data = {}, actor = base.cmd.actor) {
       const ev: PlatformEvent = {
         id: newId("evt"),
         type,
@@ -182,7 +200,7 @@ export function makeContext(
         resource_id: resource.id,
         app_id: resource.app_id,
         timestamp: iso,
-        actor: base.cmd.actor,
+        actor,
         data,
       };
       outbox.events.push(ev);

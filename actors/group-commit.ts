@@ -300,7 +300,8 @@ export class CommitLog {
     for (let i = 0; i < batch.length; i++) actors.get(batch[i]!.app)?.state.acknowledged(await revisions[i]!);
     for (const d of batch) if (d.outbox) await runSideEffects(this.host, d.outbox);
     for (const d of batch)
-      if (d.started) this.host.startTask(d.app, d.started.resource, d.started.spec, d.cmd);
+      if (d.started)
+        this.host.startTask(d.app, d.started.resource, d.started.spec, d.started.origin ?? d.cmd);
     for (const i of late) {
       const d = batch[i]!;
       const body = d.reply.body;

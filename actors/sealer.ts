@@ -11,4 +11,6 @@ export interface Sealer {
   open(sealed: Sealed, aad: string): Buffer;
   openString(sealed: Sealed, aad: string): string;
   verifies(sealed: Sealed, aad: string): boolean;
+  /** A keyed hash (HMAC-SHA256, base64url) under a key derived from the vault's oldest key. */
+  mac(data: string): string;
 }

@@ -14,6 +14,7 @@ import {
 } from "./docker/endpoint.js";
 import { waitHealthy } from "./docker/health.js";
 import { demuxLines } from "./docker/logs.js";
+import { ProductionEngine } from "./docker/production.js";
 import {
   type ContainerStatus,
   type ContainerSummary,
@@ -51,6 +52,17 @@ export {
   MAX_LOG_LINE,
 } from "./docker/types.js";
 export { devContainerName } from "../proto/mod.js";
+export {
+  type ImageInfo,
+  LABEL_CONFIG_HASH,
+  LABEL_DEPLOYMENT,
+  LABEL_RELEASE,
+  LABEL_SERVICE,
+  type ProductionContainer,
+  ProductionEngine,
+  type ProductionSpec,
+  ROLE_PRODUCTION,
+} from "./docker/production.js";
 
 export class ContainerRuntime {
   /** Where the engine is expected, e.g. `unix:///var/run/docker.sock`. */
@@ -140,6 +152,11 @@ export class ContainerRuntime {
       docker: () => this.docker(),
       fail: (e, what) => this.fail(e, what),
     };
+  }
+
+  /** Production containers and images (deploy); the caller checks the engine is up ({@link require}). */
+  production(): ProductionEngine {
+    return new ProductionEngine(this.imageEngine());
   }
 
   /**

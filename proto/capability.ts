@@ -43,6 +43,11 @@ export interface Capability<N extends string = string, S extends TObject = TObje
   readonly long_running: boolean;
   /** Busy group: one long task per app per group at a time. */
   readonly busy_group: BusyGroup | null;
+  /**
+   * True when a call made while its busy group is held waits its turn (the resource `pending`, with
+   * its place in line) instead of `409 busy`; `Prefer: no-queue` asks for the 409 (deploy, release).
+   */
+  readonly queues: boolean;
   /** True when the capability acts on no application (the platform pseudo-app). */
   readonly app_less: boolean;
   /** False while the capability is not built: a valid call answers 501 naming it. */
@@ -70,6 +75,7 @@ export interface CapabilitySpec<N extends string, S extends TObject> {
   requires_container_runtime?: boolean;
   long_running?: boolean;
   busy_group?: BusyGroup;
+  queues?: boolean;
   app_less?: boolean;
   built: boolean;
   input: S;
@@ -96,6 +102,7 @@ export function declareCapability<const N extends string, S extends TObject>(
     requires_container_runtime: spec.requires_container_runtime ?? false,
     long_running: spec.long_running ?? false,
     busy_group: spec.busy_group ?? null,
+    queues: spec.queues ?? false,
     app_less: appLess,
     built: spec.built,
     input: spec.input,
@@ -121,6 +128,7 @@ export type CapabilityInfo = Pick<
   | "requires_container_runtime"
   | "long_running"
   | "busy_group"
+  | "queues"
   | "app_less"
 >;
 
@@ -135,6 +143,7 @@ export function infoOf(c: Capability): CapabilityInfo {
     requires_container_runtime: c.requires_container_runtime,
     long_running: c.long_running,
     busy_group: c.busy_group,
+    queues: c.queues,
     app_less: c.app_less,
   };
 }

@@ -22,6 +22,7 @@ export const ERROR_STATUS = {
   payload_too_large: 413,
   unsupported_media_type: 415,
   precondition_failed: 422,
+  image_not_pinned: 422,
   rate_limited: 429,
   internal: 500,
   not_implemented: 501,

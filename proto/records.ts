@@ -195,7 +195,13 @@ export type RunningTask = Static<typeof RunningTaskSchema>;
 /** Input of the internal `_task_done` command a node publishes when long work ends. */
 export const TaskDoneSchema = Type.Object({
   resource_id: Type.String(),
-  status: Type.Union([Type.Literal("succeeded"), Type.Literal("failed"), Type.Literal("cancelled")]),
+  /** `rolled_back`: a Deployment that failed and left the previous version serving. */
+  status: Type.Union([
+    Type.Literal("succeeded"),
+    Type.Literal("failed"),
+    Type.Literal("cancelled"),
+    Type.Literal("rolled_back"),
+  ]),
   /** Resource fields to merge. */
   fields: Type.Record(Type.String(), Type.Unknown()),
   /** Data of the closing event. */
@@ -225,11 +231,31 @@ export const CommitRecordSchema = Type.Object({
 export type CommitRecord = Static<typeof CommitRecordSchema>;
 
 /** One app in a partition's commit record: what a new owner needs to know of it. */
+/**
+ * A call of a queueing capability (deploy, release) made while its busy group was held: it
+ * starts when the work before it ends, from the plan its handler made (never env values).
+ */
+export const QueuedTaskSchema = Type.Object({
+  resource_id: Type.String(),
+  resource_type: Type.String(),
+  capability: Type.String(),
+  group: Type.String(),
+  /** The queued call's command and actor (of the events when it starts and ends). */
+  command_id: Type.String(),
+  actor: ActorSchema,
+  queued_at: Type.String(),
+  /** What its handler decided, for its `dequeue` to start it (checked there). */
+  plan: Type.Record(Type.String(), Type.Unknown()),
+});
+export type QueuedTask = Static<typeof QueuedTaskSchema>;
+
 export const PartitionAppSchema = Type.Object({
   /** Stream sequence of the app's last applied command. */
   seq: Type.Integer(),
   /** Long work started and not yet ended. */
   tasks: Type.Optional(Type.Array(RunningTaskSchema)),
+  /** Calls waiting for their busy group, in order. */
+  queued: Type.Optional(Type.Array(QueuedTaskSchema)),
 });
 export type PartitionApp = Static<typeof PartitionAppSchema>;
 

@@ -6,6 +6,7 @@ import { initializeApp } from "./initialize-app.js";
 import { inspect } from "./inspect.js";
 import { installDependencies } from "./install-dependencies.js";
 import { productionize } from "./productionize.js";
+import { deploy } from "./deploy.js";
 import { provisionEnvironment } from "./provision-environment.js";
 import { runDevServer } from "./run-dev-server.js";
 import { jobRan, scheduleJob } from "./schedule-job.js";
@@ -34,6 +35,7 @@ export const HANDLERS: readonly CapabilityHandler[] = [
   unsetSecret,
   scheduleJob,
   productionize,
+  deploy,
 ] as unknown as readonly CapabilityHandler[];
 
 /** Handlers of internal commands (never accepted from a gateway). */

@@ -7,6 +7,7 @@ import {
 } from "../../effects/mod.js";
 import type { Bus } from "../../store/mod.js";
 import { check, appUrl, AppRecordSchema, keys } from "../../proto/mod.js";
+import { CONFIG_HASH_LABEL, configHash } from "../production/drift.js";
 import type { FactRequest, Facts, ProbeFact } from "./types.js";
 
 /**
@@ -43,8 +44,13 @@ async function baseUrlOf(bus: Bus, app: string): Promise<string | null> {
   return check(AppRecordSchema, e.json(), `app ${app}`).base_url;
 }
 
-/** Reads the requested facts of one command (of `app`). */
-export async function gatherFacts(bus: Bus, app: string, requests: readonly FactRequest[]): Promise<Facts> {
+/** Reads the requested facts of one command (of `app`); `mac` is the vault's (configuration hashes). */
+export async function gatherFacts(
+  bus: Bus,
+  app: string,
+  requests: readonly FactRequest[],
+  mac: (data: string) => string,
+): Promise<Facts> {
   const facts: Facts = { containers: {} };
   if (requests.length === 0) return facts;
   const rt = ContainerRuntime.fromEnv();
@@ -79,6 +85,20 @@ export async function gatherFacts(bus: Bus, app: string, requests: readonly Fact
           facts.appHealth = base ? await probe(base, r.path) : null;
           return;
         }
+        case "production-containers":
+          if (!(await engineUp())) return;
+          facts.production = (await rt.production().list(app)).map((c) => ({
+            id: c.id,
+            name: c.name,
+            state: c.state,
+            running: c.running,
+            service: c.service,
+            deployment: c.deployment,
+            labelled_hash: c.labels[CONFIG_HASH_LABEL],
+            actual_hash: configHash(mac, { imageId: c.imageId, env: c.env, labels: c.labels }),
+            port: c.port,
+          }));
+          return;
         case "model": {
           try {
             const cfg = modelConfigFromEnv();

@@ -19,7 +19,12 @@ export type FactRequest =
   /** `GET <base_url><path>` of the app, 1 s time bound (inspect health). */
   | { kind: "app-health"; path: string }
   /** Is a model configured (generate-feature-plan), without its key. */
-  | { kind: "model" };
+  | { kind: "model" }
+  /** The app's production containers (deploy's drift gate), with their configuration hashes. */
+  | { kind: "production-containers" };
+
+export type { ContainerView } from "../production/drift.js";
+import type { ContainerView } from "../production/drift.js";
 
 export interface ContainerFact {
   running: boolean;
@@ -35,6 +40,8 @@ export interface ProbeFact {
 }
 
 export interface Facts {
+  /** `production-containers`: what the engine runs for the app; absent when the engine is not reachable. */
+  production?: ContainerView[];
   /** `engine`: reachable, or the 503 message that says why not. */
   engine?: { available: true } | { available: false; message: string };
   /** `container`: by name; null when there is none. */

@@ -25,7 +25,8 @@ export interface TaskContext {
 
 /** How long work ends: the resource status, fields to merge, data of the closing event. */
 export interface TaskResult {
-  status: "succeeded" | "failed";
+  /** `rolled_back`: a Deployment whose roll failed, the previous version still serving. */
+  status: "succeeded" | "failed" | "rolled_back";
   fields?: Record<string, unknown>;
   data?: Record<string, unknown>;
   /** Changes to the app record applied with the end (e.g. the dev server's base URL). */

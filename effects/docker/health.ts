@@ -40,10 +40,7 @@ export async function waitHealthy(
     }
     await sleep(Math.min(interval, Math.max(0, deadline - Date.now())), signal);
   }
-  throw new PlatformError(
-    "timeout",
-    `the dev server did not answer 2xx at ${url} within ${timeoutMs} ms (last: ${last})`,
-  );
+  throw new PlatformError("timeout", `${url} did not answer 2xx within ${timeoutMs} ms (last: ${last})`);
 }
 
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {

@@ -56,7 +56,8 @@ export const deploy = declareCapability({
   events: ["DeploymentStarted", "DeploymentCompleted", "DeploymentRolledBack"],
   skill_action_planned: true,
   ...production,
-  built: false,
+  queues: true,
+  built: true,
   example: { app: "shop" },
   input: Obj({
     app: App,
@@ -107,6 +108,7 @@ export const release = declareCapability({
   events: ["ReleaseStarted", "ReleaseCompleted", "ReleaseFailed"],
   skill_action_planned: true,
   ...production,
+  queues: true,
   built: false,
   example: { app: "shop" },
   input: Obj({

@@ -331,6 +331,8 @@ function fakeCtx(app: AppRecord | undefined, workspaceRoot: string, facts: Facts
     workspace: (a) => workspaceFiles(workspaceRoot, a.workspace),
     state,
     facts,
+    running: [],
+    queued: [],
   });
 }
 

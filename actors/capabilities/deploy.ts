@@ -1,0 +1,142 @@
+import { defineHandler, type Effect, type HandlerContext } from "../context.js";
+import { PlatformError, PREFERENCES, type QueuedTask, type Resource } from "../../proto/mod.js";
+import { driftOf } from "../production/drift.js";
+import {
+  type DeployPlan,
+  driftError,
+  expectedContainers,
+  leftovers,
+  planDeploy,
+  readPlan,
+} from "../production/deploy-plan.js";
+import { deployTask } from "../tasks/deploy.js";
+import { requireApp, sealedSecrets } from "./workspace.js";
+
+const GROUP = "production";
+
+/** The Deployment's fields for a plan (never an env value). */
+function fieldsOf(
+  plan: DeployPlan,
+  input: { platform?: string | undefined; framework?: string | undefined },
+) {
+  return {
+    service: plan.service,
+    image: plan.image,
+    digest: plan.image.slice(plan.image.lastIndexOf("sha256:")),
+    compose_file: plan.compose_file,
+    env_files: plan.env_files,
+    host: plan.route?.host ?? null,
+    readiness_path: plan.readiness_path,
+    pull: plan.pull,
+    drain_seconds: plan.drain_seconds,
+    timeout_seconds: plan.timeout_seconds,
+    proxy_net: plan.proxy_net ?? null,
+    context: plan.context ?? null,
+    platform: input.platform ?? null,
+    framework: input.framework ?? null,
+  };
+}
+
+/** Starts a roll: the resource running, DeploymentStarted, the task with what it needs. */
+async function start(
+  ctx: HandlerContext,
+  plan: DeployPlan,
+  resource: Resource,
+  actor: QueuedTask["actor"] | undefined,
+): Promise<Effect> {
+  const app = await requireApp(ctx);
+  const { expected, failed, last } = await expectedContainers(ctx);
+  const previous = last.get(plan.service);
+  ctx.emit(
+    "DeploymentStarted",
+    resource,
+    {
+      service: plan.service,
+      image: plan.image,
+      host: plan.route?.host ?? null,
+      previous: previous?.id ?? null,
+    },
+    actor,
+  );
+  ctx.log(resource.id, `rolling ${plan.service} of ${ctx.app} to ${plan.image}`);
+  return {
+    status: "running",
+    resource,
+    task: deployTask({
+      app: ctx.app,
+      workspace: app.workspace,
+      plan,
+      expected,
+      failedDeployments: [...failed],
+      previous: previous?.id ?? null,
+      sealed: await sealedSecrets(ctx),
+    }),
+  };
+}
+
+/**
+ * deploy: a start-first roll of one compose.prod.yaml service behind the
+ * proxy, with a drift gate (docs/deploy.md). The turn decides: the plan (or
+ * 400/422), the engine (503), the drift gate (409 drift_detected, nothing
+ * changed), and whether the call waits in line behind another deploy or
+ * release of the app (`Prefer: no-queue`: 409 busy instead). The roll itself
+ * is long work (actors/tasks/deploy.ts).
+ */
+export const deploy = defineHandler("deploy", {
+  facts: () => [{ kind: "engine" }, { kind: "production-containers" }],
+  handle: async (ctx, input) => {
+    const app = await requireApp(ctx);
+    const plan = await planDeploy(ctx, input, ctx.workspace(app), app.host);
+    if (ctx.facts.engine?.available === false)
+      throw new PlatformError("container_runtime_unavailable", ctx.facts.engine.message);
+    const holder = ctx.running.find((t) => t.group === GROUP);
+    const waiting = ctx.queued.filter((q) => q.group === GROUP);
+    if (holder || waiting.length > 0) {
+      const ahead = holder
+        ? `${holder.capability} ${holder.resource_id}`
+        : `${waiting[0]!.capability} ${waiting[0]!.resource_id}`;
+      if (ctx.cmd.prefer?.includes(PREFERENCES.noQueue))
+        throw new PlatformError(
+          "busy",
+          `${ahead} holds the production group of ${ctx.app}; one deploy or release at a time (the call asked not to wait)`,
+        );
+      const resource = ctx.resource("Deployment", "pending", {
+        ...fieldsOf(plan, input),
+        queue_position: waiting.length + 1,
+        waiting_for: ahead,
+      });
+      ctx.putResource(resource);
+      ctx.log(resource.id, `waiting behind ${ahead} (place ${waiting.length + 1})`);
+      return { status: "running", resource, queued: { plan } };
+    }
+    // the drift gate: the engine's containers against what the last deployments left
+    const { expected, failed } = await expectedContainers(ctx);
+    const actual = ctx.facts.production ?? [];
+    const gone = new Set(leftovers(actual, failed).map((c) => c.id));
+    const drift = driftOf(
+      expected,
+      actual.filter((c) => !gone.has(c.id)),
+    );
+    if (drift.length > 0) throw driftError(ctx.app, drift);
+    const resource = ctx.resource("Deployment", "running", {
+      ...fieldsOf(plan, input),
+      queue_position: null,
+    });
+    ctx.putResource(resource);
+    return start(ctx, plan, resource, undefined);
+  },
+  dequeue: async (ctx, queued) => {
+    const plan = readPlan(queued.plan);
+    const pending = await ctx.state.getResource(queued.resource_type, queued.resource_id);
+    if (!pending) throw new PlatformError("internal", `queued deployment ${queued.resource_id} is missing`);
+    const resource: Resource = {
+      ...pending,
+      status: "running",
+      queue_position: null,
+      waiting_for: null,
+      updated_at: ctx.now.toISOString(),
+    };
+    ctx.putResource(resource, pending);
+    return start(ctx, plan, resource, queued.actor);
+  },
+});

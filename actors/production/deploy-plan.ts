@@ -1,0 +1,206 @@
+import Type, { type Static } from "typebox";
+import {
+  check,
+  DEFAULT_SERVICE,
+  type ErrorDetail,
+  type HandlerInput,
+  PlatformError,
+  type Resource,
+} from "../../proto/mod.js";
+import type { HandlerContext } from "../context.js";
+import { acmeDirectory, PROD_ENV_FILE } from "./artifacts.js";
+import { type ComposeService, isPinned, parseCompose } from "./compose.js";
+import type { ContainerView, ExpectedContainer } from "./drift.js";
+
+/**
+ * What a deploy decides in its turn (docs/deploy.md): the service to roll and
+ * how, from compose.prod.yaml and the last productionize. It carries no
+ * secret: env files are read and vault secrets opened by the task, at the
+ * moment it starts the container. A queued deploy keeps its plan in the
+ * partition's record until its turn.
+ */
+export const DeployPlanSchema = Type.Object({
+  service: Type.String(),
+  /** The pinned image reference. */
+  image: Type.String(),
+  compose_file: Type.String(),
+  /** Workspace-relative env files, read when the container starts. */
+  env_files: Type.Array(Type.String()),
+  /** The service's `environment` (from the committed compose file: no secrets there). */
+  environment: Type.Record(Type.String(), Type.String()),
+  labels: Type.Record(Type.String(), Type.String()),
+  command: Type.Optional(Type.Array(Type.String())),
+  readiness_path: Type.String(),
+  /** The host whose route sends traffic to this service (web only), and its TLS. */
+  route: Type.Union([
+    Type.Object({
+      host: Type.String(),
+      acme_directory: Type.Optional(Type.String()),
+      mtls: Type.Optional(Type.Object({ host: Type.String(), ca_secret: Type.String() })),
+    }),
+    Type.Null(),
+  ]),
+  pull: Type.Boolean(),
+  drain_seconds: Type.Integer(),
+  timeout_seconds: Type.Integer(),
+  proxy_net: Type.Optional(Type.String()),
+  context: Type.Optional(Type.String()),
+});
+export type DeployPlan = Static<typeof DeployPlanSchema>;
+
+/** DESIGN §8 defaults. */
+export const DEPLOY_DEFAULTS = { drain_seconds: 30, timeout_seconds: 60, readiness_path: "/health" } as const;
+export const DEFAULT_COMPOSE_FILE = "compose.prod.yaml";
+
+export function readPlan(plan: Record<string, unknown>): DeployPlan {
+  return check(DeployPlanSchema, plan, "queued deploy plan");
+}
+
+const bad = (
+  path: string,
+  message: string,
+  code: "invalid_input" | "precondition_failed" = "invalid_input",
+) => new PlatformError(code, `${path.slice(1)}: ${message}`, { details: [{ path, message }] });
+
+/** The latest ProductionArtifacts of the app (productionize's inputs), if any. */
+async function lastArtifacts(ctx: HandlerContext): Promise<Resource | undefined> {
+  const all = await ctx.state.listResources("ProductionArtifacts");
+  return all.sort((a, b) => (a.updated_at < b.updated_at ? 1 : -1))[0];
+}
+
+/** A workspace-relative path a call names: relative, and never leaving the workspace (400 otherwise). */
+function insideWorkspace(field: string, path: string | undefined): void {
+  if (path === undefined) return;
+  if (path.startsWith("/") || path.split("/").some((seg) => seg === ".."))
+    throw bad(`/${field}`, `${JSON.stringify(path.slice(0, 120))} must be a path inside the app's workspace`);
+}
+
+/** Turns a deploy call into a plan, or refuses it (400 bad input, 422 precondition, 422 image_not_pinned). */
+export async function planDeploy(
+  ctx: HandlerContext,
+  input: HandlerInput<"deploy">,
+  workspace: { read(path: string): string | undefined },
+  appHost: string | undefined,
+): Promise<DeployPlan> {
+  insideWorkspace("compose_file", input.compose_file);
+  insideWorkspace("env_file", input.env_file);
+  insideWorkspace("context", input.context);
+  const composeFile = input.compose_file ?? DEFAULT_COMPOSE_FILE;
+  const text = workspace.read(composeFile);
+  if (text === undefined)
+    throw bad(
+      "/compose_file",
+      `${composeFile} is not in the app's workspace; run productionize first (slipway productionize --app ${ctx.app} --host <name>)`,
+      "precondition_failed",
+    );
+  const compose = parseCompose(text, composeFile);
+  const name = input.service ?? DEFAULT_SERVICE;
+  const svc: ComposeService | undefined = compose.services[name];
+  if (!svc)
+    throw bad(
+      "/service",
+      `no service ${JSON.stringify(name)} in ${composeFile} (its services: ${Object.keys(compose.services).join(", ")})`,
+    );
+  if (!svc.image)
+    throw bad("/service", `service ${name} of ${composeFile} has no image`, "precondition_failed");
+  if (!isPinned(svc.image))
+    throw new PlatformError(
+      "image_not_pinned",
+      `service ${name} of ${composeFile} runs ${svc.image}, which is not pinned by digest; release pins it (or write repo@sha256:<digest>)`,
+      { details: [{ path: `/services/${name}/image`, message: "must be pinned by digest" }] },
+    );
+  const envFiles = input.env_file ? [input.env_file] : svc.env_file;
+  for (const f of svc.env_file) insideWorkspace("env_file", f);
+  for (const f of envFiles)
+    if (workspace.read(f) === undefined)
+      throw bad(
+        "/env_file",
+        `${f} is not in the app's workspace${f === PROD_ENV_FILE ? " (copy .env.prod.example to .env.prod and fill it)" : ""}`,
+        "precondition_failed",
+      );
+  const artifacts = await lastArtifacts(ctx);
+  let route: DeployPlan["route"] = null;
+  if (name === DEFAULT_SERVICE) {
+    const host = (svc.labels["slipway.host"] ?? appHost)?.toLowerCase();
+    if (!host)
+      throw bad(
+        "/service",
+        `${ctx.app} has no production host: run productionize first (slipway productionize --app ${ctx.app} --host <name>)`,
+        "precondition_failed",
+      );
+    route = { host };
+    const resolver = typeof artifacts?.cert_resolver === "string" ? artifacts.cert_resolver : undefined;
+    if (resolver) route.acme_directory = acmeDirectory(resolver, process.env);
+    const mtlsHost = typeof artifacts?.mcp_mtls_host === "string" ? artifacts.mcp_mtls_host : undefined;
+    if (mtlsHost) {
+      const secret =
+        typeof artifacts?.mcp_mtls_tls_options === "string"
+          ? artifacts.mcp_mtls_tls_options
+          : "MCP_CLIENT_CA";
+      if (!(await ctx.state.getVaultEntry(secret)))
+        throw bad(
+          "/service",
+          `the mTLS host ${mtlsHost} needs its client CA (PEM) in the vault secret ${secret}: slipway secrets set --app ${ctx.app} --name ${secret} --from-file ca.pem`,
+          "precondition_failed",
+        );
+      route.mtls = { host: mtlsHost, ca_secret: secret };
+    }
+  }
+  return {
+    service: name,
+    image: svc.image,
+    compose_file: composeFile,
+    env_files: envFiles,
+    environment: svc.environment,
+    labels: svc.labels,
+    ...(svc.command ? { command: svc.command } : {}),
+    readiness_path: svc.labels["slipway.readiness-path"] ?? DEPLOY_DEFAULTS.readiness_path,
+    route,
+    pull: input.pull ?? false,
+    drain_seconds: input.drain_seconds ?? DEPLOY_DEFAULTS.drain_seconds,
+    timeout_seconds: input.timeout_seconds ?? DEPLOY_DEFAULTS.timeout_seconds,
+    ...(input.proxy_net ? { proxy_net: input.proxy_net } : {}),
+    ...(input.context ? { context: input.context } : {}),
+  };
+}
+
+/**
+ * The containers the app's last deployments left running: for each service,
+ * those of its latest succeeded Deployment. And the Deployments that ended
+ * without success (their containers, if any are left, are leftovers).
+ */
+export async function expectedContainers(
+  ctx: HandlerContext,
+): Promise<{ expected: ExpectedContainer[]; failed: Set<string>; last: Map<string, Resource> }> {
+  // this turn's own writes first (a deploy that starts in the turn that ended the one before it)
+  const written = new Map<string, Resource>();
+  for (const r of ctx.outbox.resources) if (r.doc?.type === "Deployment") written.set(r.doc.id, r.doc);
+  const all = (await ctx.state.listResources("Deployment"))
+    .map((d) => written.get(d.id) ?? d)
+    .sort((a, b) => (a.created_at < b.created_at ? -1 : 1));
+  const last = new Map<string, Resource>();
+  const failed = new Set<string>();
+  for (const d of all) {
+    if (d.status === "succeeded" && typeof d.service === "string") last.set(d.service, d);
+    else if (d.status !== "running" && d.status !== "pending") failed.add(d.id);
+  }
+  const expected: ExpectedContainer[] = [];
+  for (const d of last.values())
+    for (const c of Array.isArray(d.containers) ? (d.containers as ExpectedContainer[]) : [])
+      expected.push(c);
+  return { expected, failed, last };
+}
+
+/** Extra containers left by deployments that did not succeed (removed before a roll, not drift). */
+export function leftovers(actual: readonly ContainerView[], failed: ReadonlySet<string>): ContainerView[] {
+  return actual.filter((c) => c.deployment !== undefined && failed.has(c.deployment));
+}
+
+/** Details of drift, as the 409's body carries them. */
+export function driftError(app: string, details: ErrorDetail[]): PlatformError {
+  return new PlatformError(
+    "drift_detected",
+    `the containers of ${app} are not what its last deployment left (${details.length} difference${details.length === 1 ? "" : "s"}); nothing was changed. Put them back (or remove the extra ones) and deploy again`,
+    { details },
+  );
+}
