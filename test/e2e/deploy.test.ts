@@ -1,4 +1,5 @@
 import { randomUUID } from "node:crypto";
+import { Agent as HttpAgent, request as httpRequest } from "node:http";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import anyTest, { type ExecutionContext, type TestFn } from "ava";
@@ -333,4 +334,127 @@ test("a deploy called while another runs waits its turn with its place shown, th
     (e) => e.type === "DeploymentStarted",
   );
   t.deepEqual(started?.actor, { type: "builder", id: "test-suite" }, "the queued call's actor");
+});
+
+/** One GET through the proxy with a Host header (fetch may not set Host): "<status> <body>". */
+function viaProxy(port: number, host: string, path: string): Promise<string> {
+  return new Promise((resolve) => {
+    const req = httpRequest({ host: "127.0.0.1", port, path, headers: { host } }, (res) => {
+      let text = "";
+      res.setEncoding("utf8");
+      res.on("data", (c) => (text += c));
+      res.on("end", () => resolve(`${res.statusCode} ${text}`));
+    });
+    req.on("error", (e) => resolve(`error ${String(e)}`));
+    req.end();
+  });
+}
+
+/** `n` keep-alive connections through the proxy, GET and POST (its body echoed), counted by what served them. */
+function proxyLoad(port: number, host: string, n: number) {
+  const agent = new HttpAgent({ keepAlive: true, maxSockets: n });
+  const tally = { ok: 0, failed: [] as string[], byGreeting: new Map<string, number>() };
+  let running = true;
+  const once = (post: boolean, k: number) =>
+    new Promise<void>((resolve) => {
+      const body = post ? `body-${k}-${"x".repeat(k % 500)}` : undefined;
+      const req = httpRequest(
+        {
+          host: "127.0.0.1",
+          port,
+          path: post ? "/echo" : `/get?k=${k}`,
+          method: post ? "POST" : "GET",
+          agent,
+          headers: { host },
+        },
+        (res) => {
+          let text = "";
+          res.setEncoding("utf8");
+          res.on("data", (c) => (text += c));
+          res.on("end", () => {
+            try {
+              const j = JSON.parse(text) as { greeting: string; body: string; method: string };
+              if (
+                res.statusCode === 200 &&
+                j.method === (post ? "POST" : "GET") &&
+                (!post || j.body === body)
+              ) {
+                tally.ok++;
+                tally.byGreeting.set(j.greeting, (tally.byGreeting.get(j.greeting) ?? 0) + 1);
+              } else tally.failed.push(`${res.statusCode} ${text.slice(0, 200)}`);
+            } catch {
+              tally.failed.push(`${res.statusCode} ${text.slice(0, 200)}`);
+            }
+            resolve();
+          });
+          res.on("error", (e) => {
+            tally.failed.push(String(e));
+            resolve();
+          });
+        },
+      );
+      req.on("error", (e) => {
+        tally.failed.push(String(e));
+        resolve();
+      });
+      req.end(body);
+    });
+  const loops = Array.from({ length: n }, async (_, i) => {
+    for (let k = 0; running; k++) await once((i + k) % 2 === 0, k);
+  });
+  return {
+    tally,
+    async stop() {
+      running = false;
+      await Promise.all(loops);
+      agent.destroy();
+    },
+  };
+}
+
+test("8 rolls in a row under 16 keep-alive connections through the proxy (GET and POST) drop no request", async (t) => {
+  const { p, v1, v2 } = t.context;
+  const proxyPort = p.proxy?.httpPort;
+  if (!proxyPort) throw new Error("the platform runs no proxy");
+  const { app, ws } = await prodApp(t, v1.id);
+  const host = `${app}.example.com`;
+  writeFileSync(join(ws, ".env.prod"), "GREETING=roll-0\n");
+  t.is((await deployAndWait(t, { app })).doc.status, "succeeded");
+  let last = "";
+  await eventually(async () => {
+    last = await viaProxy(proxyPort, host, "/");
+    return last.startsWith("200 ");
+  }, 10_000).catch((e) => {
+    throw new Error(`the proxy does not serve ${host}: ${last} (${String(e)})`);
+  });
+  const load = proxyLoad(proxyPort, host, 16);
+  const toServe: number[] = [];
+  try {
+    for (let roll = 1; roll <= 8; roll++) {
+      // each roll another configuration (and every other one another image): a new container each time
+      await pin(t, app, roll % 2 === 0 ? v1.id : v2.id);
+      writeFileSync(join(ws, ".env.prod"), `GREETING=roll-${roll}\n`);
+      const t0 = Date.now();
+      const done = await deployAndWait(t, { app, drain_seconds: 1 });
+      t.is(done.doc.status, "succeeded", `roll ${roll}: ${JSON.stringify(done.doc.reason ?? "")}`);
+      toServe.push(Date.now() - t0 - 1000 * 1); // less the drain, which follows the swap
+      t.true(
+        (load.tally.byGreeting.get(`roll-${roll}`) ?? 0) > 0 || roll === 8,
+        `roll ${roll} served traffic`,
+      );
+    }
+    await sleep(500);
+  } finally {
+    await load.stop();
+  }
+  const counts = Object.fromEntries([...load.tally.byGreeting].sort());
+  t.log(
+    `served: ${load.tally.ok} requests, failed: ${load.tally.failed.length}; by version: ${JSON.stringify(counts)}`,
+  );
+  t.log(`deploy call to done, less the drain (ms): ${toServe.join(", ")}`);
+  t.deepEqual(load.tally.failed.slice(0, 5), [], "no failed request");
+  t.is(load.tally.failed.length, 0);
+  for (let roll = 0; roll <= 8; roll++)
+    t.true((counts[`roll-${roll}`] ?? 0) > 0, `roll ${roll} served requests`);
+  t.is((await appContainers(t, app)).length, 1, "only the last version runs");
 });
