@@ -91,5 +91,6 @@ export function buildRequest(inv: Invocation, config: CliConfig): HttpRequest {
   }
   headers["content-type"] = "application/json";
   if (inv.globals.idempotencyKey !== undefined) headers["idempotency-key"] = inv.globals.idempotencyKey;
+  if (inv.prefer?.length) headers.prefer = inv.prefer.join(", ");
   return { url: join(base, inv.path), method, headers, body: JSON.stringify(inv.values) };
 }

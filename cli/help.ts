@@ -12,6 +12,7 @@ function metavar(f: FlagSpec): string {
   switch (f.kind) {
     case FlagKind.boolean:
     case FlagKind.constant:
+    case FlagKind.preference:
       return "";
     case FlagKind.integer:
       return " <n>";
@@ -158,7 +159,11 @@ export function verbHelp(verb: VerbSpec): string {
     ]),
     ...verb.flags.map((f) => [
       `--${f.name}${metavar(f)}`,
-      f.kind === FlagKind.constant ? `-> ${f.field}=${String(f.constant)}` : `-> ${f.field}`,
+      f.kind === FlagKind.constant
+        ? `-> ${f.field}=${String(f.constant)}`
+        : f.kind === FlagKind.preference
+          ? `-> ${f.field} (Prefer header)`
+          : `-> ${f.field}`,
       f.required ? "required" : "",
       f.choices ? `${f.description}: one of ${f.choices.join(", ")}` : f.description,
     ]),

@@ -19,6 +19,8 @@ export interface Invocation {
   readonly path: string;
   /** What to do after a `running` answer; undefined for verbs that do not wait (reads). */
   readonly wait: WaitOptions | undefined;
+  /** Preferences for the `Prefer` header (`--no-queue`). */
+  readonly prefer?: readonly string[];
 }
 
 type Options = NonNullable<ParseArgsConfig["options"]>;
@@ -35,7 +37,8 @@ function optionsFor(verb: VerbSpec): Options {
   for (const f of verb.flags) {
     if (Object.hasOwn(options, f.name))
       throw new Error(`verb ${verb.words.join(" ")}: flag --${f.name} is taken`);
-    const valueless = f.kind === FlagKind.boolean || f.kind === FlagKind.constant;
+    const valueless =
+      f.kind === FlagKind.boolean || f.kind === FlagKind.constant || f.kind === FlagKind.preference;
     options[f.name] = valueless
       ? { type: "boolean" }
       : { type: "string", multiple: f.kind === FlagKind.list };
@@ -187,9 +190,14 @@ export function parseVerbArgs(verb: VerbSpec, rest: readonly string[], env: Env)
     else set(p.field, `<${p.name}>`, value);
   });
 
+  const prefer: string[] = [];
   for (const f of verb.flags) {
     const raw = given[f.name];
     if (raw === undefined) continue;
+    if (f.kind === FlagKind.preference) {
+      if (raw === true) prefer.push(f.field);
+      continue;
+    }
     set(f.field, `--${f.name}`, flagValue(f, raw, env, words));
   }
   const missing = verb.flags.filter((f) => f.required && !setBy.has(f.field)).map((f) => `--${f.name}`);
@@ -208,5 +216,5 @@ export function parseVerbArgs(verb: VerbSpec, rest: readonly string[], env: Env)
     encodeURIComponent(pathParams[field] ?? ""),
   );
   const method = verb.alternate && setBy.has(verb.alternate.field) ? verb.alternate.method : verb.method;
-  return { verb, globals, values, method, path, wait };
+  return { verb, globals, values, method, path, wait, ...(prefer.length ? { prefer } : {}) };
 }

@@ -16,6 +16,11 @@ export const FlagKind = {
   env: "env",
   /** A flag without a value that puts a fixed value in its field (`dev --stop` is action=stop). */
   constant: "constant",
+  /**
+   * A flag without a value that states a preference of the call in the `Prefer` header (its
+   * `field` is the preference, e.g. `no-queue`), not an input field.
+   */
+  preference: "preference",
 } as const;
 export type FlagKind = (typeof FlagKind)[keyof typeof FlagKind];
 

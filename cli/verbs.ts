@@ -1,8 +1,18 @@
 import { capabilityVerb } from "./schema-flags.js";
 import { PAGING_FLAGS, queryFlag, readVerb } from "./read-verbs.js";
-import { FlagKind, type VerbSpec } from "./verb-types.js";
+import { PREFERENCES } from "../proto/mod.js";
+import { FlagKind, type FlagSpec, type VerbSpec } from "./verb-types.js";
 import { LOCAL_VERBS } from "./verbs-local.js";
 import { ROUTE_VERBS } from "./verbs-routes.js";
+
+/** deploy and release wait behind another one of the app unless told not to. */
+const NO_QUEUE: FlagSpec = {
+  name: "no-queue",
+  field: PREFERENCES.noQueue,
+  kind: FlagKind.preference,
+  required: false,
+  description: "answer 409 busy instead of waiting behind another deploy or release of the app",
+};
 
 /**
  * The verb table of the `slipway` client (spec 1.3). A new verb is one row:
@@ -81,9 +91,26 @@ export const VERBS: readonly VerbSpec[] = [
     summary: "register, change, pause or remove a scheduled job",
     rename: { target_path: "target" },
   }),
-  capabilityVerb("deploy", "deploy", { summary: "roll compose.prod.yaml out with zero downtime" }),
-  capabilityVerb("productionize", "productionize", { summary: "generate the production artifacts" }),
-  capabilityVerb("release", "release", { summary: "assess, publish, repin, deploy and verify a release" }),
+  capabilityVerb("deploy", "deploy", {
+    summary: "roll compose.prod.yaml out with zero downtime",
+    extra: [NO_QUEUE],
+  }),
+  capabilityVerb("productionize", "productionize", {
+    summary: "generate the production artifacts",
+    extra: [
+      {
+        name: "replace-host",
+        field: PREFERENCES.replaceHost,
+        kind: FlagKind.preference,
+        required: false,
+        description: "move the app to another host than the one it remembers (else 409)",
+      },
+    ],
+  }),
+  capabilityVerb("release", "release", {
+    summary: "assess, publish, repin, deploy and verify a release",
+    extra: [NO_QUEUE],
+  }),
   capabilityVerb("email send", "send-email", { summary: "send a transactional email" }),
   capabilityVerb("provision-monitoring", "provision-monitoring", {
     summary: "generate and start the dashboards, logs and metrics stack",

@@ -240,7 +240,11 @@ class Follower {
         this.progress.setNote("poll", "");
         this.last = r.resource;
         const status = String(r.resource.status);
-        this.progress.setStatus(status);
+        // a deploy or release waiting behind another: its place in line
+        const place = r.resource.queue_position;
+        this.progress.setStatus(
+          status === "pending" && typeof place === "number" ? `waiting (place ${place} in line)` : status,
+        );
         if (END_STATUSES.has(status)) return { kind: "ended", resource: r.resource, bytes: r.bytes };
       } else if (r.kind === "retry") {
         this.progress.setNote("poll", r.note);

@@ -38,10 +38,12 @@ export const explainFailure = defineHandler("explain-failure", {
         "not_found",
         `${ctx.app} has no run with id ${id} (explain-failure reads ${Object.keys(EXPLAINABLE).join(", ")})`,
       );
-    if (subject.status !== "failed")
+    // a deployment that did not succeed is rolled back (the previous version kept serving), or failed
+    const ended = subject.type === "Deployment" ? ["failed", "rolled_back"] : ["failed"];
+    if (!ended.includes(subject.status))
       throw new PlatformError(
         "precondition_failed",
-        `${subject.type} ${subject.id} is ${subject.status}; explain-failure reads failed runs`,
+        `${subject.type} ${subject.id} is ${subject.status}; explain-failure reads ${ended.join(" or ")} runs`,
       );
     const workspace = ctx.workspace(app).path;
     const resource: Resource = ctx.resource("Analysis", "running", {

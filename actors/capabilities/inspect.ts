@@ -121,8 +121,16 @@ export const readers: Partial<Record<InspectType, (ctx: HandlerContext) => Promi
     };
   },
   async docker(ctx) {
-    // the engine's view of the app, read before this turn (a fact)
-    return ctx.facts.engineDescription ?? { available: false, message: "the engine was not asked" };
+    // the engine's view of the app and the proxy's routes to it, read before this turn (facts)
+    const engine = ctx.facts.engineDescription ?? { available: false, message: "the engine was not asked" };
+    const containers = Array.isArray(engine.containers)
+      ? (engine.containers as { labels?: Record<string, string> }[])
+      : [];
+    return {
+      ...engine,
+      production: containers.filter((c) => c.labels?.["slipway.role"] === "production"),
+      routes: ctx.facts.routes ?? [],
+    };
   },
   async notifications(ctx) {
     const items = (await ctx.state.recentEvents(500)).filter((e) => NOTIFYING.test(e.type)).slice(0, RECENT);
@@ -230,7 +238,7 @@ export const inspect = defineHandler("inspect", {
     input.type === "health"
       ? [{ kind: "app-health", path: "/health" }]
       : input.type === "docker"
-        ? [{ kind: "engine-description", app: input.app }]
+        ? [{ kind: "engine-description", app: input.app }, { kind: "routes" }]
         : [],
   handle: async (ctx, input) => {
     const type = input.type;

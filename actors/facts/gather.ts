@@ -5,8 +5,8 @@ import {
   NO_MODEL_MESSAGE,
   freePort,
 } from "../../effects/mod.js";
-import type { Bus } from "../../store/mod.js";
-import { check, appUrl, AppRecordSchema, keys } from "../../proto/mod.js";
+import { type Bus, kvKeys } from "../../store/mod.js";
+import { check, appUrl, AppRecordSchema, BUCKETS, keys, RouteSchema } from "../../proto/mod.js";
 import { CONFIG_HASH_LABEL, configHash } from "../production/drift.js";
 import type { FactRequest, Facts, ProbeFact } from "./types.js";
 
@@ -99,6 +99,31 @@ export async function gatherFacts(
             port: c.port,
           }));
           return;
+        case "routes": {
+          const out: NonNullable<Facts["routes"]> = [];
+          for (const k of await kvKeys(bus, BUCKETS.routes, ">")) {
+            if (k.startsWith("_")) continue; // ACME challenges
+            const e = await bus.kv.routes.get(k);
+            if (e?.operation !== "PUT") continue;
+            const r = check(RouteSchema, e.json(), `route ${k}`);
+            if (r.app !== app) continue;
+            out.push({
+              host: r.host,
+              service: r.service,
+              upstreams: r.upstreams.map((u) => ({
+                url: u.url,
+                deployment_id: u.deployment_id,
+                container: u.container,
+              })),
+              https: r.acme_directory !== undefined,
+              mtls: r.client_ca_pem !== undefined,
+              revision: e.revision,
+              updated_at: r.updated_at,
+            });
+          }
+          facts.routes = out;
+          return;
+        }
         case "model": {
           try {
             const cfg = modelConfigFromEnv();

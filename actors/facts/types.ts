@@ -21,10 +21,23 @@ export type FactRequest =
   /** Is a model configured (generate-feature-plan), without its key. */
   | { kind: "model" }
   /** The app's production containers (deploy's drift gate), with their configuration hashes. */
-  | { kind: "production-containers" };
+  | { kind: "production-containers" }
+  /** The proxy's routes to the app (inspect docker), without certificates or CAs. */
+  | { kind: "routes" };
 
 export type { ContainerView } from "../production/drift.js";
 import type { ContainerView } from "../production/drift.js";
+
+/** A proxy route of the app as inspect shows it (no PEM). */
+export interface RouteFact {
+  host: string;
+  service: string;
+  upstreams: { url: string; deployment_id: string; container?: string | undefined }[];
+  https: boolean;
+  mtls: boolean;
+  revision: number;
+  updated_at: string;
+}
 
 export interface ContainerFact {
   running: boolean;
@@ -40,6 +53,8 @@ export interface ProbeFact {
 }
 
 export interface Facts {
+  /** `routes`: the proxy's routes to the app. */
+  routes?: RouteFact[];
   /** `production-containers`: what the engine runs for the app; absent when the engine is not reachable. */
   production?: ContainerView[];
   /** `engine`: reachable, or the 503 message that says why not. */

@@ -2,6 +2,7 @@ import type { Resource } from "../../proto/mod.js";
 import { readLog } from "../../store/mod.js";
 import { isModelError, modelConfigFromEnv, readFailure } from "../../effects/mod.js";
 import { describeFinding, nextStep, parseFindings, summarize } from "../findings.js";
+import { classifyDeploy, deployLogs, deployNextStep, deployReason } from "../production/deploy-findings.js";
 import type { TaskSpec } from "./types.js";
 
 /**
@@ -31,18 +32,26 @@ export function explainTask(o: {
         lines.push(l.line);
         if (lines.length > TAIL) lines.shift();
       }
+      const deployment = sub.type === "Deployment";
+      // a deployment's own log is the roll; the new container's last lines are on the resource
+      if (deployment) lines.push(...deployLogs(sub));
       const findings = parseFindings(lines, workspace);
       const exitCode = typeof sub.exit_code === "number" ? sub.exit_code : null;
       const fallback =
         typeof sub.error === "string"
           ? sub.error
           : `${sub.type} failed${exitCode !== null ? ` (exit ${exitCode})` : ""}`;
-      const summary = summarize(findings, exitCode, fallback);
-      const next = nextStep(sub.type, findings, appName).replace("<id>", sub.id);
+      const summary = deployment
+        ? `${deployReason(sub)}${findings.length ? `; the new version printed: ${summarize(findings, null, "")}` : ""}`
+        : summarize(findings, exitCode, fallback);
+      const next = (
+        deployment ? deployNextStep(sub, appName) : nextStep(sub.type, findings, appName)
+      ).replace("<id>", sub.id);
       for (const f of findings.slice(0, 20)) await t.log(describeFinding(f), "platform");
       await t.log(`next step: ${next}`, "platform");
       const fields: Record<string, unknown> = {
         subject_status: sub.status,
+        ...(deployment ? { failure: classifyDeploy(deployReason(sub)) } : {}),
         exit_code: exitCode,
         summary,
         findings,

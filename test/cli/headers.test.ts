@@ -71,3 +71,18 @@ test("cli: a control URL that is not a URL is a usage error", async (t) => {
   t.is(code, 2);
   t.regex(c.stderr(), /SLIPWAY_CONTROL_URL/);
 });
+
+test("cli: deploy --no-queue and productionize --replace-host are preferences in the Prefer header, not body fields", async (t) => {
+  const p = await platform(t);
+  const d = await runAgainst(p, ["deploy", "--app", "shop", "--no-queue", "--no-wait"]);
+  t.is(d.code, 0, d.stderr);
+  t.is(p.requests[0]!.headers.prefer, "no-queue");
+  t.deepEqual(p.requests[0]!.json, { app: "shop" });
+  const r = await runAgainst(p, ["productionize", "--app", "shop", "--host", "b.example.com", "--replace-host"]);
+  t.is(r.code, 0, r.stderr);
+  t.is(p.requests[1]!.headers.prefer, "replace-host");
+  t.deepEqual(p.requests[1]!.json, { app: "shop", host: "b.example.com" });
+  const plain = await runAgainst(p, ["deploy", "--app", "shop", "--no-wait"]);
+  t.is(plain.code, 0, plain.stderr);
+  t.is(p.requests[2]!.headers.prefer, undefined);
+});

@@ -163,6 +163,19 @@ test("deploy rolls the web service start-first: the new version serves, the old 
     "the old container is gone after its drain",
   );
   await t.throwsAsync(askVersion(first.doc.port), undefined, "v1 no longer answers");
+  // inspect docker: the production container and the proxy's route to it
+  const seen = await call(p.controlUrl, "inspect", { app, type: "docker" });
+  t.is(seen.status, 200);
+  const result = seen.body.resource.result;
+  t.deepEqual(
+    result.production.map((c: { name: string }) => c.name),
+    [second.doc.containers[0].name],
+  );
+  t.deepEqual(
+    result.routes.map((r: { host: string; upstreams: { url: string }[] }) => [r.host, r.upstreams[0]?.url]),
+    [[`${app}.example.com`, second.doc.upstream]],
+  );
+  t.false(JSON.stringify(result).includes("hello from the env file"), "no env value in inspect");
   const log = await get(p.controlUrl, `/logs/${second.doc.id}`);
   t.regex(log.text, /pulling/);
   t.regex(log.text, /ready in \d+ ms/);
@@ -207,6 +220,16 @@ test("a version that never gets ready is rolled back: the old one serves through
     [good.doc.containers[0].name],
     "the new container was removed; the old one runs",
   );
+  // explain-failure reads the rolled-back Deployment: the reason, its class and what to do
+  const ex = await call(t.context.p.controlUrl, "explain-failure", { app, resource: bad.doc.id });
+  t.is(ex.status, 202, JSON.stringify(ex.body));
+  const analysis = await eventually(async () => {
+    const a = await get(t.context.p.controlUrl, `/resources/Analysis/${ex.body.resource.id}`);
+    return a.body?.status === "succeeded" ? a.body : undefined;
+  }, 20_000);
+  t.is(analysis.failure, "not_ready");
+  t.regex(analysis.summary, /did not become ready/);
+  t.regex(analysis.next_step, /GET \/health/);
   // and the app deploys again afterwards: a rolled-back deployment is no drift
   await pin(t, app, v1.id);
   t.is((await deployAndWait(t, { app })).doc.status, "succeeded");
