@@ -236,7 +236,7 @@ export class ContainerRuntime {
     url: string,
     timeoutMs: number,
     signal?: AbortSignal,
-    opts: { containerId?: string; intervalMs?: number } = {},
+    opts: { containerId?: string; intervalMs?: number; requestTimeoutMs?: number } = {},
   ): Promise<{ status: number; ms: number }> {
     return waitHealthy(url, timeoutMs, signal, opts, (id) => this.status(id));
   }

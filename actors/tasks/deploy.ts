@@ -275,6 +275,7 @@ async function roll(
     await rt.waitHealthy(`${url}${plan.readiness_path}`, plan.timeout_seconds * 1000, t.signal, {
       containerId: id,
       intervalMs: 1000,
+      requestTimeoutMs: 5000,
     });
   } catch (e) {
     const why = e instanceof Error ? e.message : String(e);

@@ -11,7 +11,7 @@ export async function waitHealthy(
   url: string,
   timeoutMs: number,
   signal: AbortSignal | undefined,
-  opts: { containerId?: string; intervalMs?: number },
+  opts: { containerId?: string; intervalMs?: number; requestTimeoutMs?: number },
   status: (containerId: string) => Promise<ContainerStatus | undefined>,
 ): Promise<{ status: number; ms: number }> {
   const t0 = Date.now();
@@ -24,7 +24,7 @@ export async function waitHealthy(
     const left = deadline - Date.now();
     if (left <= 0) break;
     try {
-      const attempt = AbortSignal.timeout(Math.max(50, Math.min(2000, left)));
+      const attempt = AbortSignal.timeout(Math.max(50, Math.min(opts.requestTimeoutMs ?? 2000, left)));
       const res = await fetch(url, { signal: signal ? AbortSignal.any([signal, attempt]) : attempt });
       await res.body?.cancel().catch(() => {});
       if (res.status >= 200 && res.status < 300) return { status: res.status, ms: Date.now() - t0 };
