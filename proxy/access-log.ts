@@ -33,9 +33,10 @@ export function accessLine(
 /**
  * Access lines to the logs stream of each route's `log_resource_id` (`slipway.log.<id>`, stream
  * `access`), never a JetStream round trip on a request's path: lines wait in memory and go out
- * together every `flushMs` (or once `batchLines` wait), one message per line, through the
- * connection's pipelined publisher without waiting for the acknowledgements; a failed publish is
- * counted and logged once per flush.
+ * together every `flushMs` (or once `batchLines` wait), one message per line. Only the last line of
+ * each log in a batch waits for JetStream's acknowledgement (through the connection's pipelined
+ * publisher, without holding anything up); a failure is logged once per flush. Lines are telemetry:
+ * at most `maxPending` wait while the bus is away, the rest are dropped and counted.
  */
 export class AccessLog {
   private pending: Pending[] = [];
@@ -78,18 +79,34 @@ export class AccessLog {
     const batch = this.pending;
     if (batch.length === 0) return Promise.resolve();
     this.pending = [];
+    // the last line of each log in the batch asks for JetStream's acknowledgement; the ones before it
+    // are plain publishes to the stream's subject (the server stores one connection's messages in
+    // order, so that one acknowledgement stands for the batch: docs/proxy.md)
+    const last = new Map<string, number>();
+    for (let i = 0; i < batch.length; i++) last.set(batch[i]!.subject, i);
     const acks: Promise<unknown>[] = [];
     let failed = 0;
-    for (const p of batch) {
+    for (let i = 0; i < batch.length; i++) {
+      const p = batch[i]!;
       const l: LogLine = { ts: new Date(p.ts).toISOString(), stream: "access", line: p.line };
+      const data = Buffer.from(JSON.stringify(l));
+      try {
+        if (last.get(p.subject) !== i) {
+          this.bus.nc.publish(p.subject, data);
+          continue;
+        }
+      } catch (e) {
+        if (failed++ === 0) this.log(`proxy: access log: publish failed: ${String(e)}`);
+        continue;
+      }
       acks.push(
-        this.bus.pub.publish(p.subject, Buffer.from(JSON.stringify(l))).catch((e) => {
+        this.bus.pub.publish(p.subject, data).catch((e) => {
           if (failed++ === 0) this.log(`proxy: access log: publish failed: ${String(e)}`);
         }),
       );
     }
     const all = Promise.all(acks).then(() => {
-      if (failed > 1) this.log(`proxy: access log: ${failed} of ${batch.length} lines not stored`);
+      if (failed > 1) this.log(`proxy: access log: ${failed} publishes of ${batch.length} lines failed`);
     });
     this.inflight.add(all);
     void all.finally(() => this.inflight.delete(all));

@@ -107,10 +107,9 @@ export function forward(
   res: ServerResponse,
   pool: UpstreamPool,
   headers: string[],
+  hasBody: boolean,
   finished: Finished,
 ): void {
-  const hasBody =
-    req.headers["content-length"] !== undefined || req.headers["transfer-encoding"] !== undefined;
   pool.acquire();
   const handler = new Forward(res, pool, finished);
   try {
@@ -119,7 +118,7 @@ export function forward(
         path: req.url ?? "/",
         method: req.method as Dispatcher.HttpMethod,
         headers,
-        body: hasBody && req.headers["content-length"] !== "0" ? req : null,
+        body: hasBody ? req : null,
       },
       handler,
     );

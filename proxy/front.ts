@@ -14,7 +14,7 @@ import {
   shuttingDown,
 } from "./answers.js";
 import { forward } from "./forward.js";
-import { upstreamHeaders } from "./headers.js";
+import { type RequestHead, scanHead, upstreamHeaders } from "./headers.js";
 import type { HostEntry, RouteTable } from "./route-table.js";
 import { passUpgrade, type UpgradeTracker } from "./websocket.js";
 
@@ -63,7 +63,7 @@ function clientCertified(req: IncomingMessage, host: string): boolean {
  * never the process's end.
  */
 export class Front {
-  /** Requests being answered now (a shutdown waits for them). */
+  /** Requests on their way to an upstream and back now (a shutdown waits for them). */
   active = 0;
   closing = false;
   private readonly o: FrontOptions;
@@ -111,12 +111,13 @@ export class Front {
 
   /** The host's entry, or the error that answers the request instead. */
   private route(
+    url: string,
+    head: RequestHead,
     req: IncomingMessage,
     proto: "http" | "https",
   ): { host: string; entry: HostEntry } | { error: ProxyError; host?: string; entry?: HostEntry } {
-    const url = req.url ?? "";
     if (!url.startsWith("/")) return { error: badRequest("the request target must be a path (origin-form)") };
-    const host = hostOf(req.headers.host);
+    const host = hostOf(head.host);
     if (host === undefined) return { error: badRequest("the request has no Host header") };
     if (host === null) return { error: badRequest("the Host header is not a host name") };
     const entry = this.o.routes.get(host);
@@ -137,22 +138,21 @@ export class Front {
   private handle(req: IncomingMessage, res: ServerResponse, proto: "http" | "https"): void {
     const t0 = performance.now();
     const remote = req.socket.remoteAddress ?? "";
-    this.active++;
-    res.once("close", () => this.active--);
-    if (this.closing) res.setHeader("connection", "close");
     const url = req.url ?? "";
+    if (this.closing) res.setHeader("connection", "close");
     if (url.startsWith(CHALLENGE_PATH) && (req.method === "GET" || req.method === "HEAD")) {
       this.challenge(res, url.slice(CHALLENGE_PATH.length));
       return;
     }
-    const r = this.route(req, proto);
+    const head = scanHead(req.rawHeaders);
+    const r = this.route(url, head, req, proto);
     const logged = (status: number) => {
       const subject = r.entry?.logSubject;
       if (subject === undefined) return;
       const path = url.length > MAX_LOGGED_PATH ? `${url.slice(0, MAX_LOGGED_PATH)}...` : url;
       this.o.accessLog.record(
         subject,
-        accessLine(req.method ?? "", path, status, performance.now() - t0, remote, req.headers["user-agent"]),
+        accessLine(req.method ?? "", path, status, performance.now() - t0, remote, head.userAgent),
       );
     };
     if ("error" in r) {
@@ -162,7 +162,7 @@ export class Front {
     }
     const { host, entry } = r;
     if (proto === "http" && this.o.httpsLocation) {
-      const location = this.o.httpsLocation(host, req.headers.host ?? host, url);
+      const location = this.o.httpsLocation(host, head.host ?? host, url);
       if (location) {
         res.writeHead(308, { location, "content-length": 0 });
         res.end();
@@ -176,13 +176,17 @@ export class Front {
       logged(503);
       return;
     }
-    const headers = upstreamHeaders(req.rawHeaders, {
+    const headers = upstreamHeaders(req.rawHeaders, head, {
       remote,
       proto,
-      host: req.headers.host ?? host,
-      trusted: this.o.trustedProxies.has(remote),
+      host: head.host ?? host,
+      trusted: this.o.trustedProxies.size > 0 && this.o.trustedProxies.has(remote),
     });
-    forward(req, res, pool, headers, logged);
+    this.active++;
+    forward(req, res, pool, headers, head.hasBody, (status) => {
+      this.active--;
+      logged(status);
+    });
   }
 
   /** An ACME HTTP-01 answer, from `_challenge.<token>` in `slipway_routes` (any host). */
@@ -196,11 +200,12 @@ export class Front {
     res.end(value);
   }
 
-  private handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer, proto: "http" | "https"): void {
+  private handleUpgrade(req: IncomingMessage, socket: Duplex, rest: Buffer, proto: "http" | "https"): void {
     const t0 = performance.now();
     const remote = req.socket.remoteAddress ?? "";
-    const r = this.closing ? { error: shuttingDown() } : this.route(req, proto);
-    const upgrade = req.headers.upgrade?.toLowerCase();
+    const head = scanHead(req.rawHeaders);
+    const r = this.closing ? { error: shuttingDown() } : this.route(req.url ?? "", head, req, proto);
+    const upgrade = head.upgrade?.toLowerCase();
     const pool = "error" in r ? undefined : r.entry.set.pick();
     const refused =
       "error" in r
@@ -217,22 +222,19 @@ export class Front {
     const { host, entry } = r;
     const headers = upstreamHeaders(
       req.rawHeaders,
-      { remote, proto, host: req.headers.host ?? host, trusted: this.o.trustedProxies.has(remote) },
+      head,
+      { remote, proto, host: head.host ?? host, trusted: this.o.trustedProxies.has(remote) },
       "websocket",
     );
-    passUpgrade({ req, socket, head, origin: pool.origin, headers, tracker: this.o.upgrades }, (status) => {
-      if (entry.logSubject === undefined) return;
-      this.o.accessLog.record(
-        entry.logSubject,
-        accessLine(
-          req.method ?? "",
-          req.url ?? "",
-          status,
-          performance.now() - t0,
-          remote,
-          req.headers["user-agent"],
-        ),
-      );
-    });
+    passUpgrade(
+      { req, socket, head: rest, origin: pool.origin, headers, tracker: this.o.upgrades },
+      (status) => {
+        if (entry.logSubject === undefined) return;
+        this.o.accessLog.record(
+          entry.logSubject,
+          accessLine(req.method ?? "", req.url ?? "", status, performance.now() - t0, remote, head.userAgent),
+        );
+      },
+    );
   }
 }

@@ -39,6 +39,50 @@ function connectionTokens(value: string | undefined): Set<string> | undefined {
   return out;
 }
 
+/** What the proxy reads of a request's headers, in one pass over `rawHeaders` (node's lazy `req.headers` object is never built). */
+export interface RequestHead {
+  /** The first Host header. */
+  host: string | undefined;
+  userAgent: string | undefined;
+  upgrade: string | undefined;
+  connection: string | undefined;
+  /** A body follows: Transfer-Encoding, or a Content-Length other than 0. */
+  hasBody: boolean;
+}
+
+export function scanHead(raw: readonly string[]): RequestHead {
+  const h: RequestHead = {
+    host: undefined,
+    userAgent: undefined,
+    upgrade: undefined,
+    connection: undefined,
+    hasBody: false,
+  };
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!;
+    switch (name.length) {
+      case 4:
+        if (h.host === undefined && name.toLowerCase() === "host") h.host = raw[i + 1];
+        break;
+      case 7:
+        if (name.toLowerCase() === "upgrade") h.upgrade = raw[i + 1];
+        break;
+      case 10:
+        if (name.toLowerCase() === "user-agent") h.userAgent = raw[i + 1];
+        else if (name.toLowerCase() === "connection")
+          h.connection = h.connection === undefined ? raw[i + 1] : `${h.connection}, ${raw[i + 1]}`;
+        break;
+      case 14:
+        if (name.toLowerCase() === "content-length" && raw[i + 1] !== "0") h.hasBody = true;
+        break;
+      case 17:
+        if (name.toLowerCase() === "transfer-encoding") h.hasBody = true;
+        break;
+    }
+  }
+  return h;
+}
+
 export interface ForwardFacts {
   /** The client's address (the TCP peer). */
   remote: string;
@@ -55,12 +99,14 @@ export interface ForwardFacts {
  * (from a trusted peer, its `X-Forwarded-For` is extended with the peer's address and its
  * `-Proto`/`-Host` kept; from anyone else they are replaced: docs/proxy.md).
  */
-export function upstreamHeaders(raw: readonly string[], f: ForwardFacts, upgrade?: string): string[] {
+export function upstreamHeaders(
+  raw: readonly string[],
+  head: RequestHead,
+  f: ForwardFacts,
+  upgrade?: string,
+): string[] {
   const out: string[] = [];
-  let conn: Set<string> | undefined;
-  for (let i = 0; i < raw.length; i += 2) {
-    if (raw[i]!.length === 10 && raw[i]!.toLowerCase() === "connection") conn = connectionTokens(raw[i + 1]);
-  }
+  const conn = connectionTokens(head.connection);
   let xff: string | undefined;
   let xfp: string | undefined;
   let xfh: string | undefined;

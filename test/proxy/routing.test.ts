@@ -159,3 +159,46 @@ test("proxy: its presence is in slipway_leases while it runs", async (t) => {
   t.is(e?.operation, "PUT");
   t.true(Number(e?.string()) > 0);
 });
+
+test("proxy: an ACME HTTP-01 challenge in slipway_routes is answered for any host, and no longer once deleted", async (t) => {
+  const w = t.context;
+  const token = `tok${Math.random().toString(36).slice(2, 12)}`;
+  const value = `${token}.thumbprint_abc-DEF`;
+  await w.bus.kv.routes.put(keys.acmeChallenge(token), value);
+  const r = await eventually(async () => {
+    const a = await send(w.base, "whatever.test.internal", `/.well-known/acme-challenge/${token}`);
+    return a.status === 200 ? a : undefined;
+  });
+  t.is(r.body, value);
+  t.regex(String(r.headers["content-type"]), /^text\/plain/);
+  await w.bus.kv.routes.delete(keys.acmeChallenge(token));
+  await eventually(
+    async () => (await send(w.base, "x.test", `/.well-known/acme-challenge/${token}`)).status === 404,
+  );
+  t.pass();
+});
+
+test("proxy: closing lets a request in flight finish, then stops serving", async (t) => {
+  const w = t.context;
+  const { startProxy } = await import("../../proxy/mod.js");
+  const other = await startProxy({ bus: w.bus, vault: w.vault, log: () => {} });
+  const up = await startUpstream("slow");
+  t.teardown(async () => {
+    await other.close();
+    await up.close();
+  });
+  const host = testHost("drain");
+  await putRoute(w, routeOf(host, [upstreamOf(up)]));
+  const base = `http://127.0.0.1:${other.httpPort}`;
+  await eventually(async () => (await send(base, host, "/")).status === 200);
+  const slow = send(base, host, "/slow?ms=700");
+  await eventually(async () => other.active() === 1, 5000, 5);
+  const closing = other.close();
+  const r = await slow;
+  t.is(r.status, 200);
+  t.is(r.body, "slow slow");
+  await closing;
+  await t.throwsAsync(send(base, host, "/"));
+  // its presence is gone: a deployer stops waiting for its acknowledgements
+  t.is((await w.bus.kv.leases.get(keys.proxyLease(other.proxyId)))?.operation, "DEL");
+});
