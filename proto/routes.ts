@@ -53,6 +53,16 @@ export const CertificateEntrySchema = Type.Object({
 });
 export type CertificateEntry = Static<typeof CertificateEntrySchema>;
 
+/** `slipway_vault` value at `_acme.<sha256 hex of the directory URL>`: a proxy's ACME account key for that directory. */
+export const AcmeAccountEntrySchema = Type.Object({
+  /** The ACME directory URL. */
+  directory: Type.String(),
+  /** The account's private key (PEM), sealed with AAD {@link acmeAccountAad} of the directory. */
+  sealed: SealedSchema,
+  created_at: Type.String(),
+});
+export type AcmeAccountEntry = Static<typeof AcmeAccountEntrySchema>;
+
 /** What a proxy says on `slipway.proxy.applied` once it serves a route's revision (or could not). */
 export const RouteAppliedSchema = Type.Object({
   proxy_id: Type.String(),

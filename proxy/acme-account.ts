@@ -1,15 +1,13 @@
 import { createHash } from "node:crypto";
-import Type from "typebox";
-import { acmeAccountAad, check, keys, type Sealed, SealedSchema } from "../proto/mod.js";
+import {
+  type AcmeAccountEntry,
+  AcmeAccountEntrySchema,
+  acmeAccountAad,
+  check,
+  keys,
+  type Sealed,
+} from "../proto/mod.js";
 import { type Bus, isCasConflict, type Vault } from "../store/mod.js";
-
-/** `slipway_vault` value at `_acme.<sha256 of the directory URL>`: an ACME account key, sealed. */
-export const AcmeAccountEntrySchema = Type.Object({
-  directory: Type.String(),
-  /** The account's private key (PEM), sealed with AAD `acme/<directory URL>`. */
-  sealed: SealedSchema,
-  created_at: Type.String(),
-});
 
 /** The vault key of a directory's account. */
 export function accountKeyName(directory: string): string {
@@ -37,7 +35,7 @@ export async function accountKey(
   const have = await read();
   if (have) return have;
   const pem = await make();
-  const entry = {
+  const entry: AcmeAccountEntry = {
     directory,
     sealed: vault.seal(pem, acmeAccountAad(directory)),
     created_at: new Date().toISOString(),

@@ -1,7 +1,19 @@
 import type { Bus } from "./bus.js";
 import { kvKeys } from "./kv-keys.js";
-import { BUCKETS, check, encode, AppRecordSchema, VaultEntrySchema } from "../proto/mod.js";
+import {
+  AcmeAccountEntrySchema,
+  acmeAccountAad,
+  BUCKETS,
+  CertificateEntrySchema,
+  certificateAad,
+  check,
+  encode,
+  AppRecordSchema,
+  keys,
+  VaultEntrySchema,
+} from "../proto/mod.js";
 import { secretAad, serviceKeyAad, type Vault, VaultTamperedError } from "./vault.js";
+import type { Sealed } from "../proto/mod.js";
 
 export interface RotateReport {
   resealed: number;
@@ -10,9 +22,30 @@ export interface RotateReport {
   tampered: string[];
 }
 
+const CERT_PREFIX = keys.certificate("");
+const ACME_PREFIX = "_acme.";
+
 /**
- * Re-seals every vault entry and every app's service key under the active key (compare-and-set on each
- * entry, so a concurrent set-secret wins and is simply skipped).
+ * The AAD and the checked value of a vault entry that is not an app's secret (keys starting with
+ * `_`): the edge proxy's certificates (`_certs.<host>`) and ACME account keys (`_acme.<hash>`).
+ * Undefined for a key of a kind this version does not know (left as it is).
+ */
+function platformEntry(key: string, value: unknown): { aad: string; entry: { sealed: Sealed } } | undefined {
+  if (key.startsWith(CERT_PREFIX)) {
+    const entry = check(CertificateEntrySchema, value, `vault ${key}`);
+    return { aad: certificateAad(key.slice(CERT_PREFIX.length)), entry: entry as { sealed: Sealed } };
+  }
+  if (key.startsWith(ACME_PREFIX)) {
+    const entry = check(AcmeAccountEntrySchema, value, `vault ${key}`);
+    return { aad: acmeAccountAad(entry.directory), entry: entry as { sealed: Sealed } };
+  }
+  return undefined;
+}
+
+/**
+ * Re-seals every vault entry (secrets, and the proxy's certificates and ACME account keys) and every
+ * app's service key under the active key (compare-and-set on each entry, so a concurrent write wins
+ * and is simply skipped).
  */
 export async function resealAll(bus: Bus, vault: Vault): Promise<RotateReport> {
   const report: RotateReport = { resealed: 0, already_current: 0, tampered: [] };
@@ -21,13 +54,21 @@ export async function resealAll(bus: Bus, vault: Vault): Promise<RotateReport> {
   for (const key of names) {
     const e = await bus.kv.vault.get(key);
     if (e?.operation !== "PUT") continue;
-    const entry = check(VaultEntrySchema, e.json(), `vault ${key}`);
+    let entry: { sealed: Sealed };
+    let aad: string;
+    if (key.startsWith("_")) {
+      const p = platformEntry(key, e.json());
+      if (!p) continue;
+      ({ entry, aad } = p);
+    } else {
+      entry = check(VaultEntrySchema, e.json(), `vault ${key}`);
+      const dot = key.indexOf(".");
+      aad = secretAad(key.slice(0, dot), key.slice(dot + 1));
+    }
     if (entry.sealed.kid === vault.activeKeyId) {
       report.already_current++;
       continue;
     }
-    const dot = key.indexOf(".");
-    const aad = secretAad(key.slice(0, dot), key.slice(dot + 1));
     let plain: Buffer;
     try {
       plain = vault.open(entry.sealed, aad);
