@@ -23,6 +23,7 @@ import { createServer } from "node:http";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import autocannon from "autocannon";
+import { Pool } from "undici";
 import { keys, type Route, type RouteApplied, subjects } from "../proto/mod.js";
 import { type Bus, openBus } from "../store/mod.js";
 import { type EmbeddedNats, startEmbeddedNats } from "../store/embedded-nats.js";
@@ -49,17 +50,19 @@ const { values } = parseArgs({
     connections: { type: "string", default: "16" },
     rolls: { type: "string", default: "8" },
     "serve-upstream": { type: "string" },
+    "serve-bare": { type: "string" },
   },
 });
 
 // ---- the upstream app (this file again, in a child process) ----
 /**
- * `/page`: what an app's page costs, roughly: 40 records built and serialized per request (about
- * 6 KiB of JSON, some 100 µs of CPU here); anything else: a 40-byte JSON document (hello world).
+ * `/page`: what a small app's page costs, roughly: 100 records built and serialized per request
+ * (about 13 KiB of JSON, some 0.13 ms of CPU here); anything else: a 40-byte JSON document (hello
+ * world, the worst case for a proxy: its own cost is all there is to see).
  */
 function page(version: string): string {
   const items = [];
-  for (let i = 0; i < 40; i++)
+  for (let i = 0; i < 100; i++)
     items.push({
       id: `item_${i}_${Date.now().toString(36)}`,
       title: `Item number ${i} of ${version}`,
@@ -102,6 +105,45 @@ function serveUpstream(version: string): void {
   });
 }
 
+/**
+ * The floor of this design: node:http in front, an undici Pool behind, headers passed as they are,
+ * bodies streamed; no routing, no header rules, no error answers, no access log, no abort handling.
+ */
+function serveBareProxy(upstreamPort: string): void {
+  const pool = new Pool(`http://127.0.0.1:${upstreamPort}`, { connections: 256 });
+  const server = createServer((req, res) => {
+    const hasBody = req.headers["content-length"] !== undefined;
+    pool.dispatch(
+      {
+        path: req.url ?? "/",
+        method: req.method as "GET",
+        headers: req.rawHeaders,
+        body: hasBody ? req : null,
+      },
+      {
+        onRequestStart() {},
+        onResponseStart(_c, status, headers) {
+          res.writeHead(status, headers);
+        },
+        onResponseData(_c, chunk) {
+          res.write(chunk);
+        },
+        onResponseEnd() {
+          res.end();
+        },
+        onResponseError() {
+          res.destroy();
+        },
+      },
+    );
+  });
+  server.listen(0, "127.0.0.1", () => {
+    const a = server.address();
+    process.stdout.write(`PORT ${typeof a === "object" && a ? a.port : 0}\n`);
+  });
+  process.on("SIGTERM", () => process.exit(0));
+}
+
 interface Upstream {
   version: string;
   url: string;
@@ -111,8 +153,8 @@ interface Upstream {
 
 const self = fileURLToPath(import.meta.url);
 
-async function startUpstream(version: string): Promise<Upstream> {
-  const child = spawn(process.execPath, ["--import", "tsx", self, "--serve-upstream", version], {
+async function startUpstream(version: string, mode = "--serve-upstream"): Promise<Upstream> {
+  const child = spawn(process.execPath, ["--import", "tsx", self, mode, version], {
     stdio: ["ignore", "pipe", "inherit"],
   });
   const port = await new Promise<number>((resolve, reject) => {
@@ -236,9 +278,10 @@ async function main(): Promise<void> {
   let bus: Bus | undefined;
   let proxy: SlipwaydProcess | undefined;
   const upstreams: Upstream[] = [];
+  const others: Upstream[] = [];
   const kill = () => {
     proxy?.child.kill("SIGKILL");
-    for (const u of upstreams) u.child.kill("SIGKILL");
+    for (const u of [...upstreams, ...others]) u.child.kill("SIGKILL");
     nats?.kill();
   };
   const unguard = guardProcess({ progress, limitMs: 15 * 60_000, limitMessage: "15 minutes passed", kill });
@@ -273,27 +316,7 @@ async function main(): Promise<void> {
     const current = () => upstreams[upstreams.length - 1]!;
     const pids = { proxy: proxyPid, upstream: () => current().child.pid!, nats: nats.pid };
     const b = bus;
-    const route = async (host: string, u: Upstream, log: string | undefined) => {
-      const r: Route = {
-        host,
-        app: "bench",
-        service: "web",
-        upstreams: [{ url: u.url, deployment_id: `dep_${u.version}`, health_path: "/health" }],
-        ...(log ? { log_resource_id: log } : {}),
-        updated_at: new Date().toISOString(),
-      };
-      const rev = await b.kv.routes.put(keys.route(host), JSON.stringify(r));
-      const deadline = Date.now() + 20_000;
-      for (;;) {
-        const a = acks.find((x) => x.host === host && x.revision === rev);
-        if (a) {
-          if (!a.ok) throw new Error(`route ${host} revision ${rev} not applied: ${a.error}`);
-          return;
-        }
-        if (Date.now() > deadline) throw new Error(`no RouteApplied for ${host} revision ${rev}`);
-        await sleep(2);
-      }
-    };
+    const route = routeWriter(b, acks);
     const logged = "bench.test";
     const bare = "bare.test";
     const logId = `dep_bench${randomBytes(4).toString("hex")}`;
@@ -301,17 +324,24 @@ async function main(): Promise<void> {
     await route(bare, current(), undefined);
     const direct = current().url;
     const via = `http://127.0.0.1:${httpPort}`;
+    const bareProxy = await startUpstream(direct.slice(direct.lastIndexOf(":") + 1), "--serve-bare");
+    others.push(bareProxy);
     const body = randomBytes(768).toString("base64").slice(0, 1024);
-    const run = (what: string, url: string, o: { host?: string; post?: boolean; path?: string }) => {
+    const run = (
+      what: string,
+      url: string,
+      o: { host?: string; post?: boolean; path?: string; proxyPid?: number },
+    ) => {
       progress(`${what}: ${connections} connections, ${durationS} s`);
       return measured(
-        pids,
+        o.proxyPid ? { ...pids, proxy: o.proxyPid } : pids,
         () =>
           cannon(url, {
             durationS,
             connections,
             ...(o.host ? { host: o.host } : {}),
             ...(o.post ? { post: Buffer.from(body) } : {}),
+            ...(o.path ? { path: o.path } : {}),
           }).done,
       );
     };
@@ -320,6 +350,9 @@ async function main(): Promise<void> {
     await cannon(via, { durationS: 2, connections, host: logged }).done;
     const rows = {
       directGet: await run("direct GET", direct, {}),
+      bareGet: await run("bare node:http + undici proxy GET", bareProxy.url, {
+        proxyPid: bareProxy.child.pid!,
+      }),
       proxyGet: await run("proxied GET (access log on)", via, { host: logged }),
       proxyGetBare: await run("proxied GET (no access log)", via, { host: bare }),
       directPost: await run("direct POST 1 KiB", direct, { post: true }),
@@ -336,9 +369,7 @@ async function main(): Promise<void> {
         const old = current();
         const next = await startUpstream(`v${i}`);
         upstreams.push(next);
-        const t0 = performance.now();
-        await route(logged, next, logId);
-        swapMs.push(performance.now() - t0);
+        swapMs.push(await route(logged, next, logId));
         await sleep(500);
         await old.stop();
         upstreams.splice(upstreams.indexOf(old), 1);
@@ -353,12 +384,38 @@ async function main(): Promise<void> {
   } finally {
     unguard();
     await proxy?.stop();
-    for (const u of upstreams) await u.stop();
+    for (const u of [...upstreams, ...others]) await u.stop();
     await bus?.close();
     await nats?.stop();
     bundle.dispose();
   }
   exitWhenDone(progress);
+}
+
+/** Writes a host's route with one upstream; resolves with the milliseconds until the proxy applied it. */
+function routeWriter(bus: Bus, acks: RouteApplied[]) {
+  return async (host: string, u: Upstream, log: string | undefined): Promise<number> => {
+    const r: Route = {
+      host,
+      app: "bench",
+      service: "web",
+      upstreams: [{ url: u.url, deployment_id: `dep_${u.version}`, health_path: "/health" }],
+      ...(log ? { log_resource_id: log } : {}),
+      updated_at: new Date().toISOString(),
+    };
+    const t0 = performance.now();
+    const rev = await bus.kv.routes.put(keys.route(host), JSON.stringify(r));
+    const deadline = Date.now() + 20_000;
+    for (;;) {
+      const a = acks.find((x) => x.host === host && x.revision === rev);
+      if (a) {
+        if (!a.ok) throw new Error(`route ${host} revision ${rev} not applied: ${a.error}`);
+        return performance.now() - t0;
+      }
+      if (Date.now() > deadline) throw new Error(`no RouteApplied for ${host} revision ${rev}`);
+      await sleep(2);
+    }
+  };
 }
 
 /** Messages in the logs stream of the access log (one per line). */
@@ -371,7 +428,14 @@ type Row = { out: Load; cpu: Cpu };
 
 function report(r: {
   rows: Record<
-    "directGet" | "proxyGet" | "proxyGetBare" | "directPost" | "proxyPost" | "directPage" | "proxyPage",
+    | "directGet"
+    | "bareGet"
+    | "proxyGet"
+    | "proxyGetBare"
+    | "directPost"
+    | "proxyPost"
+    | "directPage"
+    | "proxyPage",
     Row
   >;
   roll: Row;
@@ -386,6 +450,7 @@ function report(r: {
   const ratioBare = rows.proxyGetBare.out.rps / rows.directGet.out.rps;
   const ratioPost = rows.proxyPost.out.rps / rows.directPost.out.rps;
   const ratioPage = rows.proxyPage.out.rps / rows.directPage.out.rps;
+  const ratioFloor = rows.bareGet.out.rps / rows.directGet.out.rps;
   const addedP99 = roll.out.p99 - rows.proxyGet.out.p99;
   if (values.json) {
     console.log(
@@ -402,6 +467,7 @@ function report(r: {
     String(x.out.p50),
     String(x.out.p99),
     String(x.out.failed),
+    x.cpu.proxy ? f0((x.cpu.proxy * 1e6) / Math.max(1, x.out.rps)) : "-",
     x.cpu.proxy.toFixed(2),
     app ? x.cpu.upstream.toFixed(2) : "-",
     x.cpu.nats.toFixed(2),
@@ -416,6 +482,7 @@ function report(r: {
         "p50 ms",
         "p99 ms",
         "failed",
+        "proxy µs/req",
         "cpu proxy",
         "cpu app",
         "cpu nats",
@@ -423,18 +490,19 @@ function report(r: {
         "machine busy",
       ],
       line("direct GET", rows.directGet),
+      line("bare node:http + undici proxy GET (the floor)", rows.bareGet),
       line("proxied GET, access log on", rows.proxyGet),
       line("proxied GET, no access log", rows.proxyGetBare),
       line("direct POST 1 KiB", rows.directPost),
       line("proxied POST 1 KiB, access log on", rows.proxyPost),
-      line("direct GET /page (6 KiB, ~0.1 ms of app CPU)", rows.directPage),
+      line("direct GET /page (13 KiB, ~0.13 ms of app CPU)", rows.directPage),
       line("proxied GET /page, access log on", rows.proxyPage),
       line(`proxied GET during ${r.rolls} rolls`, roll, false),
     ]),
   );
   const sorted = [...r.swapMs].sort((a, b) => a - b);
   console.log(
-    `\nproxied / direct req/s (target >= 60 %): GET ${(ratio * 100).toFixed(0)} % (without access log ${(ratioBare * 100).toFixed(0)} %), POST ${(ratioPost * 100).toFixed(0)} %, GET /page ${(ratioPage * 100).toFixed(0)} %`,
+    `\nproxied / direct req/s (target >= 60 %): GET ${(ratio * 100).toFixed(0)} % (without access log ${(ratioBare * 100).toFixed(0)} %, the bare floor ${(ratioFloor * 100).toFixed(0)} %), POST ${(ratioPost * 100).toFixed(0)} %, GET /page ${(ratioPage * 100).toFixed(0)} %`,
   );
   console.log(
     `rolls: ${r.rolls} swaps, ${roll.out.failed} failed of ${f0(roll.out.requests)} requests (target 0), p99 ${roll.out.p99} ms (+${addedP99} ms over steady), route write to RouteApplied p50 ${sorted[Math.floor(sorted.length / 2)]?.toFixed(1)} ms, max ${sorted.at(-1)?.toFixed(1)} ms`,
@@ -443,4 +511,5 @@ function report(r: {
 }
 
 if (values["serve-upstream"]) serveUpstream(values["serve-upstream"]);
+else if (values["serve-bare"]) serveBareProxy(values["serve-bare"]);
 else runMain(main);

@@ -29,6 +29,11 @@ const FORWARDED = new Set([
 /** Names a `Connection` header lists (they are hop-by-hop too), lower-case. */
 function connectionTokens(value: string | undefined): Set<string> | undefined {
   if (!value) return undefined;
+  // the common values name nothing (node's servers send `keep-alive` on every answer)
+  if (value.length <= 10) {
+    const v = value.toLowerCase();
+    if (v === "keep-alive" || v === "close") return undefined;
+  }
   let out: Set<string> | undefined;
   for (const t of value.split(",")) {
     const n = t.trim().toLowerCase();
