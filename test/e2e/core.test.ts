@@ -119,10 +119,10 @@ test("inspect answers app, resources, events, secrets and health, and 501 for ty
 
 test("capabilities not built yet answer 501 naming them", async (t) => {
   const { p } = t.context;
-  const r = await call(p.controlUrl, "deploy", { app: appName() });
+  const r = await call(p.controlUrl, "release", { app: appName() });
   t.is(r.status, 501);
   t.is(r.body.error.code, "not_implemented");
-  t.regex(r.body.error.message, /deploy/);
+  t.regex(r.body.error.message, /release/);
 });
 
 test("the catalogue, version, health, readiness and OpenAPI routes answer", async (t) => {

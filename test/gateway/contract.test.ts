@@ -115,7 +115,10 @@ test("the CLI has a verb for every declaration but spec 1.3's HTTP-only four, on
       t.is(v.plane, c.plane, `${name} plane`);
       t.is(v.path, `/capabilities/${c.name}`);
       const help = verbHelp(v);
-      for (const f of v.flags.filter((x) => x.field !== undefined && x.kind !== FlagKind.constant)) {
+      // constants fill a field with a fixed value; preferences go in the Prefer header
+      for (const f of v.flags.filter(
+        (x) => x.field !== undefined && x.kind !== FlagKind.constant && x.kind !== FlagKind.preference,
+      )) {
         t.true(Object.hasOwn(props, f.field!), `${name} --${f.name} fills a field of ${c.name}`);
         // a sensitive field is read from the environment, never from argv
         t.is(f.kind === FlagKind.env, props[f.field!]?.sensitive === true, `${name} --${f.name}`);

@@ -201,9 +201,9 @@ test("413 payload_too_large and 415 unsupported_media_type", async (t) => {
 
 test("501 not_implemented names the capability, the inspect type or the route of the contract not built yet", async (t) => {
   const { p, app } = t.context;
-  const r = await call(p.controlUrl, "deploy", { app });
+  const r = await call(p.controlUrl, "release", { app });
   isError(t, r, "not_implemented");
-  t.regex(r.body.error.message, /deploy/);
+  t.regex(r.body.error.message, /release/);
   const jobs = await call(p.controlUrl, "inspect", { app, type: "email" });
   isError(t, jobs, "not_implemented");
   t.regex(jobs.body.error.message, /email/);
