@@ -78,7 +78,14 @@ test("cli: deploy --no-queue and productionize --replace-host are preferences in
   t.is(d.code, 0, d.stderr);
   t.is(p.requests[0]!.headers.prefer, "no-queue");
   t.deepEqual(p.requests[0]!.json, { app: "shop" });
-  const r = await runAgainst(p, ["productionize", "--app", "shop", "--host", "b.example.com", "--replace-host"]);
+  const r = await runAgainst(p, [
+    "productionize",
+    "--app",
+    "shop",
+    "--host",
+    "b.example.com",
+    "--replace-host",
+  ]);
   t.is(r.code, 0, r.stderr);
   t.is(p.requests[1]!.headers.prefer, "replace-host");
   t.deepEqual(p.requests[1]!.json, { app: "shop", host: "b.example.com" });
