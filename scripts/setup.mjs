@@ -2,8 +2,8 @@
 // Makes a fresh clone ready: installs npm dependencies (npm install), makes sure
 // nats-server is installed (apt-get on Debian-like systems), installs the
 // container engine and busybox for run-dev-server when it can (optional: without
-// them run-dev-server answers 503) and pebble for the proxy's TLS tests, and with --build compiles the TypeScript
-// into dist/ and bundles the client, unless nothing the build reads changed since
+// them run-dev-server answers 503), git, and pebble and docker-registry for the
+// tests, and with --build compiles the TypeScript into dist/ and bundles the client, unless nothing the build reads changed since
 // the last successful build (scripts/build-stamp.mjs; --force-build or
 // SLIPWAY_FORCE_BUILD=1 builds anyway). Says plainly what to do when it cannot.
 import { execFileSync, spawnSync } from "node:child_process";
@@ -175,21 +175,28 @@ if (!process.env.NATS_URL && !onPath(natsBin)) {
   }
 }
 
-// 4b. pebble (an ACME test server, with pebble-challtestsrv's mock DNS): the edge proxy's HTTPS tests
-// obtain certificates from it on loopback (test/proxy/tls.test.ts). Optional: the platform never runs it.
-if (!onPath("pebble") || !onPath("pebble-challtestsrv")) {
+// 4b. tools from Debian's packages, installed when missing (as root with apt-get), else named:
+// git (workspaces are git repositories: initialize-app and productionize commit), pebble (an
+// ACME test server with pebble-challtestsrv's mock DNS: the proxy's HTTPS tests obtain
+// certificates from it on loopback) and docker-registry (the deploy tests push and pull by digest).
+for (const tool of [
+  { bins: ["git"], pkg: "git", why: "workspaces are git repositories (initialize-app and productionize commit)" },
+  { bins: ["pebble", "pebble-challtestsrv"], pkg: "pebble", why: "the proxy's TLS tests" },
+  { bins: ["docker-registry"], pkg: "docker-registry", why: "the deploy tests (a local registry)" },
+]) {
+  if (tool.bins.every((b) => onPath(b))) continue;
   const isRoot = typeof process.getuid === "function" && process.getuid() === 0;
   if (isRoot && has("apt-get")) {
-    say("installing pebble with apt-get (the ACME test server of the proxy's TLS tests)");
+    say(`installing ${tool.pkg} with apt-get (${tool.why})`);
     const aptEnv = { ...process.env, DEBIAN_FRONTEND: "noninteractive" };
     const apt = (a) => run("apt-get", a, { env: aptEnv });
-    if (!apt(["install", "-y", "--no-install-recommends", "pebble"])) {
+    if (!apt(["install", "-y", "--no-install-recommends", tool.pkg])) {
       apt(["update"]);
-      if (!apt(["install", "-y", "--no-install-recommends", "pebble"]))
-        say("warning: apt-get could not install pebble; the proxy's TLS tests will fail until it is installed");
+      if (!apt(["install", "-y", "--no-install-recommends", tool.pkg]))
+        say(`warning: apt-get could not install ${tool.pkg}; ${tool.why} need it`);
     }
   } else {
-    say("note: pebble is missing: the proxy's TLS tests need it; fix: as root, apt-get install -y pebble");
+    say(`note: ${tool.pkg} is missing: ${tool.why} need it; fix: as root, apt-get install -y ${tool.pkg}`);
   }
 }
 
