@@ -138,7 +138,6 @@ export async function startProxy(opts: ProxyOptions): Promise<ProxyHandle> {
       log,
     });
     acme.start();
-    log(`proxy ${proxyId}: http://${host}:${httpPort} https://${host}:${httpsPort}`);
     let closing: Promise<void> | undefined;
     return {
       proxyId,

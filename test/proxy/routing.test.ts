@@ -111,6 +111,34 @@ test("proxy: an upstream that refuses connections is 502 with code unavailable; 
   await putRoute(w, routeOf(host2, [upstreamOf(up)]));
   await t.throwsAsync(send(w.base, host2, "/die"));
   t.is((await send(w.base, host2, "/")).status, 200);
+  const reset = await send(w.base, host2, "/reset");
+  t.is(reset.status, 502);
+  t.is(JSON.parse(reset.body).error.code, "unavailable");
+});
+
+test("proxy: an upstream that does not answer within the headers timeout is 502", async (t) => {
+  const w = t.context;
+  const { startProxy } = await import("../../proxy/mod.js");
+  const impatient = await startProxy({
+    bus: w.bus,
+    vault: w.vault,
+    log: () => {},
+    pool: { headersTimeoutMs: 300 },
+  });
+  const up = await startUpstream("slow");
+  t.teardown(async () => {
+    await impatient.close();
+    await up.close();
+  });
+  const host = testHost("timeout");
+  await putRoute(w, routeOf(host, [upstreamOf(up)]));
+  const base = `http://127.0.0.1:${impatient.httpPort}`;
+  await eventually(async () => (await send(base, host, "/")).status === 200);
+  const r = await send(base, host, "/slow?ms=3000");
+  t.is(r.status, 502);
+  const b = JSON.parse(r.body);
+  t.is(b.error.code, "unavailable");
+  t.regex(b.error.message, /UND_ERR_HEADERS_TIMEOUT/);
 });
 
 test("proxy: a WebSocket is passed through to the upstream and echoes", async (t) => {

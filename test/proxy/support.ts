@@ -23,7 +23,8 @@ export interface TestUpstream {
 
 /**
  * An upstream: `GET /health` (200 while healthy), `POST /echo` (the body back), `GET /headers` (the
- * request's headers as JSON), `GET /slow?ms=N`, `/die` (the socket destroyed mid-body), anything
+ * request's headers as JSON), `GET /slow?ms=N`, `/die` (the socket destroyed mid-body), `/reset` (destroyed
+ * before any answer), anything
  * else `{version}`; WebSocket echo on `/ws`. Every answer carries `x-version`.
  */
 export async function startUpstream(version: string, opts: { record?: boolean } = {}): Promise<TestUpstream> {
@@ -61,6 +62,10 @@ export async function startUpstream(version: string, opts: { record?: boolean } 
       if (path === "/slow") {
         const ms = Number(new URL(req.url ?? "/", "http://x").searchParams.get("ms") ?? "100");
         setTimeout(() => res.writeHead(200).end(`slow ${version}`), ms);
+        return;
+      }
+      if (path === "/reset") {
+        req.socket.destroy();
         return;
       }
       if (path === "/die") {
