@@ -425,19 +425,13 @@ async function countLog(bus: Bus, id: string): Promise<number> {
 }
 
 type Row = { out: Load; cpu: Cpu };
+type RowName = `${"direct" | "proxy"}${"Get" | "Post" | "Page"}` | "bareGet" | "proxyGetBare";
+
+const HEADER =
+  "req/s, p50 ms, p99 ms, failed, proxy µs/req, cpu proxy, cpu app, cpu nats, cpu autocannon, machine busy";
 
 function report(r: {
-  rows: Record<
-    | "directGet"
-    | "bareGet"
-    | "proxyGet"
-    | "proxyGetBare"
-    | "directPost"
-    | "proxyPost"
-    | "directPage"
-    | "proxyPage",
-    Row
-  >;
+  rows: Record<RowName, Row>;
   roll: Row;
   swapMs: number[];
   logLines: number;
@@ -476,19 +470,7 @@ function report(r: {
   ];
   console.log(
     table([
-      [
-        "",
-        "req/s",
-        "p50 ms",
-        "p99 ms",
-        "failed",
-        "proxy µs/req",
-        "cpu proxy",
-        "cpu app",
-        "cpu nats",
-        "cpu autocannon",
-        "machine busy",
-      ],
+      ["", ...HEADER.split(", ")],
       line("direct GET", rows.directGet),
       line("bare node:http + undici proxy GET (the floor)", rows.bareGet),
       line("proxied GET, access log on", rows.proxyGet),
