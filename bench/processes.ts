@@ -164,7 +164,14 @@ async function scenario(
   try {
     const bases: string[] = [];
     for (const s of spec) {
-      const env: Record<string, string> = { NATS_URL: nats.url, SLIPWAY_VAULT_KEY: opts.vaultKey, ...s.env };
+      // the proxy `up` starts gets free ports (8080/8443 may be taken on this machine)
+      const env: Record<string, string> = {
+        NATS_URL: nats.url,
+        SLIPWAY_VAULT_KEY: opts.vaultKey,
+        SLIPWAY_HTTP_PORT: "0",
+        SLIPWAY_HTTPS_PORT: "0",
+        ...s.env,
+      };
       if (s.gateway !== undefined) {
         const port = await freePort();
         env.SLIPWAY_CONTROL_PORT = String(port);

@@ -25,6 +25,8 @@ export const ERROR_STATUS = {
   image_not_pinned: 422,
   rate_limited: 429,
   internal: 500,
+  /** The edge proxy's upstream refused, reset or did not answer in time. */
+  bad_gateway: 502,
   not_implemented: 501,
   unavailable: 503,
   container_runtime_unavailable: 503,

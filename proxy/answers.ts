@@ -4,9 +4,8 @@ import { type ErrorBody, type ErrorCode, newId } from "../proto/mod.js";
 
 /**
  * The proxy's own answers: the platform's error shape (`{status:"error", error:{code, message,
- * request_id}}`, gateway/guard.ts) with the HTTP status of the case. The platform's code table has
- * no bad-gateway code: an upstream that refused, reset or timed out is code `unavailable` with
- * status 502 (docs/proxy.md).
+ * request_id}}`, gateway/guard.ts) with the HTTP status of the case; an upstream that refused,
+ * reset or timed out is `502 bad_gateway` (docs/proxy.md).
  */
 export interface ProxyError {
   status: number;
@@ -26,7 +25,7 @@ export const noUpstream = (host: string): ProxyError => ({
 });
 export const badGateway = (why: string): ProxyError => ({
   status: 502,
-  code: "unavailable",
+  code: "bad_gateway",
   message: `the upstream did not answer: ${why}`,
 });
 export const badRequest = (why: string): ProxyError => ({ status: 400, code: "invalid_input", message: why });

@@ -93,7 +93,7 @@ test("proxy: a route without upstreams is 503 unavailable", async (t) => {
   t.truthy(b.error.request_id);
 });
 
-test("proxy: an upstream that refuses connections is 502 with code unavailable; one that dies mid-body cuts the response", async (t) => {
+test("proxy: an upstream that refuses connections is 502 bad_gateway; one that dies mid-body cuts the response", async (t) => {
   const w = t.context;
   const host = testHost();
   const gone = await startUpstream("gone");
@@ -102,7 +102,7 @@ test("proxy: an upstream that refuses connections is 502 with code unavailable; 
   const r = await send(w.base, host, "/");
   t.is(r.status, 502);
   const b = JSON.parse(r.body);
-  t.is(b.error.code, "unavailable");
+  t.is(b.error.code, "bad_gateway");
   t.regex(b.error.message, /ECONNREFUSED/);
   t.truthy(b.error.request_id);
   const up = await startUpstream("v1");
@@ -113,7 +113,7 @@ test("proxy: an upstream that refuses connections is 502 with code unavailable; 
   t.is((await send(w.base, host2, "/")).status, 200);
   const reset = await send(w.base, host2, "/reset");
   t.is(reset.status, 502);
-  t.is(JSON.parse(reset.body).error.code, "unavailable");
+  t.is(JSON.parse(reset.body).error.code, "bad_gateway");
 });
 
 test("proxy: an upstream that does not answer within the headers timeout is 502", async (t) => {
@@ -137,7 +137,7 @@ test("proxy: an upstream that does not answer within the headers timeout is 502"
   const r = await send(base, host, "/slow?ms=3000");
   t.is(r.status, 502);
   const b = JSON.parse(r.body);
-  t.is(b.error.code, "unavailable");
+  t.is(b.error.code, "bad_gateway");
   t.regex(b.error.message, /UND_ERR_HEADERS_TIMEOUT/);
 });
 
