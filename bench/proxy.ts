@@ -42,6 +42,7 @@ import {
   sleep,
   table,
 } from "./common.js";
+import { type DeployPhase, deployLines, deployPhase, deployPhaseMissing } from "./deploy.js";
 
 const { values } = parseArgs({
   options: {
@@ -49,6 +50,7 @@ const { values } = parseArgs({
     duration: { type: "string", default: "8" },
     connections: { type: "string", default: "16" },
     rolls: { type: "string", default: "8" },
+    "no-deploy": { type: "boolean", default: false },
     "serve-upstream": { type: "string" },
     "serve-bare": { type: "string" },
   },
@@ -380,7 +382,15 @@ async function main(): Promise<void> {
       return load.done;
     });
     const logLines = await countLog(b, logId);
-    report({ rows, roll, swapMs, logLines, connections, durationS, rolls });
+    // real rolls through the platform, on a private dockerd (root only; --no-deploy skips them)
+    const why = values["no-deploy"] ? "--no-deploy" : deployPhaseMissing();
+    let deploy: DeployPhase | { skipped: string };
+    if (why) deploy = { skipped: why };
+    else {
+      progress("deploy: real rolls through slipwayd up and its proxy");
+      deploy = await deployPhase(progress, 5);
+    }
+    report({ rows, roll, swapMs, logLines, connections, durationS, rolls, deploy });
   } finally {
     unguard();
     await proxy?.stop();
@@ -438,6 +448,7 @@ function report(r: {
   connections: number;
   durationS: number;
   rolls: number;
+  deploy: DeployPhase | { skipped: string };
 }): void {
   const { rows, roll } = r;
   const ratio = rows.proxyGet.out.rps / rows.directGet.out.rps;
@@ -490,6 +501,8 @@ function report(r: {
     `rolls: ${r.rolls} swaps, ${roll.out.failed} failed of ${f0(roll.out.requests)} requests (target 0), p99 ${roll.out.p99} ms (+${addedP99} ms over steady), route write to RouteApplied p50 ${sorted[Math.floor(sorted.length / 2)]?.toFixed(1)} ms, max ${sorted.at(-1)?.toFixed(1)} ms`,
   );
   console.log(`access lines stored for the logged host: ${f0(r.logLines)} (one message per request)`);
+  if ("skipped" in r.deploy) console.log(`\ndeploy phase skipped: ${r.deploy.skipped}`);
+  else for (const l of deployLines(r.deploy)) console.log(l);
 }
 
 if (values["serve-upstream"]) serveUpstream(values["serve-upstream"]);
