@@ -75,6 +75,8 @@ export class PartitionWorker {
   private stopFn: (() => void) | undefined;
   private flushTimer: NodeJS.Timeout | undefined;
   private stopped = false;
+  /** The consumer delivers until stop() ends it on purpose. */
+  private reading = false;
   private loop: Promise<void> | undefined;
   /** The batch cycle, while it runs. */
   private cycling: Promise<void> | undefined;
@@ -119,7 +121,11 @@ export class PartitionWorker {
         : { deliver_policy: DeliverPolicy.All }),
     });
     const msgs = await consumer.consume({ max_messages: 256 });
-    this.stopFn = () => void msgs.stop();
+    this.reading = true;
+    this.stopFn = () => {
+      this.reading = false;
+      void msgs.stop();
+    };
     void this.recoverTasks();
     // once idle for a second, the offset moves on alone, so a new owner re-reads little
     this.flushTimer = setInterval(() => void this.advance(), 1000);
@@ -149,7 +155,16 @@ export class PartitionWorker {
         // Bound memory: wait while too much is queued.
         while (this.inflight.size > QUEUED_MAX && !this.stopped) await sleep(5);
       }
-    })().catch((e) => this.node.log(`partition ${this.partition}: consumer ended: ${String(e)}`));
+      if (!this.reading) return;
+      throw new Error("the command consumer stopped delivering");
+    })().catch((e) => {
+      // a consumer that ends on its own (the server restarted and it could not resume, say) would
+      // leave the partition held and deaf: hand it back; the node takes it again from the offset
+      if (this.stopped || !this.reading) return;
+      this.node.log(`partition ${this.partition}: consumer ended (${String(e)}); re-reading the partition`);
+      for (const a of this.actors.values()) a.deactivate();
+      this.node.dropWorker(this);
+    });
   }
 
   private queue(app: string): Entry[] {

@@ -86,6 +86,11 @@ export class RuntimeNode implements WorkerHost {
     this.bus.onStatus((up) => {
       if (this.closed) return;
       if (up) {
+        // the server may have restarted: the workers' consumers may be gone on it, and an idle one
+        // would only notice after missing its heartbeats (about 30 s). Every worker is dropped and
+        // its partition taken back at once (the leases are still this node's), read again from the
+        // offset in its commit record (what was applied is answered from the record).
+        for (const w of [...this.workers.values()]) if (!this.forced(w.partition)) this.dropWorker(w);
         // a tick stuck on a request sent before the return would hold the next ones for its
         // time-out: leave it behind (it changes nothing once it wakes) and tick again now
         this.tickGen++;
