@@ -20,6 +20,17 @@ export const certificateAad = (host: string) => `cert/${host.toLowerCase()}`;
 /** AAD of an ACME account key in the vault. */
 export const acmeAccountAad = (directory: string) => `acme/${directory}`;
 
+/** Labels of the containers and images the platform makes (effects/docker, the drift gate). */
+export const LABELS = {
+  app: "slipway.app",
+  role: "slipway.role",
+  port: "slipway.port",
+  service: "slipway.service",
+  deployment: "slipway.deployment",
+  release: "slipway.release",
+  configHash: "slipway.config-hash",
+} as const;
+
 /** The dev server container of an app: `slipway-dev-<app>` (characters docker refuses become `-`). */
 export function devContainerName(app: string): string {
   return `slipway-dev-${app.replace(/[^a-zA-Z0-9_.-]/g, "-")}`;

@@ -7,7 +7,7 @@ import {
 } from "../../effects/mod.js";
 import { type Bus, kvKeys } from "../../store/mod.js";
 import { check, appUrl, AppRecordSchema, BUCKETS, keys, RouteSchema } from "../../proto/mod.js";
-import { CONFIG_HASH_LABEL, configHash } from "../production/drift.js";
+import { viewOf } from "../production/drift.js";
 import type { FactRequest, Facts, ProbeFact } from "./types.js";
 
 /**
@@ -87,17 +87,7 @@ export async function gatherFacts(
         }
         case "production-containers":
           if (!(await engineUp())) return;
-          facts.production = (await rt.production().list(app)).map((c) => ({
-            id: c.id,
-            name: c.name,
-            state: c.state,
-            running: c.running,
-            service: c.service,
-            deployment: c.deployment,
-            labelled_hash: c.labels[CONFIG_HASH_LABEL],
-            actual_hash: configHash(mac, { imageId: c.imageId, env: c.env, labels: c.labels }),
-            port: c.port,
-          }));
+          facts.production = (await rt.production().list(app)).map((c) => viewOf(c, mac));
           return;
         case "routes": {
           const out: NonNullable<Facts["routes"]> = [];

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import type { ErrorDetail } from "../../proto/mod.js";
+import { type ErrorDetail, LABELS } from "../../proto/mod.js";
 
 /**
  * The drift gate of deploy (DESIGN §8): the production containers the engine
@@ -11,7 +11,7 @@ import type { ErrorDetail } from "../../proto/mod.js";
  * and the gate computes it again from what the engine reports.
  */
 
-export const CONFIG_HASH_LABEL = "slipway.config-hash";
+export const CONFIG_HASH_LABEL = LABELS.configHash;
 
 /** A container as the drift gate sees it (facts: no env values, only the hashes). */
 export interface ContainerView {
@@ -34,6 +34,36 @@ export interface ExpectedContainer {
   id: string;
   service: string;
   config_hash: string;
+}
+
+/** A container as the engine reports it (effects' ProductionContainer has this shape). */
+export interface EngineContainer {
+  id: string;
+  name: string;
+  state: string;
+  running: boolean;
+  service: string | undefined;
+  deployment: string | undefined;
+  labels: Readonly<Record<string, string>>;
+  imageId: string;
+  /** `KEY=value` entries: hashed here, never kept. */
+  env: readonly string[];
+  port: number | undefined;
+}
+
+/** What the drift gate keeps of an engine's container: its hashes, not its env. */
+export function viewOf(c: EngineContainer, mac: (data: string) => string): ContainerView {
+  return {
+    id: c.id,
+    name: c.name,
+    state: c.state,
+    running: c.running,
+    service: c.service,
+    deployment: c.deployment,
+    labelled_hash: c.labels[CONFIG_HASH_LABEL],
+    actual_hash: configHash(mac, { imageId: c.imageId, env: c.env, labels: c.labels }),
+    port: c.port,
+  };
 }
 
 /** `KEY=value` entries of an image overridden by a container's (the engine's rule), sorted. */

@@ -22,6 +22,7 @@ import {
   driftOf,
   type ExpectedContainer,
   mergeEnv,
+  viewOf,
 } from "../production/drift.js";
 import type { DeployPlan } from "../production/deploy-plan.js";
 import { swapRoute, type Swapped } from "./routes.js";
@@ -173,19 +174,7 @@ async function checkDrift(
     await t.log(`removing ${c.name}, left by deployment ${c.deployment} that did not succeed`);
     await pe.remove(c.id, 5);
   }
-  const views = live
-    .filter((c) => !leftover(c))
-    .map((c) => ({
-      id: c.id,
-      name: c.name,
-      state: c.state,
-      running: c.running,
-      service: c.service,
-      deployment: c.deployment,
-      labelled_hash: c.labels[CONFIG_HASH_LABEL],
-      actual_hash: configHash(mac, { imageId: c.imageId, env: c.env, labels: c.labels }),
-      port: c.port,
-    }));
+  const views = live.filter((c) => !leftover(c)).map((c) => viewOf(c, mac));
   const drift = driftOf(o.expected, views);
   if (drift.length > 0)
     throw new RollBack(`drift_detected: ${drift.map((d) => d.message).join("; ")}`, [], drift);

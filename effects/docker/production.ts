@@ -1,5 +1,5 @@
 import type Docker from "dockerode";
-import { PlatformError } from "../../proto/mod.js";
+import { LABELS, PlatformError } from "../../proto/mod.js";
 import type { ImageEngine } from "../base-image.js";
 import { lineSplitter } from "./logs.js";
 import { LABEL_APP, LABEL_PORT, LABEL_ROLE } from "./types.js";
@@ -13,10 +13,10 @@ import { LABEL_APP, LABEL_PORT, LABEL_ROLE } from "./types.js";
  * which the caller hashes and never shows.
  */
 
-export const LABEL_SERVICE = "slipway.service";
-export const LABEL_DEPLOYMENT = "slipway.deployment";
-export const LABEL_RELEASE = "slipway.release";
-export const LABEL_CONFIG_HASH = "slipway.config-hash";
+export const LABEL_SERVICE = LABELS.service;
+export const LABEL_DEPLOYMENT = LABELS.deployment;
+export const LABEL_RELEASE = LABELS.release;
+export const LABEL_CONFIG_HASH = LABELS.configHash;
 /** The role of a production container (dev containers are `dev`). */
 export const ROLE_PRODUCTION = "production";
 

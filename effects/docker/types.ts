@@ -1,3 +1,4 @@
+import { LABELS } from "../../proto/mod.js";
 /**
  * The container layer's vocabulary (DESIGN §7): the labels and constants every
  * container and image carries, the shapes `ContainerRuntime` takes and
@@ -5,9 +6,9 @@
  */
 
 /** Label keys on every container and image this module creates. */
-export const LABEL_APP = "slipway.app";
-export const LABEL_ROLE = "slipway.role";
-export const LABEL_PORT = "slipway.port";
+export const LABEL_APP = LABELS.app;
+export const LABEL_ROLE = LABELS.role;
+export const LABEL_PORT = LABELS.port;
 /** PATH inside dev containers: the app's own tools first. */
 export const CONTAINER_PATH =
   "/app/node_modules/.bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
