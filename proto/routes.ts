@@ -75,5 +75,32 @@ export const RouteAppliedSchema = Type.Object({
 });
 export type RouteApplied = Static<typeof RouteAppliedSchema>;
 
+/**
+ * `slipway_leases` value at `proxy.<id>`: a proxy is there (renewed every few seconds), and where it
+ * listens, so the platform can reach an app through its own edge (verify, release) with the app's
+ * Host header. Older proxies put only the time (a number as text): read with {@link readPresence}.
+ */
+export const ProxyPresenceSchema = Type.Object({
+  at: Type.Integer(),
+  /** `<ip>:<port>` of the HTTP and HTTPS listeners (an unspecified address is given as 127.0.0.1). */
+  http: Type.String(),
+  https: Type.String(),
+});
+export type ProxyPresence = Static<typeof ProxyPresenceSchema>;
+
+/** A presence value, or undefined when it names no addresses (an older proxy's time only). */
+export function readPresence(text: string): ProxyPresence | undefined {
+  try {
+    const v = JSON.parse(text) as unknown;
+    if (typeof v !== "object" || v === null) return undefined;
+    const p = v as Partial<ProxyPresence>;
+    return typeof p.at === "number" && typeof p.http === "string" && typeof p.https === "string"
+      ? { at: p.at, http: p.http, https: p.https }
+      : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /** The compose service a host's route serves when nothing says otherwise. */
 export const DEFAULT_SERVICE = "web";

@@ -127,7 +127,12 @@ export async function startProxy(opts: ProxyOptions): Promise<ProxyHandle> {
     stops.push(() => certs?.stop());
     const httpPort = await listen(http, opts.httpPort ?? 0, host);
     httpsPort = await tls.listen(opts.httpsPort ?? 0, host);
-    await presence.start(opts.presenceEveryMs ?? PRESENCE_EVERY_MS);
+    const local = host === "0.0.0.0" || host === "::" ? "127.0.0.1" : host;
+    const at = (port: number) => (local.includes(":") ? `[${local}]:${port}` : `${local}:${port}`);
+    await presence.start(opts.presenceEveryMs ?? PRESENCE_EVERY_MS, {
+      http: at(httpPort),
+      https: at(httpsPort),
+    });
     acme = new AcmeManager({
       bus,
       vault,

@@ -1,6 +1,6 @@
 import anyTest, { type TestFn } from "ava";
 import { WebSocket } from "ws";
-import { keys } from "../../proto/mod.js";
+import { keys, readPresence } from "../../proto/mod.js";
 import { readLog } from "../../store/mod.js";
 import { eventually } from "../helpers/infra.js";
 import {
@@ -181,11 +181,15 @@ test("proxy: access lines reach the logs stream of the route's log resource", as
   t.truthy(Date.parse(lines[0]!.ts));
 });
 
-test("proxy: its presence is in slipway_leases while it runs", async (t) => {
+test("proxy: its presence is in slipway_leases while it runs, with where it listens", async (t) => {
   const w = t.context;
   const e = await w.bus.kv.leases.get(keys.proxyLease(w.proxy.proxyId));
   t.is(e?.operation, "PUT");
-  t.true(Number(e?.string()) > 0);
+  const p = readPresence(e!.string());
+  t.truthy(p);
+  t.true(p!.at > 0);
+  t.is(p!.http, `127.0.0.1:${w.proxy.httpPort}`);
+  t.is(p!.https, `127.0.0.1:${w.proxy.httpsPort}`);
 });
 
 test("proxy: an ACME HTTP-01 challenge in slipway_routes is answered for any host, and no longer once deleted", async (t) => {
