@@ -15,6 +15,8 @@ import {
 import { waitHealthy } from "./docker/health.js";
 import { demuxLines } from "./docker/logs.js";
 import { ProductionEngine } from "./docker/production.js";
+export { ImagePublisher, REVISION_LABEL, runtimeDockerfile } from "./docker/publish.js";
+import { ImagePublisher } from "./docker/publish.js";
 import {
   type ContainerStatus,
   type ContainerSummary,
@@ -157,6 +159,11 @@ export class ContainerRuntime {
   /** Production containers and images (deploy); the caller checks the engine is up ({@link require}). */
   production(): ProductionEngine {
     return new ProductionEngine(this.imageEngine());
+  }
+
+  /** Builds and pushes release images; the caller checks the engine is up. */
+  publisher(): ImagePublisher {
+    return new ImagePublisher(this.imageEngine());
   }
 
   /**

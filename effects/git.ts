@@ -99,3 +99,64 @@ export async function commitAll(dir: string, message: string): Promise<{ commit:
   if (!commit) throw new GitError("git commit left no HEAD");
   return { commit, created: true };
 }
+
+/** The commit a ref names (`HEAD`, a hash, a tag), or undefined when there is none. */
+export async function resolveCommit(dir: string, ref: string): Promise<string | undefined> {
+  if (!isRepository(dir) || ref.startsWith("-")) return undefined;
+  try {
+    return (await git(dir, ["rev-parse", "--verify", "-q", `${ref}^{commit}`])).stdout.trim() || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** A file's content at a commit, or undefined when the commit does not have it. */
+export async function fileAt(dir: string, commit: string, path: string): Promise<string | undefined> {
+  try {
+    return (await git(dir, ["show", `${commit}:${path}`])).stdout;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The tree of a commit, written into `dest` (an existing empty folder): exactly what was committed. */
+export async function exportCommit(dir: string, commit: string, dest: string): Promise<void> {
+  const archive = await new Promise<Buffer>((resolve, reject) => {
+    execFile(
+      "git",
+      ["archive", "--format=tar", commit],
+      { cwd: dir, env: gitEnv(), timeout: TIMEOUT_MS, maxBuffer: 512 * 1024 * 1024, encoding: "buffer" },
+      (err, stdout) => (err ? reject(new GitError(`git archive failed: ${err.message}`)) : resolve(stdout)),
+    );
+  });
+  await new Promise<void>((resolve, reject) => {
+    const tar = execFile("tar", ["-x", "-C", dest], { timeout: TIMEOUT_MS }, (err) =>
+      err ? reject(new GitError(`unpacking ${commit.slice(0, 12)} failed: ${err.message}`)) : resolve(),
+    );
+    tar.stdin?.end(archive);
+  });
+}
+
+/** Puts a lightweight tag on a commit (moved when it named another one). */
+export async function tagCommit(dir: string, tag: string, commit: string): Promise<void> {
+  await git(dir, ["tag", "-f", tag, commit]);
+}
+
+/** The tags that point at a commit. */
+export async function tagsAt(dir: string, commit: string): Promise<string[]> {
+  const out = (await git(dir, ["tag", "--points-at", commit])).stdout;
+  return out.split("\n").filter(Boolean);
+}
+
+/** The latest commit that touched any of `paths` (all of the tree for `.`), or undefined. */
+export async function lastCommitTouching(dir: string, paths: readonly string[]): Promise<string | undefined> {
+  if (paths.some((p) => p.startsWith("-"))) return undefined;
+  try {
+    return (
+      (await git(dir, ["log", "-1", "--format=%H", "--", ...(paths.length ? paths : ["."])])).stdout.trim() ||
+      undefined
+    );
+  } catch {
+    return undefined;
+  }
+}

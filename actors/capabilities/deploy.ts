@@ -112,7 +112,7 @@ export const deploy = defineHandler("deploy", {
     // the drift gate: the engine's containers against what the last deployments left
     const { expected, failed } = await expectedContainers(ctx);
     const actual = ctx.facts.production ?? [];
-    const gone = new Set(leftovers(actual, failed).map((c) => c.id));
+    const gone = new Set(leftovers(actual, failed, expected).map((c) => c.id));
     const drift = driftOf(
       expected,
       actual.filter((c) => !gone.has(c.id)),

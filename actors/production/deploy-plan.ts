@@ -164,36 +164,59 @@ export async function planDeploy(
   };
 }
 
+/** The resource types whose rolls leave containers: a Deployment, a Release (its deploy phase). */
+const ROLLERS = ["Deployment", "Release"] as const;
+
+/** When a record's `containers` were set (a Deployment before `containers_at`: its last update). */
+function containersAt(d: Resource): string {
+  return typeof d.containers_at === "string" ? d.containers_at : d.updated_at;
+}
+
 /**
- * The containers the app's last deployments left running: for each service,
- * those of its latest succeeded Deployment. And the Deployments that ended
- * without success (their containers, if any are left, are leftovers).
+ * The containers the app's last rolls left running: for each service, those
+ * of the Deployment or Release that set them last (`containers`,
+ * `containers_at`: a release whose verify failed records the previous
+ * version it put back). The Deployment of each service that succeeded last
+ * (`last`), and the rolls that ended without success (their containers, when
+ * not expected, are leftovers).
  */
 export async function expectedContainers(
   ctx: HandlerContext,
 ): Promise<{ expected: ExpectedContainer[]; failed: Set<string>; last: Map<string, Resource> }> {
-  // this turn's own writes first (a deploy that starts in the turn that ended the one before it)
+  // this turn's own writes first (a roll that starts in the turn that ended the one before it)
   const written = new Map<string, Resource>();
-  for (const r of ctx.outbox.resources) if (r.doc?.type === "Deployment") written.set(r.doc.id, r.doc);
-  const all = (await ctx.state.listResources("Deployment"))
-    .map((d) => written.get(d.id) ?? d)
-    .sort((a, b) => (a.created_at < b.created_at ? -1 : 1));
+  for (const r of ctx.outbox.resources)
+    if (r.doc && (ROLLERS as readonly string[]).includes(r.doc.type)) written.set(r.doc.id, r.doc);
+  const all: Resource[] = [];
+  for (const type of ROLLERS)
+    for (const d of await ctx.state.listResources(type)) all.push(written.get(d.id) ?? d);
+  all.sort((a, b) => (a.created_at < b.created_at ? -1 : 1));
   const last = new Map<string, Resource>();
+  const set = new Map<string, Resource>();
   const failed = new Set<string>();
   for (const d of all) {
-    if (d.status === "succeeded" && typeof d.service === "string") last.set(d.service, d);
-    else if (d.status !== "running" && d.status !== "pending") failed.add(d.id);
+    const service = typeof d.service === "string" ? d.service : undefined;
+    if (d.type === "Deployment" && d.status === "succeeded" && service) last.set(service, d);
+    if (d.status !== "succeeded" && d.status !== "running" && d.status !== "pending") failed.add(d.id);
+    if (service && Array.isArray(d.containers)) {
+      const prev = set.get(service);
+      if (!prev || containersAt(prev) <= containersAt(d)) set.set(service, d);
+    }
   }
   const expected: ExpectedContainer[] = [];
-  for (const d of last.values())
-    for (const c of Array.isArray(d.containers) ? (d.containers as ExpectedContainer[]) : [])
-      expected.push(c);
+  for (const d of set.values()) for (const c of d.containers as ExpectedContainer[]) expected.push(c);
   return { expected, failed, last };
 }
 
-/** Extra containers left by deployments that did not succeed (removed before a roll, not drift). */
-export function leftovers(actual: readonly ContainerView[], failed: ReadonlySet<string>): ContainerView[] {
-  return actual.filter((c) => c.deployment !== undefined && failed.has(c.deployment));
+/** Extra containers left by rolls that did not succeed (removed before a roll, not drift). */
+export function leftovers(
+  actual: readonly ContainerView[],
+  failed: ReadonlySet<string>,
+  expected: readonly ExpectedContainer[],
+): ContainerView[] {
+  return actual.filter(
+    (c) => c.deployment !== undefined && failed.has(c.deployment) && !expected.some((e) => e.id === c.id),
+  );
 }
 
 /** Details of drift, as the 409's body carries them. */

@@ -1,49 +1,14 @@
-import { readFile } from "node:fs/promises";
-import { resolve, sep } from "node:path";
-import {
-  ContainerRuntime,
-  freePort,
-  LABEL_APP,
-  LABEL_DEPLOYMENT,
-  LABEL_PORT,
-  LABEL_RELEASE,
-  LABEL_ROLE,
-  LABEL_SERVICE,
-  type ImageInfo,
-  type ProductionContainer,
-  type ProductionEngine,
-  ROLE_PRODUCTION,
-} from "../../effects/mod.js";
-import { BUCKETS, check, keys, type Resource, ResourceSchema, type VaultEntry } from "../../proto/mod.js";
-import { kvKeys } from "../../store/mod.js";
-import {
-  CONFIG_HASH_LABEL,
-  configHash,
-  driftOf,
-  type ExpectedContainer,
-  mergeEnv,
-  viewOf,
-} from "../production/drift.js";
+import type { VaultEntry } from "../../proto/mod.js";
+import type { ExpectedContainer } from "../production/drift.js";
 import type { DeployPlan } from "../production/deploy-plan.js";
-import { swapRoute, type Swapped } from "./routes.js";
-import { openSecrets } from "./secrets.js";
-import type { TaskContext, TaskResult, TaskSpec } from "./types.js";
+import { RollBack, rollOut } from "./roll.js";
+import type { TaskSpec } from "./types.js";
 
 /**
- * deploy's long work (DESIGN §8, docs/deploy.md): a start-first roll.
- *
- * 1. the drift gate again (the engine may have changed since the call), and
- *    leftovers of deployments that did not succeed removed;
- * 2. the image (pulled when asked, or when the engine lacks it);
- * 3. the new container: the image by digest, env from the env files, the
- *    compose `environment` and the vault, on a free loopback port, labelled;
- * 4. readiness: `GET <readiness_path>` answers 2xx within `timeout_seconds`;
- * 5. the proxy's route swapped to it, acknowledged by every live proxy;
- * 6. the old containers drained for `drain_seconds`, then stopped.
- *
- * A failure before the swap removes the new container and leaves the old
- * one serving: the Deployment ends `rolled_back` with the reason and the new
- * container's last 100 lines. Images of the last 5 deployments stay.
+ * deploy's long work (DESIGN §8, docs/deploy.md): one start-first roll
+ * (actors/tasks/roll.ts). A failure before the swap ends the Deployment
+ * `rolled_back` with the reason and the new container's last 100 lines; the
+ * old version kept serving.
  */
 
 export interface DeployTaskInput {
@@ -52,309 +17,63 @@ export interface DeployTaskInput {
   plan: DeployPlan;
   /** What the last deployments left running (the drift gate's reference). */
   expected: ExpectedContainer[];
-  /** Deployments of the app that ended without success: their containers are leftovers. */
+  /** Deployments and releases of the app that ended without success: their containers are leftovers. */
   failedDeployments: string[];
   previous: string | null;
   sealed: ReadonlyArray<[string, VaultEntry]>;
 }
-
-/** Images of this many deployments stay on the host for rollback. */
-const KEEP_IMAGES = 5;
-
-class RollBack extends Error {
-  readonly reason: string;
-  readonly logs: string[];
-  readonly details?: { path: string; message: string }[];
-  constructor(reason: string, logs: string[] = [], details?: { path: string; message: string }[]) {
-    super(reason);
-    this.reason = reason;
-    this.logs = logs;
-    if (details) this.details = details;
-  }
-}
-
-/** `KEY=value` lines of an env file (comments and blank lines skipped, `export ` and quotes tolerated). */
-export function parseEnvFile(text: string): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const raw of text.split(/\r?\n/)) {
-    const line = raw.trim();
-    if (!line || line.startsWith("#")) continue;
-    const m = /^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)$/.exec(line);
-    if (!m) continue;
-    let v = m[2]!;
-    if ((v.startsWith('"') && v.endsWith('"')) || (v.startsWith("'") && v.endsWith("'"))) v = v.slice(1, -1);
-    out[m[1]!] = v;
-  }
-  return out;
-}
-
-async function readEnvFiles(
-  root: string,
-  workspace: string,
-  files: string[],
-): Promise<Record<string, string>> {
-  const dir = resolve(root, workspace);
-  let env: Record<string, string> = {};
-  for (const f of files) {
-    const path = resolve(dir, f);
-    if (!path.startsWith(dir + sep)) throw new RollBack(`env file ${f} is outside the app's workspace`);
-    let text: string;
-    try {
-      text = await readFile(path, "utf8");
-    } catch {
-      throw new RollBack(`env file ${f} is missing from the app's workspace`);
-    }
-    env = { ...env, ...parseEnvFile(text) };
-  }
-  return env;
-}
-
-const since = (t0: number) => Date.now() - t0;
 
 export function deployTask(o: DeployTaskInput): TaskSpec {
   return {
     onSuccess: "DeploymentCompleted",
     onFailure: "DeploymentRolledBack",
     async run(t) {
-      const rt = ContainerRuntime.fromEnv();
-      const pe = rt.production();
       const t0 = Date.now();
-      let started: { id: string; name: string } | undefined;
       try {
-        await rt.require();
-        return await roll(t, o, rt, pe, t0, (s) => {
-          started = s;
-        });
+        const r = await rollOut(t, { ...o, label: t.resource.id });
+        return {
+          status: "succeeded",
+          fields: {
+            containers: r.containers,
+            containers_at: new Date().toISOString(),
+            image_id: r.image_id,
+            port: r.port,
+            upstream: r.upstream,
+            replaced: r.replaced,
+            route_revision: r.route_revision,
+            proxies: r.proxies,
+            timings: { ready_ms: r.ready_ms, total_ms: r.total_ms },
+            ready_at: new Date().toISOString(),
+          },
+          data: {
+            service: o.plan.service,
+            image: o.plan.image,
+            host: o.plan.route?.host ?? null,
+            previous: o.previous,
+            ready_ms: r.ready_ms,
+            total_ms: r.total_ms,
+          },
+        };
       } catch (e) {
-        const rb =
-          e instanceof RollBack
-            ? e
-            : new RollBack(
-                t.signal.aborted ? "stopped: the node shut down" : e instanceof Error ? e.message : String(e),
-              );
-        let logs = rb.logs;
-        if (started) {
-          if (logs.length === 0) logs = await pe.tail(started.id, 100).catch(() => []);
-          await pe.remove(started.id, 5).catch(() => false);
-          await t.log(`removed the new container ${started.name}; the previous version keeps serving`);
-        }
+        const rb = e instanceof RollBack ? e : new RollBack(e instanceof Error ? e.message : String(e));
         await t.log(`rolled back: ${rb.reason}`);
         return {
           status: "rolled_back",
           fields: {
             error: rb.reason,
             reason: rb.reason,
-            logs,
+            logs: rb.logs,
             ...(rb.details ? { drift: rb.details } : {}),
-            total_ms: since(t0),
+            total_ms: Date.now() - t0,
           },
           data: {
             reason: rb.reason,
-            logs,
+            logs: rb.logs,
             previous: o.previous,
             ...(rb.details ? { drift: rb.details } : {}),
           },
-        } as TaskResult;
+        };
       }
     },
   };
-}
-
-/** The drift gate again, after removing what deployments that did not succeed left; the containers the roll replaces. */
-async function checkDrift(
-  t: TaskContext,
-  o: DeployTaskInput,
-  pe: ProductionEngine,
-): Promise<ProductionContainer[]> {
-  const mac = (d: string) => t.vault.mac(d);
-  const live = await pe.list(o.app);
-  const failed = new Set(o.failedDeployments);
-  const leftover = (c: ProductionContainer) => c.deployment !== undefined && failed.has(c.deployment);
-  for (const c of live.filter(leftover)) {
-    await t.log(`removing ${c.name}, left by deployment ${c.deployment} that did not succeed`);
-    await pe.remove(c.id, 5);
-  }
-  const views = live.filter((c) => !leftover(c)).map((c) => viewOf(c, mac));
-  const drift = driftOf(o.expected, views);
-  if (drift.length > 0)
-    throw new RollBack(`drift_detected: ${drift.map((d) => d.message).join("; ")}`, [], drift);
-  return live.filter((c) => c.service === o.plan.service && o.expected.some((e) => e.id === c.id));
-}
-
-/** The image on the engine (pulled when asked, or when the engine lacks a registry's digest). */
-async function ensureImage(t: TaskContext, plan: DeployPlan, pe: ProductionEngine): Promise<ImageInfo> {
-  if (plan.pull || (!(await pe.image(plan.image)) && plan.image.includes("@"))) {
-    await t.log(`pulling ${plan.image}`);
-    await pe.pull(plan.image, (line) => void t.log(line));
-  }
-  const image = await pe.image(plan.image);
-  if (!image)
-    throw new RollBack(
-      `the image ${plan.image} is not on the container engine (deploy with pull: true, or publish it first)`,
-    );
-  return image;
-}
-
-/** The new container: env from the files, the compose file and the vault; labels with its configuration hash. */
-async function startNew(
-  t: TaskContext,
-  o: DeployTaskInput,
-  pe: ProductionEngine,
-  image: ImageInfo,
-): Promise<{ id: string; name: string; port: number; hash: string }> {
-  const { plan } = o;
-  const fromFiles = await readEnvFiles(t.workspaceRoot, o.workspace, plan.env_files);
-  const { env: secrets } = openSecrets(t, o.sealed);
-  const port = await freePort();
-  const envMap: Record<string, string> = {
-    ...fromFiles,
-    ...plan.environment,
-    ...secrets,
-    SLIPWAY_APP: o.app,
-    PORT: String(port),
-    HOST: "127.0.0.1",
-  };
-  const env = Object.entries(envMap).map(([k, v]) => `${k}=${v}`);
-  const name = `slipway-${o.app}-${plan.service}-${t.resource.id.slice(-10).toLowerCase()}`;
-  const labels: Record<string, string> = {
-    ...plan.labels,
-    [LABEL_APP]: o.app,
-    [LABEL_SERVICE]: plan.service,
-    [LABEL_DEPLOYMENT]: t.resource.id,
-    [LABEL_RELEASE]: t.resource.id,
-    [LABEL_ROLE]: ROLE_PRODUCTION,
-    [LABEL_PORT]: String(port),
-  };
-  // what the engine will report: the image's env and labels with the container's over them
-  const hash = configHash((d) => t.vault.mac(d), {
-    imageId: image.id,
-    env: mergeEnv(image.env, env),
-    labels: { ...image.labels, ...labels },
-  });
-  labels[CONFIG_HASH_LABEL] = hash;
-  await t.log(`starting ${name} from ${plan.image} on 127.0.0.1:${port}`);
-  const id = await pe.start({
-    name,
-    image: image.id,
-    env,
-    labels,
-    port,
-    ...(plan.command ? { command: plan.command } : {}),
-  });
-  return { id, name, port, hash };
-}
-
-async function roll(
-  t: TaskContext,
-  o: DeployTaskInput,
-  rt: ContainerRuntime,
-  pe: ProductionEngine,
-  t0: number,
-  onStarted: (c: { id: string; name: string }) => void,
-): Promise<TaskResult> {
-  const { plan } = o;
-  const old = await checkDrift(t, o, pe);
-  const image = await ensureImage(t, plan, pe);
-  const { id, name, port, hash } = await startNew(t, o, pe, image);
-  onStarted({ id, name });
-
-  const url = `http://127.0.0.1:${port}`;
-  const tReady = Date.now();
-  try {
-    await rt.waitHealthy(`${url}${plan.readiness_path}`, plan.timeout_seconds * 1000, t.signal, {
-      containerId: id,
-      intervalMs: 1000,
-      requestTimeoutMs: 5000,
-    });
-  } catch (e) {
-    const why = e instanceof Error ? e.message : String(e);
-    throw new RollBack(
-      `the new version did not become ready: ${why}`,
-      await pe.tail(id, 100).catch(() => []),
-    );
-  }
-  const readyMs = since(tReady);
-  await t.log(`ready in ${readyMs} ms (GET ${plan.readiness_path})`);
-
-  let swapped: Swapped | undefined;
-  if (plan.route) {
-    swapped = await swapRoute(t, {
-      app: o.app,
-      service: plan.service,
-      route: plan.route,
-      upstream: { url, deployment_id: t.resource.id, container: name, health_path: plan.readiness_path },
-      sealed: o.sealed,
-    });
-    if (!swapped.ok)
-      throw new RollBack(
-        `the proxy did not take the new version: ${swapped.error}`,
-        await pe.tail(id, 100).catch(() => []),
-      );
-  }
-
-  // after the swap the roll stands, even if the node stops during the drain
-  if (old.length > 0) {
-    await t.log(`draining ${old.map((c) => c.name).join(", ")} for ${plan.drain_seconds} s`);
-    await drain(plan.drain_seconds * 1000, t.signal);
-    for (const c of old)
-      await pe.remove(c.id, 10).catch((e) => t.log(`could not stop ${c.name}: ${String(e)}`));
-  }
-  await pruneImages(pe, t, image.id);
-  const total = since(t0);
-  await t.log(`deployed ${plan.service} of ${o.app} in ${total} ms`);
-  return {
-    status: "succeeded",
-    fields: {
-      containers: [{ name, id, service: plan.service, config_hash: hash }],
-      image_id: image.id,
-      port,
-      upstream: url,
-      replaced: old.map((c) => c.name),
-      route_revision: swapped?.revision ?? null,
-      proxies: swapped?.proxies ?? [],
-      timings: { ready_ms: readyMs, total_ms: total },
-      ready_at: new Date().toISOString(),
-    },
-    data: {
-      service: plan.service,
-      image: plan.image,
-      host: plan.route?.host ?? null,
-      previous: o.previous,
-      ready_ms: readyMs,
-      total_ms: total,
-    },
-  };
-}
-
-function drain(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const timer = setTimeout(done, ms);
-    function done() {
-      clearTimeout(timer);
-      signal.removeEventListener("abort", done);
-      resolve();
-    }
-    signal.addEventListener("abort", done, { once: true });
-  });
-}
-
-/** Keeps the images of the app's last {@link KEEP_IMAGES} deployments (and any in use); removes older ones. */
-async function pruneImages(pe: ProductionEngine, t: TaskContext, current: string): Promise<void> {
-  try {
-    const docs = [];
-    for (const k of await kvKeys(t.bus, BUCKETS.resources, keys.resourcesOf(t.app, "Deployment"))) {
-      const e = await t.bus.kv.resources.get(k);
-      if (e?.operation === "PUT") docs.push(check(ResourceSchema, e.json(), `resource ${k}`) as Resource);
-    }
-    const images = docs
-      .filter((d) => typeof d.image_id === "string")
-      .sort((a, b) => (a.created_at < b.created_at ? 1 : -1))
-      .map((d) => d.image_id as string);
-    const keep = new Set([current, ...images.slice(0, KEEP_IMAGES - 1)]);
-    for (const img of new Set(images.slice(KEEP_IMAGES - 1)))
-      if (!keep.has(img) && (await pe.removeImage(img)))
-        await t.log(`removed image ${img.slice(0, 19)} (older than the last ${KEEP_IMAGES} deployments)`);
-  } catch (e) {
-    await t.log(`images not pruned: ${e instanceof Error ? e.message : String(e)}`);
-  }
 }
