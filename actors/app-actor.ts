@@ -22,6 +22,7 @@ import {
   subjects,
   type TaskDone,
   TaskDoneSchema,
+  TaskProgressSchema,
   toWireError,
 } from "../proto/mod.js";
 import { type Bus, isTransientBusError } from "../store/mod.js";
@@ -35,16 +36,20 @@ import {
 } from "./context.js";
 import { type Facts, NO_FACTS } from "./facts/types.js";
 import { handlerOf, internalHandlerOf } from "./handlers.js";
-import { endTask, runningTask, startQueued } from "./task-turns.js";
+import { endTask, runningTask, startQueued, taskProgress } from "./task-turns.js";
 import { type OutboxHost, reapplyOutboxes } from "./outbox.js";
 import { workspaceFiles } from "./workspace-files.js";
 
 /** The internal command a node publishes when long work ends. */
 export const TASK_DONE = "_task_done";
+/** The internal command long work publishes to record its progress on its resource (release phases). */
+export const TASK_PROGRESS = "_task_progress";
 
 /** A command the platform sends itself (the end of long work, a tick's outcome), never a caller. */
 function isInternal(capability: string): boolean {
-  return capability === TASK_DONE || internalHandlerOf(capability) !== undefined;
+  return (
+    capability === TASK_DONE || capability === TASK_PROGRESS || internalHandlerOf(capability) !== undefined
+  );
 }
 
 export interface ActorHost extends OutboxHost {
@@ -348,6 +353,19 @@ export class AppActor {
     let started: Decided["started"];
     const running = (name: string, e: Effect, origin: Pick<Command, "id" | "actor">) =>
       runningTask(name, e, origin, this.host.nodeId, ctx.now);
+    if (cmd.capability === TASK_PROGRESS) {
+      const doc = await taskProgress(ctx, tasks, check(TaskProgressSchema, cmd.input, "task progress"));
+      const reply: Reply = { command_id: cmd.id, http: 200, ok: true, seq };
+      // nobody waits for it; its write is the outbox's
+      return {
+        app: this.app,
+        cmd,
+        seq,
+        reply,
+        outcome: { id: cmd.id, seq, reply },
+        ...(doc ? { outbox: ctx.outbox } : {}),
+      };
+    }
     if (cmd.capability === TASK_DONE) {
       const ended = await endTask(ctx, this.app, tasks, check(TaskDoneSchema, cmd.input, "task end"));
       if (!ended) {

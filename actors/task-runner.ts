@@ -9,7 +9,7 @@ import {
   subjects,
 } from "../proto/mod.js";
 import type { Sealer } from "./sealer.js";
-import { TASK_DONE } from "./app-actor.js";
+import { TASK_DONE, TASK_PROGRESS } from "./app-actor.js";
 import type { TaskContext, TaskSpec } from "./tasks/types.js";
 import { sleep, within } from "./timing.js";
 
@@ -49,6 +49,7 @@ export class TaskRunner {
     const ac = new AbortController();
     const { bus } = this.node;
     let line = 0;
+    let progressed = 0;
     const ctx: TaskContext = {
       app,
       resource,
@@ -64,6 +65,16 @@ export class TaskRunner {
           `${commandId}/task/${line++}`,
         ).catch(() => {}),
       sideEffect: (e) => this.node.sideEffects.apply(e),
+      progress: async (fields) => {
+        const n = progressed++;
+        await this.publishInternal(
+          app,
+          origin,
+          TASK_PROGRESS,
+          { resource_id: resource.id, fields },
+          `${commandId}-progress-${n}`,
+        );
+      },
     };
     const done = (async () => {
       let result: TaskDone;
@@ -92,21 +103,31 @@ export class TaskRunner {
   }
 
   /** Publishes a task's end until the bus takes it (the message id makes repeats harmless); its stream sequence. */
-  async publishDone(
+  publishDone(
     app: string,
     origin: Pick<Command, "id" | "actor">,
     done: TaskDone,
   ): Promise<number | undefined> {
-    const commandId = origin.id;
+    return this.publishInternal(app, origin, TASK_DONE, done, `${origin.id}-done`);
+  }
+
+  /** Publishes an internal command of a task until the bus takes it; its stream sequence. */
+  private async publishInternal(
+    app: string,
+    origin: Pick<Command, "id" | "actor">,
+    capability: string,
+    input: Record<string, unknown>,
+    id: string,
+  ): Promise<number | undefined> {
     const cmd: Command = {
-      id: `${commandId}-done`,
-      capability: TASK_DONE,
+      id,
+      capability,
       app,
-      input: done,
+      input,
       actor: origin.actor,
       plane: "control",
       gateway_id: NO_GATEWAY,
-      request_id: `${commandId}-done`,
+      request_id: id,
       received_at: new Date().toISOString(),
     };
     for (let attempt = 0; attempt < 600; attempt++) {
@@ -119,7 +140,7 @@ export class TaskRunner {
       }
     }
     this.node.log(
-      `task end of ${done.resource_id} could not be published; it is ended as interrupted at the next takeover`,
+      `${capability} of ${String(input.resource_id)} could not be published${capability === TASK_DONE ? "; it is ended as interrupted at the next takeover" : ""}`,
     );
     return undefined;
   }

@@ -8,6 +8,7 @@ import {
   type Resource,
   type RunningTask,
   type TaskDone,
+  type TaskProgress,
 } from "../proto/mod.js";
 import { isTransientBusError } from "../store/mod.js";
 import type { Effect, HandlerContext } from "./context.js";
@@ -39,6 +40,25 @@ export function runningTask(
     on_success: e.task!.onSuccess,
     on_failure: e.task!.onFailure,
   };
+}
+
+/**
+ * A running task's progress: fields merged into its resource, no status move, no event. A task no
+ * longer running (a replay) changes nothing. The resource written, or undefined.
+ */
+export async function taskProgress(
+  ctx: HandlerContext,
+  tasks: readonly RunningTask[],
+  p: TaskProgress,
+): Promise<Resource | undefined> {
+  const task = tasks.find((t) => t.resource_id === p.resource_id);
+  if (!task) return undefined;
+  const prev = await ctx.state.getResource(task.resource_type, task.resource_id);
+  if (!prev) return undefined;
+  const { status: _status, id: _id, type: _type, app_id: _app, created_at: _created, ...fields } = p.fields;
+  const doc: Resource = { ...prev, ...fields, updated_at: ctx.now.toISOString() };
+  ctx.putResource(doc, prev);
+  return doc;
 }
 
 /** The end of long work: its resource's last status, the closing event, the app update it carries. */

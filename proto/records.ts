@@ -213,6 +213,13 @@ export const TaskDoneSchema = Type.Object({
 });
 export type TaskDone = Static<typeof TaskDoneSchema>;
 
+/** Input of `_task_progress`: fields of a running task's resource, merged while it runs (release phases). */
+export const TaskProgressSchema = Type.Object({
+  resource_id: Type.String(),
+  fields: Type.Record(Type.String(), Type.Unknown()),
+});
+export type TaskProgress = Static<typeof TaskProgressSchema>;
+
 /** The per-app commit record of versions before group commit: `slipway_actors` value under `<app>`, read
  * once to take the app over, then deleted. */
 export const CommitRecordSchema = Type.Object({

@@ -21,6 +21,11 @@ export interface TaskContext {
   log(line: string, stream?: string): Promise<void>;
   /** Outside work of the node that runs the task (a dev server's log followed). */
   sideEffect(effect: SideEffect): Promise<void>;
+  /**
+   * Records progress on the task's resource (fields merged, no status move, no event), through the
+   * app's actor in order: resolved once it is on the command stream, so a later end comes after it.
+   */
+  progress(fields: Record<string, unknown>): Promise<void>;
 }
 
 /** How long work ends: the resource status, fields to merge, data of the closing event. */

@@ -376,6 +376,7 @@ function taskContext(ctxRoot: string, resource: any, lines: string[], signal = n
       lines.push(line);
     },
     sideEffect: async () => {},
+    progress: async () => {},
   };
   return t;
 }
