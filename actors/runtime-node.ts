@@ -69,7 +69,7 @@ export class RuntimeNode implements WorkerHost {
     } catch {
       return Promise.resolve(NO_FACTS); // the handler refuses the input itself
     }
-    const p = gatherFacts(this.bus, cmd.app, requests, (d) => this.vault.mac(d));
+    const p = gatherFacts(this.bus, cmd.app, requests, (d) => this.vault.mac(d), this.workspaceRoot);
     p.catch(() => {});
     return p;
   }

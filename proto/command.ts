@@ -51,19 +51,45 @@ export const PREFERENCES = {
   noQueue: "no-queue",
   /** productionize: take another host than the one the app remembers. */
   replaceHost: "replace-host",
+  /** release: roll back to the previous good release, or to the one named (`rollback=<release id>`). */
+  rollback: "rollback",
 } as const;
 export type Preference = (typeof PREFERENCES)[keyof typeof PREFERENCES];
 
-/** The known preferences of a `Prefer` header value (tokens, comma-separated, parameters ignored). */
-export function preferencesOf(header: string | undefined): Preference[] {
+const PREFERENCE_VALUE = /^[A-Za-z0-9_.:-]{1,128}$/;
+
+/**
+ * The known preferences of a `Prefer` header value (tokens, comma-separated, parameters ignored):
+ * `name`, or `name=value` when a value was given (a token or a quoted string of id characters).
+ */
+export function preferencesOf(header: string | undefined): string[] {
   if (!header) return [];
   const known = new Set<string>(Object.values(PREFERENCES));
-  const out = new Set<Preference>();
+  const out = new Map<string, string>();
   for (const part of header.split(",")) {
-    const token = part.split(";")[0]!.split("=")[0]!.trim().toLowerCase();
-    if (known.has(token)) out.add(token as Preference);
+    const [head = ""] = part.split(";");
+    const eq = head.indexOf("=");
+    const token = (eq < 0 ? head : head.slice(0, eq)).trim().toLowerCase();
+    if (!known.has(token)) continue;
+    const value =
+      eq < 0
+        ? ""
+        : head
+            .slice(eq + 1)
+            .trim()
+            .replace(/^"(.*)"$/, "$1");
+    out.set(token, value && PREFERENCE_VALUE.test(value) ? `${token}=${value}` : token);
   }
-  return [...out];
+  return [...out.values()];
+}
+
+/** Whether a command prefers `name`, and the value it gave (`""` for none); undefined when it does not. */
+export function preferred(prefer: readonly string[] | undefined, name: Preference): string | undefined {
+  for (const p of prefer ?? []) {
+    if (p === name) return "";
+    if (p.startsWith(`${name}=`)) return p.slice(name.length + 1);
+  }
+  return undefined;
 }
 
 /** The `gateway_id` of a command nobody waits on (the scheduler's reports, a node's end of long work): no reply is sent. */

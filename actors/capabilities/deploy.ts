@@ -1,11 +1,9 @@
 import { defineHandler, type Effect, type HandlerContext } from "../context.js";
 import { PlatformError, PREFERENCES, type QueuedTask, type Resource } from "../../proto/mod.js";
-import { driftOf } from "../production/drift.js";
 import {
   type DeployPlan,
-  driftError,
+  driftGate,
   expectedContainers,
-  leftovers,
   planDeploy,
   readPlan,
 } from "../production/deploy-plan.js";
@@ -109,15 +107,8 @@ export const deploy = defineHandler("deploy", {
       ctx.log(resource.id, `waiting behind ${ahead} (place ${waiting.length + 1})`);
       return { status: "running", resource, queued: { plan } };
     }
-    // the drift gate: the engine's containers against what the last deployments left
-    const { expected, failed } = await expectedContainers(ctx);
-    const actual = ctx.facts.production ?? [];
-    const gone = new Set(leftovers(actual, failed, expected).map((c) => c.id));
-    const drift = driftOf(
-      expected,
-      actual.filter((c) => !gone.has(c.id)),
-    );
-    if (drift.length > 0) throw driftError(ctx.app, drift);
+    // the drift gate: the engine's containers against what the last rolls left
+    await driftGate(ctx);
     const resource = ctx.resource("Deployment", "running", {
       ...fieldsOf(plan, input),
       queue_position: null,

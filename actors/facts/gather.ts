@@ -1,5 +1,10 @@
+import { resolve } from "node:path";
 import {
   ContainerRuntime,
+  headCommit,
+  isRepository,
+  resolveCommit,
+  uncommitted,
   describeModelConfig,
   modelConfigFromEnv,
   NO_MODEL_MESSAGE,
@@ -50,6 +55,7 @@ export async function gatherFacts(
   app: string,
   requests: readonly FactRequest[],
   mac: (data: string) => string,
+  workspaceRoot: string,
 ): Promise<Facts> {
   const facts: Facts = { containers: {} };
   if (requests.length === 0) return facts;
@@ -89,6 +95,18 @@ export async function gatherFacts(
           if (!(await engineUp())) return;
           facts.production = (await rt.production().list(app)).map((c) => viewOf(c, mac));
           return;
+        case "git": {
+          const e = await bus.kv.apps.get(keys.app(app));
+          if (e?.operation !== "PUT") return;
+          const dir = resolve(workspaceRoot, check(AppRecordSchema, e.json(), `app ${app}`).workspace);
+          if (!isRepository(dir)) return;
+          facts.git = {
+            head: await headCommit(dir),
+            commit: await resolveCommit(dir, r.ref ?? "HEAD"),
+            dirty: await uncommitted(dir),
+          };
+          return;
+        }
         case "routes": {
           const out: NonNullable<Facts["routes"]> = [];
           for (const k of await kvKeys(bus, BUCKETS.routes, ">")) {

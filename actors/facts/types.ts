@@ -23,10 +23,22 @@ export type FactRequest =
   /** The app's production containers (deploy's drift gate), with their configuration hashes. */
   | { kind: "production-containers" }
   /** The proxy's routes to the app (inspect docker), without certificates or CAs. */
-  | { kind: "routes" };
+  | { kind: "routes" }
+  /** The app's repository: the commit `ref` names (default HEAD) and what is not committed (release). */
+  | { kind: "git"; ref?: string };
 
 export type { ContainerView } from "../production/drift.js";
 import type { ContainerView } from "../production/drift.js";
+
+/** What release needs to know of the app's repository before its turn. */
+export interface GitFact {
+  /** The commit HEAD names (undefined: no commit yet). */
+  head: string | undefined;
+  /** The commit the asked ref names; undefined when it names none. */
+  commit: string | undefined;
+  /** Paths with changes not committed. */
+  dirty: string[];
+}
 
 /** A proxy route of the app as inspect shows it (no PEM). */
 export interface RouteFact {
@@ -53,6 +65,8 @@ export interface ProbeFact {
 }
 
 export interface Facts {
+  /** `git`: the app's workspace repository; absent when it is not one. */
+  git?: GitFact;
   /** `routes`: the proxy's routes to the app. */
   routes?: RouteFact[];
   /** `production-containers`: what the engine runs for the app; absent when the engine is not reachable. */

@@ -10,7 +10,7 @@ import {
 import type { HandlerContext } from "../context.js";
 import { acmeDirectory, PROD_ENV_FILE } from "./artifacts.js";
 import { type ComposeService, isPinned, parseCompose } from "./compose.js";
-import type { ContainerView, ExpectedContainer } from "./drift.js";
+import { type ContainerView, driftOf, type ExpectedContainer } from "./drift.js";
 
 /**
  * What a deploy decides in its turn (docs/deploy.md): the service to roll and
@@ -81,6 +81,7 @@ export async function planDeploy(
   input: HandlerInput<"deploy">,
   workspace: { read(path: string): string | undefined },
   appHost: string | undefined,
+  opts: { requirePinned?: boolean } = {},
 ): Promise<DeployPlan> {
   insideWorkspace("compose_file", input.compose_file);
   insideWorkspace("env_file", input.env_file);
@@ -103,7 +104,7 @@ export async function planDeploy(
     );
   if (!svc.image)
     throw bad("/service", `service ${name} of ${composeFile} has no image`, "precondition_failed");
-  if (!isPinned(svc.image))
+  if (opts.requirePinned !== false && !isPinned(svc.image))
     throw new PlatformError(
       "image_not_pinned",
       `service ${name} of ${composeFile} runs ${svc.image}, which is not pinned by digest; release pins it (or write repo@sha256:<digest>)`,
@@ -217,6 +218,25 @@ export function leftovers(
   return actual.filter(
     (c) => c.deployment !== undefined && failed.has(c.deployment) && !expected.some((e) => e.id === c.id),
   );
+}
+
+/**
+ * The drift gate of a call that rolls now (deploy, release): the engine's production containers
+ * (facts) against what the app's last rolls left; throws `409 drift_detected` naming each
+ * difference. What the roll needs of it afterwards.
+ */
+export async function driftGate(
+  ctx: HandlerContext,
+): Promise<{ expected: ExpectedContainer[]; failed: Set<string>; last: Map<string, Resource> }> {
+  const found = await expectedContainers(ctx);
+  const actual = ctx.facts.production ?? [];
+  const gone = new Set(leftovers(actual, found.failed, found.expected).map((c) => c.id));
+  const drift = driftOf(
+    found.expected,
+    actual.filter((c) => !gone.has(c.id)),
+  );
+  if (drift.length > 0) throw driftError(ctx.app, drift);
+  return found;
 }
 
 /** Details of drift, as the 409's body carries them. */

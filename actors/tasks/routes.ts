@@ -3,6 +3,7 @@ import {
   encode,
   keys,
   parseLeaseKey,
+  readPresence,
   type Route,
   type RouteApplied,
   RouteAppliedSchema,
@@ -34,6 +35,31 @@ export interface Swapped {
   revision: number;
   /** The proxies that acknowledged it. */
   proxies: string[];
+}
+
+/**
+ * Where the platform reaches a host through its own edge: when `host` has a route and a proxy
+ * announces where it listens, that proxy's HTTP or HTTPS listener (the caller keeps the app's Host
+ * and TLS server name). Undefined: the host is not served here (reach it as the world does).
+ */
+export async function localEdge(
+  bus: TaskContext["bus"],
+  host: string,
+  https: boolean,
+): Promise<{ host: string; port: number } | undefined> {
+  const route = await bus.kv.routes.get(keys.route(host)).catch(() => null);
+  if (route?.operation !== "PUT") return undefined;
+  for (const k of await kvKeys(bus, BUCKETS.leases, "proxy.*")) {
+    const e = await bus.kv.leases.get(k).catch(() => null);
+    const p = e?.operation === "PUT" ? readPresence(e.string()) : undefined;
+    if (!p) continue;
+    const addr = https ? p.https : p.http;
+    const i = addr.lastIndexOf(":");
+    const port = Number(addr.slice(i + 1));
+    if (i > 0 && Number.isInteger(port) && port > 0)
+      return { host: addr.slice(0, i).replace(/^\[|\]$/g, ""), port };
+  }
+  return undefined;
 }
 
 async function liveProxies(t: TaskContext): Promise<string[]> {
