@@ -100,6 +100,35 @@ export async function commitAll(dir: string, message: string): Promise<{ commit:
   return { commit, created: true };
 }
 
+/**
+ * Commits only `paths` (what else the tree holds stays as it is); resolves with the new commit, or
+ * the head unchanged when those paths have no change.
+ */
+export async function commitPaths(
+  dir: string,
+  paths: readonly string[],
+  message: string,
+): Promise<{ commit: string; created: boolean }> {
+  await git(dir, ["add", "--", ...paths]);
+  const staged = (await git(dir, ["diff", "--cached", "--name-only", "--", ...paths])).stdout.trim();
+  const head = await headCommit(dir);
+  if (!staged && head) return { commit: head, created: false };
+  await git(dir, ["commit", "-q", "--no-verify", "-m", message, "--", ...paths]);
+  const commit = await headCommit(dir);
+  if (!commit) throw new GitError("git commit left no HEAD");
+  return { commit, created: true };
+}
+
+/** Whether `ancestor` is `commit` or one of its ancestors. */
+export async function isAncestor(dir: string, ancestor: string, commit: string): Promise<boolean> {
+  try {
+    await git(dir, ["merge-base", "--is-ancestor", ancestor, commit]);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /** The commit a ref names (`HEAD`, a hash, a tag), or undefined when there is none. */
 export async function resolveCommit(dir: string, ref: string): Promise<string | undefined> {
   if (!isRepository(dir) || ref.startsWith("-")) return undefined;
