@@ -14,6 +14,8 @@ function metavar(f: FlagSpec): string {
     case FlagKind.constant:
     case FlagKind.preference:
       return "";
+    case FlagKind.preferenceValue:
+      return " [<id>]";
     case FlagKind.integer:
       return " <n>";
     case FlagKind.list:
@@ -161,7 +163,7 @@ export function verbHelp(verb: VerbSpec): string {
       `--${f.name}${metavar(f)}`,
       f.kind === FlagKind.constant
         ? `-> ${f.field}=${String(f.constant)}`
-        : f.kind === FlagKind.preference
+        : f.kind === FlagKind.preference || f.kind === FlagKind.preferenceValue
           ? `-> ${f.field} (Prefer header)`
           : `-> ${f.field}`,
       f.required ? "required" : "",

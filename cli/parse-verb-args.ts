@@ -46,6 +46,25 @@ function optionsFor(verb: VerbSpec): Options {
   return options;
 }
 
+/**
+ * argv with each flag of an optional value written `--flag=<value>` (`--flag=` when no value
+ * follows), so that parseArgs, which has no optional values, reads it as a string.
+ */
+function optionalValues(verb: VerbSpec, args: readonly string[]): string[] {
+  const names = new Set(
+    verb.flags.filter((f) => f.kind === FlagKind.preferenceValue).map((f) => `--${f.name}`),
+  );
+  if (names.size === 0) return [...args];
+  const out: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i]!;
+    if (!names.has(a)) out.push(a);
+    else if (args[i + 1] !== undefined && !args[i + 1]!.startsWith("-")) out.push(`${a}=${args[++i]}`);
+    else out.push(`${a}=`);
+  }
+  return out;
+}
+
 function parseFailure(e: unknown, words: readonly string[]): UsageError {
   const err = e as { code?: string; message?: string };
   const message = String(err.message ?? e);
@@ -158,7 +177,12 @@ export function parseVerbArgs(verb: VerbSpec, rest: readonly string[], env: Env)
   const words = verb.words;
   let parsed: ReturnType<typeof parseArgs>;
   try {
-    parsed = parseArgs({ args: [...rest], options: optionsFor(verb), strict: true, allowPositionals: true });
+    parsed = parseArgs({
+      args: optionalValues(verb, rest),
+      options: optionsFor(verb),
+      strict: true,
+      allowPositionals: true,
+    });
   } catch (e) {
     throw parseFailure(e, words);
   }
@@ -196,6 +220,13 @@ export function parseVerbArgs(verb: VerbSpec, rest: readonly string[], env: Env)
     if (raw === undefined) continue;
     if (f.kind === FlagKind.preference) {
       if (raw === true) prefer.push(f.field);
+      continue;
+    }
+    if (f.kind === FlagKind.preferenceValue) {
+      const v = String(raw);
+      if (v && !/^[A-Za-z0-9_.:-]{1,128}$/.test(v))
+        throw new UsageError(`--${f.name}: ${JSON.stringify(v.slice(0, 40))} is not an id`, words);
+      prefer.push(v ? `${f.field}=${v}` : f.field);
       continue;
     }
     set(f.field, `--${f.name}`, flagValue(f, raw, env, words));

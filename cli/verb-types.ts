@@ -21,6 +21,11 @@ export const FlagKind = {
    * `field` is the preference, e.g. `no-queue`), not an input field.
    */
   preference: "preference",
+  /**
+   * A preference that may carry a value: `--rollback` alone is `rollback`, `--rollback <id>` (or
+   * `--rollback=<id>`) is `rollback=<id>` in the `Prefer` header.
+   */
+  preferenceValue: "preference-value",
 } as const;
 export type FlagKind = (typeof FlagKind)[keyof typeof FlagKind];
 

@@ -108,8 +108,18 @@ export const VERBS: readonly VerbSpec[] = [
     ],
   }),
   capabilityVerb("release", "release", {
-    summary: "assess, publish, repin, deploy and verify a release",
-    extra: [NO_QUEUE],
+    summary: "assess, publish, repin, deploy and verify a release (or roll back to a good one)",
+    extra: [
+      NO_QUEUE,
+      {
+        name: "rollback",
+        field: PREFERENCES.rollback,
+        kind: FlagKind.preferenceValue,
+        required: false,
+        description:
+          "roll back to the previous good release, or to the release named, with the same zero-drop roll",
+      },
+    ],
   }),
   capabilityVerb("email send", "send-email", { summary: "send a transactional email" }),
   capabilityVerb("provision-monitoring", "provision-monitoring", {

@@ -93,3 +93,26 @@ test("cli: deploy --no-queue and productionize --replace-host are preferences in
   t.is(plain.code, 0, plain.stderr);
   t.is(p.requests[2]!.headers.prefer, undefined);
 });
+
+test("cli: release --rollback alone, with an id, or with =id is the rollback preference; --dry-run is a body field", async (t) => {
+  const p = await platform(t);
+  const cases: [string[], string][] = [
+    [["--rollback"], "rollback"],
+    [["--rollback", "rel_01ABC"], "rollback=rel_01ABC"],
+    [["--rollback=rel_01ABC", "--no-queue"], "no-queue, rollback=rel_01ABC"],
+    [["--no-queue", "--rollback"], "no-queue, rollback"],
+  ];
+  for (const [i, [args, prefer]] of cases.entries()) {
+    const r = await runAgainst(p, ["release", "--app", "shop", ...args, "--no-wait"]);
+    t.is(r.code, 0, r.stderr);
+    t.is(p.requests[i]!.headers.prefer, prefer, args.join(" "));
+    t.deepEqual(p.requests[i]!.json, { app: "shop" });
+  }
+  const dry = await runAgainst(p, ["release", "--app", "shop", "--dry-run", "--no-wait"]);
+  t.is(dry.code, 0, dry.stderr);
+  t.deepEqual(p.requests[cases.length]!.json, { app: "shop", dry_run: true });
+  const bad = await runAgainst(p, ["release", "--app", "shop", "--rollback=a b"]);
+  t.is(bad.code, 2);
+  t.regex(bad.stderr, /--rollback/);
+  t.is(p.requests.length, cases.length + 1, "a bad id sends nothing");
+});
