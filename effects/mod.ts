@@ -10,3 +10,4 @@ export * from "./git.js";
 export * from "./model.js";
 export * from "./net.js";
 export * from "./process.js";
+export * from "./verify.js";

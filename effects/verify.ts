@@ -1,0 +1,445 @@
+import { randomBytes } from "node:crypto";
+import { lookup } from "node:dns/promises";
+import { type IncomingHttpHeaders, request as httpRequest } from "node:http";
+import { request as httpsRequest } from "node:https";
+import { isIP } from "node:net";
+import { appUrl } from "../proto/mod.js";
+
+/**
+ * verify's probe of a deployed host (DESIGN §8, docs/verify.md): a readiness
+ * wait on the health path, then one assertion per contract point, each
+ * recorded as {name, expected, actual, ok, ms}. Read-only but for
+ * `check_refresh`, which signs a throwaway user up to get a fresh session.
+ *
+ * Every request goes to the base URL's origin only: each URL is built by
+ * `appUrl` (it refuses a path that leaves the origin), the host name is
+ * resolved once and every request of the run connects to that address (a DNS
+ * answer that changes mid-run cannot move it), or to `via` (the platform's own
+ * edge) keeping the base's Host header and TLS server name. Redirects are never
+ * followed, bodies are read up to 64 KiB, each request has `timeout_ms`.
+ */
+
+export interface VerifyOptions {
+  /** Base URL of the host, e.g. `http://shop.example.test` or `https://shop.example.test:8443`. */
+  base: string;
+  /** Connect here instead of resolving the base's host (the platform's own edge proxy); Host and TLS server name stay the base's. */
+  via?: { host: string; port: number };
+  page_path?: string;
+  health_path?: string;
+  api_paths?: string[];
+  cron_path?: string;
+  expect_idp?: string;
+  expect_email?: boolean;
+  expect_password_signup?: boolean;
+  check_refresh?: boolean;
+  check_billing_mode?: string;
+  billing_app_name?: string;
+  timeout_ms?: number;
+  readiness_timeout_ms?: number;
+  readiness_interval_ms?: number;
+  /** Aborting stops the run: `runVerification` rejects with the signal's reason. */
+  signal?: AbortSignal;
+  /** Progress lines (for logs). */
+  onLine?: (line: string) => void;
+}
+
+/** One checked point of the contract. */
+export interface VerifyAssertion {
+  /** What was checked: `readiness`, `health`, `page`, `api /api/me`, `cron`, `auth-config`, `auth-config idp`, `refresh`, `billing mode`, ... */
+  name: string;
+  /** What the contract wants, e.g. `GET /health -> 200`. */
+  expected: string;
+  /** What the host did, e.g. `200`, `404`, `connection refused (ECONNREFUSED)`. */
+  actual: string;
+  ok: boolean;
+  /** Time the check took, in milliseconds. */
+  ms: number;
+}
+
+export interface VerifyOutcome {
+  /** True when every assertion (the readiness wait included) passed. */
+  ok: boolean;
+  readiness: { ok: boolean; attempts: number; ms: number };
+  assertions: VerifyAssertion[];
+}
+
+/** Defaults (DESIGN §8, docs/verify.md). */
+export const VERIFY_DEFAULTS = {
+  page_path: "/",
+  health_path: "/health",
+  api_paths: ["/api/me"] as readonly string[],
+  cron_path: "/cron/ping",
+  timeout_ms: 5_000,
+  readiness_timeout_ms: 60_000,
+  readiness_interval_ms: 1_000,
+} as const;
+
+/** Most bytes of a body verify reads; past it the body is cut (and the answer is not JSON). */
+export const VERIFY_BODY_CAP = 64 * 1024;
+
+interface Target {
+  base: string;
+  /** Where to connect, or why there is nowhere (the name did not resolve). */
+  connect: { host: string; port: number } | { error: string };
+  https: boolean;
+  servername: string | undefined;
+  timeoutMs: number;
+  signal: AbortSignal | undefined;
+}
+
+interface Answer {
+  status?: number;
+  headers: IncomingHttpHeaders;
+  body: Buffer;
+  truncated: boolean;
+  /** Why there is no answer (connection refused, timeout, ...). */
+  error?: string;
+  ms: number;
+}
+
+function reasonOf(e: unknown, timeoutMs: number): string {
+  const err = e as NodeJS.ErrnoException | undefined;
+  if (err?.code === "VERIFY_TIMEOUT") return `no answer within ${timeoutMs} ms`;
+  const code = typeof err?.code === "string" ? err.code : undefined;
+  const known: Record<string, string> = {
+    ECONNREFUSED: "connection refused",
+    ECONNRESET: "connection reset",
+    ENOTFOUND: "host not found",
+    EHOSTUNREACH: "host unreachable",
+    ENETUNREACH: "network unreachable",
+  };
+  if (code && known[code]) return `${known[code]} (${code})`;
+  const message = err instanceof Error ? err.message : String(e);
+  return code && !message.includes(code) ? `${message} (${code})` : message;
+}
+
+/** One request to the target's origin; never throws but for an abort. */
+function send(
+  t: Target,
+  method: "GET" | "POST",
+  path: string,
+  opts: { headers?: Record<string, string>; body?: string } = {},
+): Promise<Answer> {
+  const started = Date.now();
+  const done = (a: Omit<Answer, "ms">): Answer => ({ ...a, ms: Date.now() - started });
+  if (t.signal?.aborted) return Promise.reject(t.signal.reason);
+  if ("error" in t.connect) {
+    return Promise.resolve(
+      done({ headers: {}, body: Buffer.alloc(0), truncated: false, error: t.connect.error }),
+    );
+  }
+  let url: URL;
+  try {
+    url = appUrl(t.base, path);
+  } catch (e) {
+    const error = e instanceof Error ? e.message : String(e);
+    return Promise.resolve(done({ headers: {}, body: Buffer.alloc(0), truncated: false, error }));
+  }
+  const { host, port } = t.connect;
+  return new Promise<Answer>((resolve, reject) => {
+    let settled = false;
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const finish = (a: Omit<Answer, "ms">) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      t.signal?.removeEventListener("abort", onAbort);
+      req.destroy();
+      resolve(done(a));
+    };
+    const fail = (e: unknown) =>
+      finish({ headers: {}, body: Buffer.alloc(0), truncated: false, error: reasonOf(e, t.timeoutMs) });
+    const body = opts.body === undefined ? undefined : Buffer.from(opts.body);
+    const req = (t.https ? httpsRequest : httpRequest)({
+      host,
+      port,
+      method,
+      path: url.pathname + url.search,
+      agent: false,
+      ...(t.https && t.servername ? { servername: t.servername } : {}),
+      headers: {
+        host: url.host,
+        "user-agent": "slipway-verify",
+        accept: "application/json, text/html;q=0.9, */*;q=0.1",
+        ...(body ? { "content-length": String(body.length) } : {}),
+        ...opts.headers,
+      },
+    });
+    const timer = setTimeout(
+      () => fail(Object.assign(new Error("timeout"), { code: "VERIFY_TIMEOUT" })),
+      t.timeoutMs,
+    );
+    const onAbort = () => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      req.destroy();
+      reject(t.signal?.reason);
+    };
+    t.signal?.addEventListener("abort", onAbort, { once: true });
+    req.on("error", fail);
+    req.on("response", (res) => {
+      const answer = (truncated: boolean) =>
+        finish({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks), truncated });
+      res.on("data", (c: Buffer) => {
+        if (settled) return;
+        const room = VERIFY_BODY_CAP - size;
+        chunks.push(c.length > room ? c.subarray(0, room) : c);
+        size += Math.min(c.length, room);
+        if (c.length > room) answer(true);
+      });
+      res.on("end", () => answer(false));
+      res.on("error", fail);
+    });
+    req.end(body);
+  });
+}
+
+/** Where the run connects: `via`, the base's address when it is one, else the name resolved once. */
+async function targetOf(o: VerifyOptions, timeoutMs: number): Promise<Target> {
+  const url = new URL(o.base);
+  const https = url.protocol === "https:";
+  const name = url.hostname.replace(/^\[|\]$/g, "");
+  const port = url.port ? Number(url.port) : https ? 443 : 80;
+  const servername = isIP(name) ? undefined : name;
+  const common = { base: o.base, https, servername, timeoutMs, signal: o.signal };
+  if (o.via) return { ...common, connect: { host: o.via.host, port: o.via.port } };
+  if (isIP(name)) return { ...common, connect: { host: name, port } };
+  try {
+    const { address } = await lookup(name);
+    return { ...common, connect: { host: address, port } };
+  } catch (e) {
+    return { ...common, connect: { error: `cannot resolve ${name}: ${reasonOf(e, timeoutMs)}` } };
+  }
+}
+
+const isJsonType = (h: IncomingHttpHeaders) =>
+  /^application\/([\w.+-]+\+)?json\b/i.test(h["content-type"] ?? "");
+
+/** `200`, or the reason there is no answer. */
+function statusText(a: Answer): string {
+  return a.status === undefined ? (a.error ?? "no answer") : String(a.status);
+}
+
+/** The body as a JSON object, or a reason it is not one. */
+function jsonOf(a: Answer): { value: Record<string, unknown> } | { error: string } {
+  if (a.status === undefined) return { error: a.error ?? "no answer" };
+  if (a.truncated) return { error: `${a.status}, body larger than ${VERIFY_BODY_CAP} bytes` };
+  try {
+    const v: unknown = JSON.parse(a.body.toString("utf8"));
+    if (typeof v === "object" && v !== null && !Array.isArray(v))
+      return { value: v as Record<string, unknown> };
+    return { error: `${a.status}, body is JSON but not an object` };
+  } catch {
+    return {
+      error: `${a.status}, body is not JSON${isJsonType(a.headers) ? "" : ` (${a.headers["content-type"] ?? "no content-type"})`}`,
+    };
+  }
+}
+
+function statusAssertion(name: string, path: string, want: number, a: Answer): VerifyAssertion {
+  return { name, expected: `GET ${path} -> ${want}`, actual: statusText(a), ok: a.status === want, ms: a.ms };
+}
+
+/** `expected` vs `actual` of one field of a JSON document, both as JSON text. */
+function fieldAssertion(
+  name: string,
+  want: unknown,
+  doc: Record<string, unknown> | undefined,
+  field: string,
+) {
+  const expected = JSON.stringify(want);
+  if (!doc) return { name, expected, actual: "not read (see the line above)", ok: false, ms: 0 };
+  const has = Object.hasOwn(doc, field);
+  const actual = has ? JSON.stringify(doc[field]) : "absent";
+  return { name, expected, actual, ok: has && actual === expected, ms: 0 };
+}
+
+/** GET a JSON document: its assertion (200 JSON with `fields`), and the document when it passed. */
+async function jsonDocument(
+  t: Target,
+  name: string,
+  path: string,
+  fields: readonly string[],
+): Promise<{ assertion: VerifyAssertion; doc?: Record<string, unknown> }> {
+  const a = await send(t, "GET", path);
+  const expected = `GET ${path} -> 200 JSON with ${fields.join(", ")}`;
+  const j = jsonOf(a);
+  if (a.status !== 200 || "error" in j) {
+    const actual = a.status !== 200 ? statusText(a) : "error" in j ? j.error : "";
+    return { assertion: { name, expected, actual, ok: false, ms: a.ms } };
+  }
+  const missing = fields.filter((f) => !Object.hasOwn(j.value, f));
+  if (missing.length)
+    return {
+      assertion: { name, expected, actual: `200 JSON without ${missing.join(", ")}`, ok: false, ms: a.ms },
+    };
+  return { assertion: { name, expected, actual: "200 JSON", ok: true, ms: a.ms }, doc: j.value };
+}
+
+/** The `name=value` pairs of an answer's Set-Cookie headers (values non-empty). */
+function cookiesOf(a: Answer): string[] {
+  return (a.headers["set-cookie"] ?? [])
+    .map((c) => c.split(";")[0]?.trim() ?? "")
+    .filter((c) => /^[^=\s]+=\S+$/.test(c));
+}
+
+/**
+ * check_refresh: a fresh session's refresh succeeds. A throwaway user signs up (`POST /auth/signup`,
+ * 200 or 201 with a session cookie), then `POST /auth/refresh` with that cookie must answer 200 with
+ * a new session cookie (docs/verify.md).
+ */
+async function refreshAssertion(t: Target): Promise<VerifyAssertion> {
+  const name = "refresh";
+  const expected = "POST /auth/refresh with a fresh session -> 200 and a new session cookie";
+  const started = Date.now();
+  const id = randomBytes(6).toString("hex");
+  const signup = await send(t, "POST", "/auth/signup", {
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({
+      email: `verify-${id}@verify.invalid`,
+      password: randomBytes(18).toString("base64url"),
+    }),
+  });
+  const session = cookiesOf(signup);
+  if ((signup.status !== 200 && signup.status !== 201) || session.length === 0) {
+    const why = signup.status === undefined ? statusText(signup) : `${signup.status}`;
+    const actual = `no fresh session: POST /auth/signup answered ${why}${signup.status !== undefined && session.length === 0 ? " without a session cookie" : ""}`;
+    return { name, expected, actual, ok: false, ms: Date.now() - started };
+  }
+  const r = await send(t, "POST", "/auth/refresh", {
+    headers: { cookie: session.join("; "), "content-type": "application/json" },
+    body: "{}",
+  });
+  const renewed = cookiesOf(r);
+  const ok = r.status === 200 && renewed.length > 0;
+  const actual =
+    r.status === 200
+      ? renewed.length
+        ? "200 with a new session cookie"
+        : "200 without a session cookie"
+      : statusText(r);
+  return { name, expected, actual, ok, ms: Date.now() - started };
+}
+
+/** Polls the health path until it answers 2xx, at most `timeoutMs` (at least one attempt). */
+async function waitReady(
+  t: Target,
+  path: string,
+  timeoutMs: number,
+  intervalMs: number,
+): Promise<{ readiness: VerifyOutcome["readiness"]; assertion: VerifyAssertion; answered: boolean }> {
+  const started = Date.now();
+  let attempts = 0;
+  let last: Answer;
+  let answered = false;
+  for (;;) {
+    attempts++;
+    last = await send(t, "GET", path);
+    if (last.status !== undefined) answered = true;
+    const ok = last.status !== undefined && last.status >= 200 && last.status < 300;
+    if (ok || Date.now() + intervalMs > started + timeoutMs) break;
+    await sleep(intervalMs, t.signal);
+  }
+  const ms = Date.now() - started;
+  const ok = last.status !== undefined && last.status >= 200 && last.status < 300;
+  const tries = `${attempts} attempt${attempts === 1 ? "" : "s"}`;
+  return {
+    readiness: { ok, attempts, ms },
+    answered,
+    assertion: {
+      name: "readiness",
+      expected: `GET ${path} -> 2xx within ${timeoutMs} ms`,
+      actual: ok ? `${last.status} after ${tries}` : `${statusText(last)} (last of ${tries} in ${ms} ms)`,
+      ok,
+      ms,
+    },
+  };
+}
+
+function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal?.reason);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+/** The assertions after readiness, in order. */
+async function contractAssertions(t: Target, o: VerifyOptions, push: (a: VerifyAssertion) => void) {
+  const health = o.health_path ?? VERIFY_DEFAULTS.health_path;
+  const page = o.page_path ?? VERIFY_DEFAULTS.page_path;
+  const cron = o.cron_path ?? VERIFY_DEFAULTS.cron_path;
+  push(statusAssertion("health", health, 200, await send(t, "GET", health)));
+  push(statusAssertion("page", page, 302, await send(t, "GET", page)));
+  for (const p of o.api_paths ?? VERIFY_DEFAULTS.api_paths)
+    push(statusAssertion(`api ${p}`, p, 401, await send(t, "GET", p)));
+  push(statusAssertion("cron", cron, 403, await send(t, "GET", cron)));
+  const auth = await jsonDocument(t, "auth-config", "/auth/config", ["idp", "email", "password_signup"]);
+  push(auth.assertion);
+  if (o.expect_idp !== undefined) push(fieldAssertion("auth-config idp", o.expect_idp, auth.doc, "idp"));
+  if (o.expect_email !== undefined)
+    push(fieldAssertion("auth-config email", o.expect_email, auth.doc, "email"));
+  if (o.expect_password_signup !== undefined)
+    push(
+      fieldAssertion("auth-config password_signup", o.expect_password_signup, auth.doc, "password_signup"),
+    );
+  if (o.check_refresh) push(await refreshAssertion(t));
+  if (o.check_billing_mode !== undefined || o.billing_app_name !== undefined) {
+    const billing = await jsonDocument(t, "billing-config", "/billing/config", ["mode", "app_name"]);
+    push(billing.assertion);
+    if (o.check_billing_mode !== undefined)
+      push(fieldAssertion("billing mode", o.check_billing_mode, billing.doc, "mode"));
+    if (o.billing_app_name !== undefined)
+      push(fieldAssertion("billing app_name", o.billing_app_name, billing.doc, "app_name"));
+  }
+}
+
+function lineOf(a: VerifyAssertion): string {
+  return a.ok
+    ? `ok    ${a.name}: ${a.expected} (${a.ms} ms)`
+    : `FAIL  ${a.name}: expected ${a.expected}, got ${a.actual} (${a.ms} ms)`;
+}
+
+/**
+ * Verifies a deployed host against the contract (docs/verify.md). Never throws for an HTTP failure:
+ * an unreachable host is a failed readiness with the reason in `actual` (the other assertions are
+ * then listed as not run). Rejects only when `signal` aborts.
+ */
+export async function runVerification(o: VerifyOptions): Promise<VerifyOutcome> {
+  const timeoutMs = o.timeout_ms ?? VERIFY_DEFAULTS.timeout_ms;
+  const t = await targetOf(o, timeoutMs);
+  const assertions: VerifyAssertion[] = [];
+  const push = (a: VerifyAssertion) => {
+    assertions.push(a);
+    o.onLine?.(lineOf(a));
+  };
+  const health = o.health_path ?? VERIFY_DEFAULTS.health_path;
+  o.onLine?.(
+    `verifying ${o.base}${o.via ? ` through ${o.via.host}:${o.via.port}` : "error" in t.connect ? "" : ` at ${t.connect.host}:${t.connect.port}`}`,
+  );
+  const ready = await waitReady(
+    t,
+    health,
+    o.readiness_timeout_ms ?? VERIFY_DEFAULTS.readiness_timeout_ms,
+    o.readiness_interval_ms ?? VERIFY_DEFAULTS.readiness_interval_ms,
+  );
+  push(ready.assertion);
+  if (ready.answered) await contractAssertions(t, o, push);
+  else {
+    // nothing answered at all: the rest would fail the same way; listed, not run
+    const rest: VerifyAssertion[] = [];
+    const dry: Target = { ...t, connect: { error: "not run" } };
+    await contractAssertions(dry, o, (a) => rest.push(a));
+    for (const a of rest) push({ ...a, actual: `not run: ${ready.assertion.actual}`, ok: false, ms: 0 });
+  }
+  return { ok: assertions.every((a) => a.ok), readiness: ready.readiness, assertions };
+}
