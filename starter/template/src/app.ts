@@ -1,7 +1,15 @@
 import { randomBytes, scrypt, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { type BillingConfig, billingFromEnv, type VersionInfo, versionFromEnv } from "./meta.js";
 import { verifyServiceToken } from "./service-token.js";
-import { createSessionToken, getCookie, readSessionToken, SESSION_COOKIE, sessionCookie } from "./session.js";
+import {
+  createSessionToken,
+  getCookie,
+  readSessionToken,
+  SESSION_COOKIE,
+  SESSION_TTL_SECONDS,
+  sessionCookie,
+} from "./session.js";
 
 /** Everything the app reads from its environment. */
 export interface AppConfig {
@@ -13,6 +21,10 @@ export interface AppConfig {
   sessionSecret: string;
   /** Mark cookies `Secure` (on behind HTTPS in production). */
   secureCookies: boolean;
+  /** What `GET /version` answers (default: the app's name, no version, commit or image). */
+  version?: VersionInfo;
+  /** What `GET /billing/config` answers (default: mode `off`, the app's name). */
+  billing?: BillingConfig;
 }
 
 /** Reads the config from the environment. A missing `SESSION_SECRET` becomes a random one (sessions end on restart). */
@@ -34,6 +46,8 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): AppConfig &
     serviceKey,
     sessionSecret,
     secureCookies: env.NODE_ENV === "production",
+    version: versionFromEnv(env, app),
+    billing: billingFromEnv(env, app, warnings),
     warnings,
   };
 }
@@ -174,9 +188,17 @@ function under(path: string, prefix: string): boolean {
  */
 export function createHandler(config: AppConfig): (req: IncomingMessage, res: ServerResponse) => void {
   const users = new Map<string, User>();
+  const version: VersionInfo = config.version ?? {
+    name: config.app || "app",
+    version: null,
+    commit: null,
+    image: null,
+  };
+  const billing: BillingConfig = config.billing ?? { mode: "off", app_name: config.app || null };
 
+  /** The signed-in user, from the `session` cookie or an `Authorization: Bearer <session token>`. */
   const currentUser = (req: IncomingMessage): string | undefined => {
-    const token = getCookie(req.headers.cookie, SESSION_COOKIE);
+    const token = getCookie(req.headers.cookie, SESSION_COOKIE) || bearer(req);
     if (!token) return undefined;
     const session = readSessionToken(config.sessionSecret, token);
     return session && users.has(session.sub) ? session.sub : undefined;
@@ -238,6 +260,22 @@ export function createHandler(config: AppConfig): (req: IncomingMessage, res: Se
         signedIn(req, res, 200, email);
       },
     },
+    "/auth/refresh": {
+      // A valid session (cookie or bearer) for a new one with a full lifetime.
+      POST: (req, res) => {
+        const user = currentUser(req);
+        if (!user) throw new HttpError(401, "unauthenticated", "sign in first");
+        const token = createSessionToken(config.sessionSecret, user);
+        const expiresAt = new Date(Date.now() + SESSION_TTL_SECONDS * 1000).toISOString();
+        // the token goes in the body only to a bearer client: a cookie stays HttpOnly
+        const body = bearer(req)
+          ? { user: { email: user }, expires_at: expiresAt, token }
+          : { user: { email: user }, expires_at: expiresAt };
+        sendJson(res, 200, body, { "set-cookie": sessionCookie(token, config.secureCookies) });
+      },
+    },
+    "/version": { GET: (_req, res) => sendJson(res, 200, version) },
+    "/billing/config": { GET: (_req, res) => sendJson(res, 200, billing) },
     "/auth/logout": {
       POST: (req, res) => {
         const cookie = sessionCookie("", config.secureCookies);

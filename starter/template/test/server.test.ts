@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { createHmac, randomBytes } from "node:crypto";
 import type { AddressInfo } from "node:net";
 import { after, before, describe, it } from "node:test";
-import { createApp } from "../src/app.js";
+import { configFromEnv, createApp } from "../src/app.js";
 
 const APP = "{{APP}}";
 const SERVICE_KEY = randomBytes(32).toString("base64url");
@@ -107,9 +107,71 @@ describe("{{APP}}", () => {
     });
   });
 
+  it("refreshes a session from its cookie or its bearer token, and refuses none", async () => {
+    assert.equal((await fetch(`${base}/auth/refresh`, { method: "POST" })).status, 401);
+    const signup = await fetch(`${base}/auth/signup`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ email: "grace@example.com", password: "another horse" }),
+    });
+    const cookie = signup.headers.get("set-cookie")?.split(";")[0] ?? "";
+    const byCookie = await fetch(`${base}/auth/refresh`, { method: "POST", headers: { cookie } });
+    assert.equal(byCookie.status, 200);
+    const renewed = byCookie.headers.get("set-cookie")?.split(";")[0] ?? "";
+    assert.match(renewed, /^session=./);
+    const body = (await byCookie.json()) as Record<string, unknown>;
+    assert.deepEqual(body.user, { email: "grace@example.com" });
+    assert.equal(body.token, undefined);
+    assert.ok(Date.parse(String(body.expires_at)) > Date.now());
+    const token = renewed.slice("session=".length);
+    const byBearer = await fetch(`${base}/auth/refresh`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}` },
+    });
+    assert.equal(byBearer.status, 200);
+    assert.equal(typeof ((await byBearer.json()) as Record<string, unknown>).token, "string");
+    const me = await fetch(`${base}/api/me`, { headers: { cookie: renewed } });
+    assert.equal(me.status, 200);
+  });
+
+  it("answers /version and /billing/config", async () => {
+    const version = await fetch(`${base}/version`);
+    assert.equal(version.status, 200);
+    assert.deepEqual(await version.json(), { name: APP, version: null, commit: null, image: null });
+    const billing = await fetch(`${base}/billing/config`);
+    assert.equal(billing.status, 200);
+    assert.deepEqual(await billing.json(), { mode: "off", app_name: APP });
+  });
+
   it("answers unknown routes with 404 JSON", async () => {
     const res = await fetch(`${base}/nope`);
     assert.equal(res.status, 404);
     assert.equal(res.headers.get("content-type")?.startsWith("application/json"), true);
+  });
+});
+
+describe("configFromEnv", () => {
+  it("reads the version from package.json and the environment, billing from BILLING_*", () => {
+    const c = configFromEnv({
+      SLIPWAY_APP: APP,
+      SLIPWAY_COMMIT: "0123abc",
+      SLIPWAY_IMAGE: "registry.example/app@sha256:00",
+      BILLING_MODE: "test",
+      BILLING_APP_NAME: "Example Shop",
+    });
+    assert.deepEqual(c.version, {
+      name: APP,
+      version: "0.1.0",
+      commit: "0123abc",
+      image: "registry.example/app@sha256:00",
+    });
+    assert.deepEqual(c.billing, { mode: "test", app_name: "Example Shop" });
+  });
+
+  it("falls back to billing off for an unknown BILLING_MODE, and says so", () => {
+    const c = configFromEnv({ SLIPWAY_APP: APP, BILLING_MODE: "free" });
+    assert.deepEqual(c.billing, { mode: "off", app_name: APP });
+    assert.ok(c.warnings.some((w) => /BILLING_MODE/.test(w)));
+    assert.equal(c.version?.commit, null);
   });
 });
