@@ -1,5 +1,6 @@
 import { type AnswerView, type ErrorAnswer, isListAnswer, isRecord } from "./answer-shapes.js";
 import { fieldLines, keyValuePairs, printableEntries, scalarText, tableLines } from "./format-values.js";
+import { ASSERTIONS_FIELD, assertionLines, hasAssertions } from "./render-assertions.js";
 
 const NOT_SHOWN_AS_FIELDS = new Set(["type", "id"]);
 
@@ -15,7 +16,12 @@ function tokenOf(answer: AnswerView): string | undefined {
 /** Human view of a capability answer: status, resource type and id, the resource's own fields, events, result. */
 export function humanCapability(answer: AnswerView): string[] {
   const { resource } = answer;
-  const lines = [`${answer.status}  ${resource.type}  ${resource.id}`, ...fieldLines(resourceFields(answer))];
+  // a Verification's assertions print as a table after the other fields
+  const table = hasAssertions(resource);
+  const fields = resourceFields(answer);
+  if (table) delete fields[ASSERTIONS_FIELD];
+  const lines = [`${answer.status}  ${resource.type}  ${resource.id}`, ...fieldLines(fields)];
+  if (table) lines.push(...assertionLines(resource));
   const events = (answer.events ?? []).map((e) => scalarText(e.type));
   if (events.length > 0) lines.push(`events: ${events.join(", ")}`);
   const token = tokenOf(answer);
