@@ -189,3 +189,18 @@ export async function lastCommitTouching(dir: string, paths: readonly string[]):
     return undefined;
   }
 }
+
+/**
+ * Whether `commit` is `tip` or one of its ancestors (the history of `tip` holds it); undefined when
+ * either names no commit of the repository.
+ */
+export async function containsCommit(dir: string, commit: string, tip: string): Promise<boolean | undefined> {
+  if (commit.startsWith("-") || tip.startsWith("-")) return undefined;
+  if (!(await resolveCommit(dir, commit)) || !(await resolveCommit(dir, tip))) return undefined;
+  try {
+    await git(dir, ["merge-base", "--is-ancestor", commit, tip]);
+    return true;
+  } catch {
+    return false;
+  }
+}
