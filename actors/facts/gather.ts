@@ -11,7 +11,7 @@ import {
   freePort,
 } from "../../effects/mod.js";
 import { type Bus, kvKeys } from "../../store/mod.js";
-import { check, appUrl, AppRecordSchema, BUCKETS, keys, RouteSchema } from "../../proto/mod.js";
+import { check, appUrl, AppRecordSchema, BUCKETS, isAppName, keys, RouteSchema } from "../../proto/mod.js";
 import { viewOf } from "../production/drift.js";
 import type { FactRequest, Facts, ProbeFact } from "./types.js";
 
@@ -105,6 +105,13 @@ export async function gatherFacts(
             commit: await resolveCommit(dir, r.ref ?? "HEAD"),
             dirty: await uncommitted(dir),
           };
+          return;
+        }
+        case "app-record": {
+          const e = isAppName(r.app) ? await bus.kv.apps.get(keys.app(r.app)) : null;
+          facts.appRecords ??= {};
+          facts.appRecords[r.app] =
+            e?.operation === "PUT" ? check(AppRecordSchema, e.json(), `app ${r.app}`) : null;
           return;
         }
         case "routes": {

@@ -25,9 +25,12 @@ export type FactRequest =
   /** The proxy's routes to the app (inspect docker), without certificates or CAs. */
   | { kind: "routes" }
   /** The app's repository: the commit `ref` names (default HEAD) and what is not committed (release). */
-  | { kind: "git"; ref?: string };
+  | { kind: "git"; ref?: string }
+  /** Another app's record, by name (an app-less capability naming an app: delivery-check). */
+  | { kind: "app-record"; app: string };
 
 export type { ContainerView } from "../production/drift.js";
+import type { AppRecord } from "../../proto/mod.js";
 import type { ContainerView } from "../production/drift.js";
 
 /** What release needs to know of the app's repository before its turn. */
@@ -81,6 +84,8 @@ export interface Facts {
   freePort?: number;
   /** `app-health`: null when the app has no base URL. */
   appHealth?: ProbeFact | null;
+  /** `app-record`: the named apps' records; null when there is no such app. */
+  appRecords?: Record<string, AppRecord | null>;
   /** `model`: the model a call would use, or the 503 message when none is configured. */
   model?: { configured: true; model: string } | { configured: false; message: string };
 }
