@@ -1,0 +1,342 @@
+import { randomUUID } from "node:crypto";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { createServer, type Server } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import anyTest, { type ExecutionContext, type TestFn } from "ava";
+import {
+  commitAll,
+  ContainerRuntime,
+  lastCommitTouching,
+  REVISION_LABEL,
+  tagCommit,
+} from "../../effects/mod.js";
+import { keys, newResourceId } from "../../proto/mod.js";
+import { startTestDockerd, type TestDockerd } from "../helpers/dockerd.js";
+import {
+  call,
+  eventually,
+  get,
+  startTestNats,
+  startTestPlatform,
+  type TestNats,
+  type TestPlatform,
+} from "../helpers/infra.js";
+
+/**
+ * delivery-check on a real platform, a private dockerd, real git workspaces and
+ * images built with the commit in their revision label (docs/delivery-check.md):
+ * the whole chain passing (one consumer through the platform's own edge, one a
+ * plain server on loopback), a producer without tag or image, a commit not yet
+ * released, a stale consumer, bad input and an unknown app. The Release the
+ * release check reads is written by {@link standInRelease} until
+ * test/e2e/release.test.ts covers release -> delivery-check.
+ */
+
+interface Ctx {
+  dockerd: TestDockerd;
+  nats: TestNats;
+  p: TestPlatform;
+}
+const test = anyTest as TestFn<Ctx>;
+
+test.before(async (t) => {
+  const dockerd = await startTestDockerd();
+  if (!dockerd) throw new Error("a private dockerd cannot run here (root and docker.io are needed)");
+  process.env.DOCKER_HOST = dockerd.host;
+  const nats = await startTestNats();
+  const p = await startTestPlatform(nats.url);
+  t.context = { dockerd, nats, p };
+});
+
+test.after.always(async (t) => {
+  await t.context.p?.close();
+  await t.context.nats?.stop();
+  await t.context.dockerd?.stop();
+});
+
+/** The app's server: `/health`, and `/version` as the starter answers it (from SLIPWAY_COMMIT / SLIPWAY_IMAGE). */
+const SERVER = `
+const http = require("node:http");
+http.createServer((req, res) => {
+  res.writeHead(200, { "content-type": "application/json" });
+  if (req.url === "/health") return res.end("{}");
+  res.end(JSON.stringify({ name: "app", version: "1", commit: process.env.SLIPWAY_COMMIT || null, image: process.env.SLIPWAY_IMAGE || null }));
+}).listen(Number(process.env.PORT || 3000), process.env.HOST || "127.0.0.1");
+`;
+
+/** Builds an image of `commit` (its revision label and SLIPWAY_COMMIT) with effects' publisher; its id. */
+async function imageOf(t: ExecutionContext<Ctx>, commit: string, tag: string): Promise<string> {
+  const rt = new ContainerRuntime({ host: t.context.dockerd.host });
+  const dir = mkdtempSync(join(tmpdir(), "slipway-dc-"));
+  try {
+    writeFileSync(join(dir, "server.js"), SERVER);
+    const dockerfile = [
+      "ARG BASE_IMAGE",
+      "FROM $BASE_IMAGE",
+      "COPY server.js /srv/server.js",
+      `ENV SLIPWAY_COMMIT=${commit}`,
+      `LABEL ${REVISION_LABEL}="${commit}"`,
+      'CMD ["node", "/srv/server.js"]',
+      "",
+    ].join("\n");
+    return await rt.publisher().build(dir, dockerfile, { tag, baseImage: await rt.ensureBaseImage() });
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** A new app (initialize-app: a git workspace with the starter committed); its name and workspace. */
+async function newApp(t: ExecutionContext<Ctx>): Promise<{ app: string; ws: string }> {
+  const app = `dc${randomUUID().slice(0, 8)}`;
+  const r = await call(t.context.p.controlUrl, "initialize-app", { name: app });
+  t.is(r.status, 200, JSON.stringify(r.body));
+  return { app, ws: join(t.context.p.dataDir, "apps", app) };
+}
+
+/**
+ * Stands in for the release capability: writes a succeeded Release of `app` into
+ * `slipway_resources` with the fields delivery-check reads (status, commit, image_ref, service,
+ * created_at, updated_at). Remove once test/e2e/release.test.ts runs release -> delivery-check.
+ */
+async function standInRelease(
+  t: ExecutionContext<Ctx>,
+  app: string,
+  f: { commit: string; image_ref: string; service?: string },
+): Promise<string> {
+  const id = newResourceId("Release");
+  const now = new Date().toISOString();
+  const doc = {
+    type: "Release",
+    id,
+    app_id: app,
+    status: "succeeded",
+    created_at: now,
+    updated_at: now,
+    commit: f.commit,
+    image_ref: f.image_ref,
+    service: f.service ?? "web",
+    publish_mode: "local",
+  };
+  await t.context.p.bus.kv.resources.put(keys.resource(app, "Release", id), JSON.stringify(doc));
+  return id;
+}
+
+/** The chain built for real up to the release: tag, labelled image, productionize, deploy; the stand-in Release. */
+async function shipped(t: ExecutionContext<Ctx>) {
+  const { p } = t.context;
+  const { app, ws } = await newApp(t);
+  const commit = (await lastCommitTouching(ws, ["src"]))!;
+  t.regex(commit, /^[0-9a-f]{40}$/);
+  await tagCommit(ws, `release-${commit.slice(0, 12)}`, commit);
+  const image = await imageOf(t, commit, `dctest/${app}:${commit.slice(0, 12)}`);
+  const host = `${app}.example.com`;
+  const prod = await call(p.controlUrl, "productionize", { app, web_image: image, host });
+  t.is(prod.status, 200, JSON.stringify(prod.body));
+  writeFileSync(join(ws, ".env.prod"), "GREETING=hi\n");
+  const d = await call(p.controlUrl, "deploy", { app, drain_seconds: 1, timeout_seconds: 30 });
+  t.is(d.status, 202, JSON.stringify(d.body));
+  const deployment = await eventually(
+    async () => {
+      const r = await get(p.controlUrl, `/resources/Deployment/${d.body.resource.id}`);
+      return ["succeeded", "rolled_back", "failed"].includes(r.body?.status) ? r.body : undefined;
+    },
+    90_000,
+    250,
+  );
+  t.is(deployment.status, "succeeded", JSON.stringify(deployment));
+  const release = await standInRelease(t, app, { commit, image_ref: image });
+  return { app, ws, commit, image, host, release, deployment };
+}
+
+/** A consumer on loopback that reports `body` on /version. */
+async function consumer(t: ExecutionContext<Ctx>, body: Record<string, unknown>): Promise<string> {
+  const server: Server = createServer((req, res) => {
+    if (req.url === "/version") {
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(JSON.stringify(body));
+    } else {
+      res.writeHead(404);
+      res.end();
+    }
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  t.teardown(() => new Promise<void>((r) => server.close(() => r())));
+  const a = server.address();
+  return `http://127.0.0.1:${typeof a === "object" && a ? a.port : 0}`;
+}
+
+type Result = { check: string; ok: boolean; evidence: Record<string, any>; reason: string | null };
+
+/** Calls delivery-check and waits for its end: the run, its results by check and its closing event. */
+async function deliveryCheck(t: ExecutionContext<Ctx>, body: Record<string, unknown>) {
+  const { p } = t.context;
+  const r = await call(p.controlUrl, "delivery-check", body);
+  t.is(r.status, 202, JSON.stringify(r.body));
+  t.is(r.body.resource.app_id, "_platform");
+  const id = r.body.resource.id as string;
+  const run = await eventually(
+    async () => {
+      const d = await get(p.controlUrl, `/resources/DeliveryCheckRun/${id}`);
+      return ["succeeded", "failed"].includes(d.body?.status) ? d.body : undefined;
+    },
+    30_000,
+    100,
+  );
+  const event = await eventually(async () => {
+    const e = await get(p.controlUrl, `/events?resource_id=${id}`);
+    return (e.body.items as { type: string; data: Record<string, any> }[]).find((x) =>
+      x.type.startsWith("DeliveryCheck"),
+    );
+  });
+  const by = Object.fromEntries((run.results as Result[]).map((x) => [x.check, x])) as Record<string, Result>;
+  return { run, by, event };
+}
+
+test("delivery-check: tag, labelled image, running release and fresh consumers (one through the platform's edge) all pass", async (t) => {
+  const s = await shipped(t);
+  const fresh = await consumer(t, { name: s.app, commit: s.commit, image: null });
+  const { run, by, event } = await deliveryCheck(t, {
+    checks: ["producer", "release", "consumer"],
+    repo_name: s.app,
+    source_paths: ["src"],
+    image: `dctest/${s.app}`,
+    consumers: [fresh, `http://${s.host}/`],
+  });
+  t.is(run.status, "succeeded", JSON.stringify(run.results, null, 1));
+  t.true(run.ok);
+  t.is(event.type, "DeliveryCheckCompleted");
+  t.deepEqual(event.data.results, run.results, "the event carries the evidence");
+  t.is(by.producer!.evidence.commit, s.commit);
+  t.deepEqual(by.producer!.evidence.tags, [`release-${s.commit.slice(0, 12)}`]);
+  t.deepEqual(
+    by.producer!.evidence.images.map((i: { id: string }) => i.id),
+    [s.image],
+  );
+  t.is(by.release!.evidence.release_id, s.release);
+  t.is(by.release!.evidence.pin, s.image);
+  t.true(by.release!.evidence.released_latest);
+  t.deepEqual(
+    by.release!.evidence.containers.map((c: { id: string; runs_pin: boolean }) => [c.id, c.runs_pin]),
+    [[s.deployment.containers[0].id, true]],
+  );
+  const [plain, edge] = by.consumer!.evidence.consumers;
+  t.is(plain.commit, s.commit);
+  t.is(edge.version_url, `http://${s.host}/version`);
+  t.regex(edge.via, /^edge 127\.0\.0\.1:\d+$/, "the app's host is reached through the platform's own proxy");
+  t.is(edge.commit, s.commit, "the deployed container reports its commit");
+});
+
+test("delivery-check: a commit not yet released fails release (and producer) with the evidence", async (t) => {
+  const s = await shipped(t);
+  mkdirSync(join(s.ws, "src"), { recursive: true });
+  writeFileSync(join(s.ws, "src", "later.ts"), "export const later = 1;\n");
+  const { commit: next } = await commitAll(s.ws, "a change not released");
+  const { run, by, event } = await deliveryCheck(t, {
+    checks: ["producer", "release"],
+    repo_name: s.app,
+    source_paths: ["src"],
+  });
+  t.is(run.status, "failed");
+  t.false(run.ok);
+  t.is(event.type, "DeliveryCheckFailed");
+  t.deepEqual(event.data.results, run.results);
+  t.false(by.release!.ok);
+  t.is(by.release!.evidence.latest_commit, next);
+  t.is(by.release!.evidence.release_commit, s.commit);
+  t.false(by.release!.evidence.released_latest);
+  t.true(by.release!.evidence.containers[0].runs_pin, "what runs is the release; the release is old");
+  t.regex(by.release!.reason!, new RegExp(`commit ${next} is not released`));
+  t.false(by.producer!.ok);
+  t.regex(by.producer!.reason!, /no tag points at/);
+  t.regex(by.producer!.reason!, /no image on the engine has/);
+});
+
+test("delivery-check: a producer without a tag or an image fails, naming what is missing", async (t) => {
+  const { app, ws } = await newApp(t);
+  const commit = (await lastCommitTouching(ws, ["."]))!;
+  const bare = await deliveryCheck(t, { checks: ["producer"], repo_name: app });
+  t.is(bare.run.status, "failed");
+  t.is(bare.by.producer!.evidence.commit, commit);
+  t.deepEqual(bare.by.producer!.evidence.tags, []);
+  t.deepEqual(bare.by.producer!.evidence.images, []);
+  t.regex(bare.by.producer!.reason!, /no tag points at/);
+  // a tag alone is not enough; an image of another repository does not count either
+  await tagCommit(ws, "v1", commit);
+  const image = await imageOf(t, commit, `dcother/${app}:v1`);
+  const tagged = await deliveryCheck(t, { checks: ["producer"], repo_name: app, image: `dctest/${app}` });
+  t.is(tagged.run.status, "failed");
+  t.deepEqual(tagged.by.producer!.evidence.tags, ["v1"]);
+  t.deepEqual(tagged.by.producer!.evidence.other_images, [image]);
+  t.regex(tagged.by.producer!.reason!, new RegExp(`no image of dctest/${app} on the engine`));
+  t.notRegex(tagged.by.producer!.reason!, /no tag/);
+  const any = await deliveryCheck(t, { checks: ["producer"], repo_name: app });
+  t.is(any.run.status, "succeeded", any.by.producer!.reason ?? "");
+});
+
+test("delivery-check: a consumer that reports another commit and image is stale and fails with what it said", async (t) => {
+  const { app, ws } = await newApp(t);
+  const commit = (await lastCommitTouching(ws, ["."]))!;
+  const pin = `sha256:${"e".repeat(64)}`;
+  await standInRelease(t, app, { commit, image_ref: pin });
+  const stale = await consumer(t, { commit: "0".repeat(40), image: `sha256:${"d".repeat(64)}` });
+  const byImage = await consumer(t, { commit: "0".repeat(40), image: pin });
+  const { run, by } = await deliveryCheck(t, {
+    checks: ["consumer"],
+    repo_name: app,
+    consumers: [stale, byImage, `${stale}/elsewhere`],
+  });
+  t.is(run.status, "failed");
+  t.is(by.consumer!.evidence.expected_commit, commit, "without producer, the release's commit");
+  t.is(by.consumer!.evidence.commit_from, "release");
+  const [s, i, missing] = by.consumer!.evidence.consumers;
+  t.false(s.commit_matches || s.image_matches);
+  t.is(s.commit, "0".repeat(40));
+  t.true(i.image_matches, "the pinned image is fresh whatever its commit says");
+  t.is(missing.status, 404);
+  t.regex(by.consumer!.reason!, new RegExp(`${stale} reports commit 0{40}`));
+  t.regex(by.consumer!.reason!, /elsewhere answered 404/);
+});
+
+test("delivery-check: bad input is 400 before anything runs, an unknown app 404", async (t) => {
+  const { p } = t.context;
+  const { app } = await newApp(t);
+  const empty = await call(p.controlUrl, "delivery-check", { checks: [], repo_name: app });
+  t.is(empty.status, 400);
+  t.is(empty.body.error.code, "invalid_input");
+  t.deepEqual(
+    empty.body.error.details.map((d: { path: string }) => d.path),
+    ["/checks"],
+  );
+  const escaping = await call(p.controlUrl, "delivery-check", {
+    checks: ["producer"],
+    repo_name: app,
+    repo_root: "../..",
+    source_paths: ["src", "../../etc"],
+  });
+  t.is(escaping.status, 400, JSON.stringify(escaping.body));
+  t.is(escaping.body.error.code, "invalid_input");
+  t.deepEqual(
+    escaping.body.error.details.map((d: { path: string }) => d.path),
+    ["/repo_root", "/source_paths/1"],
+  );
+  const noConsumers = await call(p.controlUrl, "delivery-check", { checks: ["consumer"], repo_name: app });
+  t.is(noConsumers.status, 400);
+  t.is(noConsumers.body.error.details[0].path, "/consumers");
+  const gone = await call(p.controlUrl, "delivery-check", {
+    checks: ["producer"],
+    repo_name: app,
+    repo_root: "nowhere",
+  });
+  t.is(gone.status, 422);
+  t.is(gone.body.error.code, "precondition_failed");
+  const unknown = await call(p.controlUrl, "delivery-check", {
+    checks: ["producer"],
+    repo_name: `nope${randomUUID().slice(0, 8)}`,
+  });
+  t.is(unknown.status, 404);
+  t.is(unknown.body.error.code, "unknown_app");
+  t.is(typeof unknown.body.error.request_id, "string");
+  const listed = await get(p.controlUrl, "/resources?type=DeliveryCheckRun");
+  t.is(listed.status, 200);
+});
