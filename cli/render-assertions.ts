@@ -44,11 +44,11 @@ export function assertionLines(resource: Readonly<Record<string, unknown>>): str
   ];
   const failed = list.filter((a) => !a.ok).length;
   return [
-    `${ASSERTIONS_FIELD}:`,
-    ...alignRows(rows, 2),
+    `  ${ASSERTIONS_FIELD}:`,
+    ...alignRows(rows, 4),
     failed === 0
-      ? `  all ${list.length} assertions passed`
-      : `  ${failed} of ${list.length} assertions failed: ${list
+      ? `    all ${list.length} assertions passed`
+      : `    ${failed} of ${list.length} assertions failed: ${list
           .filter((a) => !a.ok)
           .map((a) => scalarText(a.name))
           .join(", ")}`,

@@ -37,11 +37,11 @@ test("cli: verify prints the assertion table and exits 1 when an assertion faile
   t.is(r.code, 1, r.stderr);
   const lines = r.stdout.split("\n");
   t.is(lines[0], "failed  Verification  vfy_1");
-  const head = lines.findIndex((l) => /^ {2}name +expected +actual +ok +ms$/.test(l));
+  const head = lines.findIndex((l) => /^ {4}name +expected +actual +ok +ms$/.test(l));
   t.true(head > 0, r.stdout);
-  t.regex(lines[head + 3]!, /^ {2}api \/api\/me +GET \/api\/me -> 401 +200 +FAIL +3$/);
-  t.regex(lines[head + 2]!, /^ {2}health +GET \/health -> 200 +200 +ok +2$/);
-  t.true(lines.includes("  1 of 4 assertions failed: api /api/me"));
+  t.regex(lines[head + 3]!, /^ {4}api \/api\/me +GET \/api\/me -> 401 +200 +FAIL +3$/);
+  t.regex(lines[head + 2]!, /^ {4}health +GET \/health -> 200 +200 +ok +2$/);
+  t.true(lines.includes("    1 of 4 assertions failed: api /api/me"));
   // the table replaces the one-line-per-item list of the generic view
   t.false(r.stdout.includes("name=health"));
   t.regex(r.stdout, /why: slipway explain --resource vfy_1/);
@@ -55,7 +55,7 @@ test("cli: verify exits 0 when every assertion passed, and says so", async (t) =
   playLongWork(p, { type: "Verification", id: "vfy_2", end: "succeeded", endFields: verification(passing) });
   const r = await runAgainst(p, ["verify", "--app", "shop"]);
   t.is(r.code, 0, r.stderr);
-  t.true(r.stdout.split("\n").includes("  all 4 assertions passed"));
+  t.true(r.stdout.split("\n").includes("    all 4 assertions passed"));
   t.false(r.stdout.includes("FAIL"));
 });
 
