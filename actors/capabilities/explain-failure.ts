@@ -1,5 +1,6 @@
 import { defineHandler } from "../context.js";
 import { explainTask } from "../tasks/explain.js";
+import { withVerifyFindings } from "../production/verify-findings.js";
 import { PlatformError, type Resource } from "../../proto/mod.js";
 import { requireApp } from "./workspace.js";
 
@@ -22,6 +23,7 @@ export const EXPLAINABLE: Record<string, string> = {
   DevServer: "run-dev-server",
   Deployment: "deploy",
   Release: "release",
+  Verification: "verify",
 };
 
 export const explainFailure = defineHandler("explain-failure", {
@@ -52,15 +54,15 @@ export const explainFailure = defineHandler("explain-failure", {
     });
     ctx.putResource(resource);
     ctx.log(resource.id, `analysing ${subject.type} ${subject.id}`);
-    return {
-      status: "running",
-      resource,
-      task: explainTask({
-        sub: subject,
-        workspace,
-        appName: ctx.app,
-        capability: EXPLAINABLE[subject.type] ?? subject.type,
-      }),
-    };
+    const task = explainTask({
+      sub: subject,
+      workspace,
+      appName: ctx.app,
+      capability: EXPLAINABLE[subject.type] ?? subject.type,
+    });
+    // a Verification names its failed assertions (actors/production/verify-findings.ts)
+    if (subject.type === "Verification")
+      return { status: "running", resource, task: withVerifyFindings(task, subject, ctx.app) };
+    return { status: "running", resource, task };
   },
 });
