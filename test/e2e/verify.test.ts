@@ -1,0 +1,309 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { randomBytes, randomUUID } from "node:crypto";
+import { mkdtemp, rm } from "node:fs/promises";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import anyTest, { type ExecutionContext, type TestFn } from "ava";
+import { BUCKETS, encode, keys, type Route } from "../../proto/mod.js";
+import { newServiceKey } from "../../proto/service-token.js";
+import { writeStarter } from "../../starter/mod.js";
+import { runSlipway } from "../helpers/cli-run.js";
+import {
+  call,
+  eventually,
+  freePort,
+  get,
+  startTestNats,
+  startTestPlatform,
+  type TestNats,
+  type TestPlatform,
+} from "../helpers/infra.js";
+
+/**
+ * verify end to end (docs/verify.md): the starter itself runs (its server on a
+ * loopback port, no container), the platform verifies it over HTTP on both
+ * planes, directly and through its own edge proxy; a broken app fails the
+ * assertion it breaks, VerificationCompleted closes both outcomes, the CLI
+ * prints the table and exits 1, and explain-failure names the assertion.
+ */
+
+interface Ctx {
+  nats: TestNats;
+  p: TestPlatform;
+  app: string;
+  token: string;
+  starter: { base: string; child: ChildProcess; dir: string; output: () => string };
+  broken: { base: string; server: Server };
+}
+const test = anyTest as TestFn<Ctx>;
+const tsxLoader = import.meta.resolve("tsx");
+
+async function startStarter(app: string): Promise<Ctx["starter"]> {
+  const dir = await mkdtemp(join(tmpdir(), "slipway-verify-starter-"));
+  await writeStarter(dir, { app, platform: "node", framework: "node-http" });
+  const port = await freePort();
+  let out = "";
+  const child = spawn(process.execPath, [`--import=${tsxLoader}`, join(dir, "src", "server.ts")], {
+    cwd: dir,
+    env: {
+      PATH: process.env.PATH ?? "",
+      PORT: String(port),
+      HOST: "127.0.0.1",
+      SLIPWAY_APP: app,
+      SLIPWAY_SERVICE_KEY: newServiceKey(),
+      SESSION_SECRET: randomBytes(32).toString("base64url"),
+    },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  child.stdout?.on("data", (d: Buffer) => {
+    out += d.toString();
+  });
+  child.stderr?.on("data", (d: Buffer) => {
+    out += d.toString();
+  });
+  return { base: `http://127.0.0.1:${port}`, child, dir, output: () => out };
+}
+
+/** An app that breaks the contract in one place: GET /api/me answers 200 without a session. */
+async function startBroken(): Promise<Ctx["broken"]> {
+  const server = createServer((req, res) => {
+    const path = (req.url ?? "/").split("?")[0];
+    const send = (status: number, body: unknown, headers: Record<string, string> = {}) => {
+      res.writeHead(status, { "content-type": "application/json", ...headers });
+      res.end(JSON.stringify(body));
+    };
+    if (path === "/health") return send(200, { status: "ok" });
+    if (path === "/") return send(302, {}, { location: "/login" });
+    if (path === "/api/me") return send(200, { user: { email: "anyone@example.com" } });
+    if (path?.startsWith("/cron/")) return send(403, {});
+    if (path === "/auth/config") return send(200, { idp: null, email: true, password_signup: true });
+    return send(404, {});
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  return { base: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, server };
+}
+
+test.before(async (t) => {
+  const nats = await startTestNats();
+  const p = await startTestPlatform(nats.url);
+  const app = `vfy-${randomUUID().slice(0, 8)}`;
+  const init = await call(p.controlUrl, "initialize-app", { name: app });
+  if (init.status !== 200) throw new Error(`initialize-app: ${init.text}`);
+  const starter = await startStarter(app);
+  const broken = await startBroken();
+  t.context = { nats, p, app, token: init.body.result.token, starter, broken };
+  await eventually(async () => (await fetch(`${starter.base}/health`)).ok, 20_000, 100).catch((e) => {
+    throw new Error(`the starter did not start: ${String(e)}\n${starter.output()}`);
+  });
+});
+
+test.after.always(async (t) => {
+  const { starter, broken, p, nats } = (t.context ?? {}) as Partial<Ctx>;
+  if (starter) {
+    if (starter.child.exitCode === null) {
+      const exited = new Promise((r) => starter.child.once("exit", r));
+      starter.child.kill("SIGTERM");
+      await exited;
+    }
+    await rm(starter.dir, { recursive: true, force: true });
+  }
+  broken?.server.closeAllConnections();
+  broken?.server.close();
+  await p?.close();
+  await nats?.stop();
+});
+
+const QUICK = { readiness_timeout_ms: 10_000, readiness_interval_ms: 100, timeout_ms: 3000 };
+
+/** Starts a verify and waits for its end: the Verification and its events. */
+async function verifyAndWait(
+  t: ExecutionContext<Ctx>,
+  body: Record<string, unknown>,
+  opts: { url?: string; headers?: Record<string, string> } = {},
+): Promise<{ doc: Record<string, any>; events: Array<{ type: string; data: Record<string, any> }> }> {
+  const { p } = t.context;
+  const r = await call(
+    opts.url ?? p.controlUrl,
+    "verify",
+    { app: t.context.app, ...QUICK, ...body },
+    opts.headers,
+  );
+  t.is(r.status, 202, r.text);
+  t.is(r.body.resource.type, "Verification");
+  t.is(r.body.resource.status, "running");
+  const id = r.body.resource.id as string;
+  const doc = await eventually(
+    async () => {
+      const d = await get(p.controlUrl, `/resources/Verification/${id}`);
+      return ["succeeded", "failed"].includes(d.body?.status) ? d.body : undefined;
+    },
+    30_000,
+    100,
+  );
+  const events = await eventually(async () => {
+    const e = await get(p.controlUrl, `/events?resource_id=${id}`);
+    const items = e.body.items as Array<{ type: string; data: Record<string, any> }>;
+    return items.some((x) => x.type === "VerificationCompleted") ? items : undefined;
+  }, 10_000);
+  return { doc, events };
+}
+
+test("verify: the starter, run as it is, passes every assertion on the control plane", async (t) => {
+  const { starter, app } = t.context;
+  const { doc, events } = await verifyAndWait(t, {
+    host: starter.base,
+    api_paths: ["/api/me", "/api/anything"],
+    expect_email: true,
+    expect_password_signup: true,
+    check_refresh: true,
+    check_billing_mode: "off",
+    billing_app_name: app,
+  });
+  t.is(doc.status, "succeeded", JSON.stringify(doc.assertions, null, 1));
+  t.is(doc.ok, true);
+  t.is(doc.failed, 0);
+  t.is(doc.host, starter.base);
+  t.is(doc.via, null);
+  t.true(doc.readiness.ok);
+  t.deepEqual(
+    doc.assertions.map((a: { name: string }) => a.name),
+    [
+      "readiness",
+      "health",
+      "page",
+      "api /api/me",
+      "api /api/anything",
+      "cron",
+      "auth-config",
+      "auth-config email",
+      "auth-config password_signup",
+      "refresh",
+      "billing-config",
+      "billing mode",
+      "billing app_name",
+    ],
+  );
+  for (const a of doc.assertions) t.true(a.ok && typeof a.expected === "string" && a.ms >= 0, a.name);
+  t.like(
+    doc.assertions.find((a: { name: string }) => a.name === "refresh"),
+    { actual: "200 with a new session cookie" },
+  );
+  const completed = events.filter((e) => e.type === "VerificationCompleted");
+  t.is(completed.length, 1);
+  t.like(completed[0]!.data, { status: "succeeded", ok: true, failed: 0, total: 13, host: starter.base });
+  const logs = await get(t.context.p.controlUrl, `/logs/${doc.id}`);
+  t.regex(logs.text, /ok +api \/api\/me: GET \/api\/me -> 401/);
+});
+
+test("verify: a broken app fails the assertion it breaks, the CLI prints it and exits 1, explain-failure names it", async (t) => {
+  const { broken, app, p } = t.context;
+  const { doc, events } = await verifyAndWait(t, { host: broken.base });
+  t.is(doc.status, "failed");
+  t.is(doc.ok, false);
+  t.is(doc.failed, 1);
+  const failed = doc.assertions.filter((a: { ok: boolean }) => !a.ok);
+  t.like(failed, [{ name: "api /api/me", expected: "GET /api/me -> 401", actual: "200" }]);
+  const completed = events.find((e) => e.type === "VerificationCompleted")!;
+  t.like(completed.data, { status: "failed", ok: false, failed: 1 });
+
+  const cli = await runSlipway(p.controlUrl, [
+    "verify",
+    "--app",
+    app,
+    "--host",
+    broken.base,
+    "--readiness-timeout-ms",
+    "5000",
+  ]);
+  t.is(cli.code, 1, cli.stderr);
+  t.regex(cli.stdout, /^failed {2}Verification {2}vfy_/);
+  t.regex(cli.stdout, /^ {4}api \/api\/me +GET \/api\/me -> 401 +200 +FAIL +\d+$/m);
+  t.regex(cli.stdout, /1 of \d+ assertions failed: api \/api\/me/);
+  const json = await runSlipway(p.controlUrl, ["verify", "--app", app, "--host", broken.base, "--json"]);
+  t.is(json.code, 1);
+  t.is(json.json.resource.failed, 1);
+
+  const ex = await call(p.controlUrl, "explain-failure", { app, resource: doc.id });
+  t.is(ex.status, 202, ex.text);
+  const analysis = await eventually(async () => {
+    const a = await get(p.controlUrl, `/resources/Analysis/${ex.body.resource.id}`);
+    return a.body?.status === "succeeded" ? a.body : undefined;
+  }, 20_000);
+  t.is(analysis.subject_type, "Verification");
+  t.is(analysis.failure, "api");
+  t.deepEqual(analysis.failed_assertions, ["api /api/me: expected GET /api/me -> 401, got 200"]);
+  t.regex(analysis.summary, /^1 of \d+ assertions failed; first: api \/api\/me/);
+  t.regex(analysis.next_step, /401/);
+});
+
+test("verify: an unreachable host is a failed readiness, not an error", async (t) => {
+  const port = await freePort();
+  const { doc } = await verifyAndWait(t, { host: `http://127.0.0.1:${port}`, readiness_timeout_ms: 300 });
+  t.is(doc.status, "failed");
+  t.false(doc.readiness.ok);
+  t.regex(doc.assertions[0].actual, /connection refused/);
+  t.is(doc.failed, doc.assertions.length);
+});
+
+test("verify: bad input is 400 in the documented shape; no host anywhere is 422 precondition_failed", async (t) => {
+  const { p, app } = t.context;
+  const cases: Array<[Record<string, unknown>, string]> = [
+    [{ host: "ftp://shop.example" }, "/host"],
+    [{ host: "http://user:pw@shop.example" }, "/host"],
+    [{ host: "http://shop.example", api_paths: ["//evil.example/x"] }, "/api_paths/0"],
+    [{ host: "http://shop.example", timeout_ms: 0 }, "/timeout_ms"],
+    [{ host: "http://shop.example", colour: "red" }, "/colour"],
+  ];
+  for (const [body, path] of cases) {
+    const r = await call(p.controlUrl, "verify", { app, ...body });
+    t.is(r.status, 400, JSON.stringify(body));
+    t.is(r.body.status, "error");
+    t.is(r.body.error.code, "invalid_input");
+    t.is(r.body.error.details[0].path, path, JSON.stringify(body));
+    t.is(typeof r.body.error.request_id, "string");
+    t.false(r.text.includes("pw@"));
+  }
+  // the app has no production host yet (productionize was never run)
+  const none = await call(p.controlUrl, "verify", { app });
+  t.is(none.status, 422, none.text);
+  t.is(none.body.error.code, "precondition_failed");
+  t.is(none.body.error.details[0].path, "/host");
+  const unknown = await call(p.controlUrl, "verify", { app: "no-such-app", host: "http://shop.example" });
+  t.is(unknown.status, 404);
+});
+
+test("verify: on the data plane the app's token verifies its own app, and no other", async (t) => {
+  const { p, starter, token } = t.context;
+  const auth = {
+    authorization: `Bearer ${token}`,
+    "x-platform-actor-type": "app",
+    "x-platform-actor-id": "ci",
+  };
+  const { doc } = await verifyAndWait(t, { host: starter.base }, { url: p.dataUrl, headers: auth });
+  t.is(doc.status, "succeeded", JSON.stringify(doc.assertions));
+  const other = `vfo-${randomUUID().slice(0, 8)}`;
+  t.is((await call(p.controlUrl, "initialize-app", { name: other })).status, 200);
+  const r = await call(p.dataUrl, "verify", { app: other, host: starter.base }, auth);
+  t.is(r.status, 403, r.text);
+  t.is((await call(p.dataUrl, "verify", { app: t.context.app, host: starter.base })).status, 401);
+});
+
+test("verify: a host the platform's edge serves is reached through the edge, with its own Host", async (t) => {
+  const { p, starter, app } = t.context;
+  const host = `${app}.verify.invalid`;
+  const route: Route = {
+    host,
+    app,
+    service: "web",
+    upstreams: [{ url: starter.base, deployment_id: "dpl_test", health_path: "/health" }],
+    updated_at: new Date().toISOString(),
+  };
+  await p.bus.pub.kvPut(BUCKETS.routes, keys.route(host), encode(route));
+  // the edge serves it (the name resolves nowhere: only the edge can reach it)
+  const { doc } = await verifyAndWait(t, { host: `http://${host}` });
+  t.is(doc.status, "succeeded", JSON.stringify(doc.assertions));
+  t.regex(doc.via, /^127\.0\.0\.1:\d+$/);
+  await p.bus.pub.kvDelete(BUCKETS.routes, keys.route(host));
+});
