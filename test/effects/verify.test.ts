@@ -190,28 +190,32 @@ test("verify: a refresh needs a fresh session: a sign-up without a session cooki
 });
 
 test("verify: readiness waits for the health path, polling at the interval", async (t) => {
-  const readyAt = Date.now() + 400;
+  let readyAt = Number.POSITIVE_INFINITY;
   const app = await startApp(t, {
     "GET /health": (_q, r) => json(r, Date.now() >= readyAt ? 200 : 503, {}),
   });
+  readyAt = Date.now() + 400;
   const o = await runVerification({ base: app.base, readiness_timeout_ms: 5000, readiness_interval_ms: 50 });
   t.true(o.ok, JSON.stringify(o.assertions));
   t.true(o.readiness.ok);
-  t.true(o.readiness.attempts >= 4 && o.readiness.attempts <= 12, String(o.readiness.attempts));
-  t.true(o.readiness.ms >= 300, String(o.readiness.ms));
+  // polled more than once, never faster than the interval (a loaded machine makes fewer attempts)
+  t.true(o.readiness.attempts >= 2 && o.readiness.attempts <= 10, String(o.readiness.attempts));
+  t.true(o.readiness.ms >= 390, String(o.readiness.ms));
   t.regex(named(o, "readiness")!.actual, /^200 after \d+ attempts$/);
 });
 
 test("verify: readiness gives up at its timeout and the rest still runs against an app that answers", async (t) => {
   const app = await startApp(t, { "GET /health": (_q, r) => json(r, 503, {}) });
   const started = Date.now();
-  const o = await runVerification({ base: app.base, readiness_timeout_ms: 300, readiness_interval_ms: 100 });
+  const o = await runVerification({ base: app.base, readiness_timeout_ms: 600, readiness_interval_ms: 100 });
   const took = Date.now() - started;
   t.false(o.ok);
   t.false(o.readiness.ok);
-  t.true(o.readiness.attempts >= 3 && o.readiness.attempts <= 5, String(o.readiness.attempts));
-  t.true(took < 2000, String(took));
-  t.like(named(o, "readiness"), { ok: false, expected: "GET /health -> 2xx within 300 ms" });
+  // an attempt every 100 ms; it stops when the next one would start past the 600 ms deadline
+  t.true(o.readiness.attempts >= 2 && o.readiness.attempts <= 7, String(o.readiness.attempts));
+  t.true(o.readiness.ms >= 500 && o.readiness.ms < 3000, String(o.readiness.ms));
+  t.true(took < 4000, String(took));
+  t.like(named(o, "readiness"), { ok: false, expected: "GET /health -> 2xx within 600 ms" });
   t.regex(named(o, "readiness")!.actual, /^503 \(last of \d attempts in \d+ ms\)$/);
   t.like(named(o, "health"), { ok: false, actual: "503" });
   t.like(named(o, "page"), { ok: true });
