@@ -7,10 +7,13 @@ import { inspect } from "./inspect.js";
 import { installDependencies } from "./install-dependencies.js";
 import { productionize } from "./productionize.js";
 import { deploy } from "./deploy.js";
+import { deliveryCheck } from "./delivery-check.js";
 import { provisionEnvironment } from "./provision-environment.js";
+import { release } from "./release.js";
 import { runDevServer } from "./run-dev-server.js";
 import { jobRan, scheduleJob } from "./schedule-job.js";
 import { setSecret, unsetSecret } from "./secrets.js";
+import { verify } from "./verify.js";
 
 /** Internal command a scheduler leader sends with a tick's outcome. */
 export const JOB_RAN = "_job_ran";
@@ -36,6 +39,9 @@ export const HANDLERS: readonly CapabilityHandler[] = [
   scheduleJob,
   productionize,
   deploy,
+  release,
+  deliveryCheck,
+  verify,
 ] as unknown as readonly CapabilityHandler[];
 
 /** Handlers of internal commands (never accepted from a gateway). */

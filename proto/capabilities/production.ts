@@ -32,7 +32,8 @@ export const verify = declareCapability({
   c_number: "C14",
   events: ["VerificationCompleted"],
   skill_action_planned: true,
-  built: false,
+  long_running: true,
+  built: true,
   example: { app: "shop" },
   input: Obj({
     app: App,
@@ -109,7 +110,7 @@ export const release = declareCapability({
   skill_action_planned: true,
   ...production,
   queues: true,
-  built: false,
+  built: true,
   example: { app: "shop" },
   input: Obj({
     app: App,
@@ -150,7 +151,7 @@ export const deliveryCheck = declareCapability({
   skill_action_planned: true,
   long_running: true,
   app_less: true,
-  built: false,
+  built: true,
   example: { checks: ["producer", "release", "consumer"], repo_name: "shop" },
   input: Obj({
     checks: Type.Array(Type.Enum(["producer", "release", "consumer"] as const), {
