@@ -16,7 +16,11 @@ import {
   type Resource,
   type ResourceStatus,
   assertTransition,
+  check,
+  CodecError,
   keys,
+  PlatformError,
+  ResourceSchema,
 } from "../proto/mod.js";
 import type { FactRequest, Facts } from "./facts/types.js";
 import type { Sealer } from "./sealer.js";
@@ -210,6 +214,13 @@ export function makeContext(
       if (previous && previous.status !== doc.status)
         assertTransition(doc.type, previous.status as ResourceStatus, doc.status as ResourceStatus);
       if (!previous) assertTransition(doc.type, undefined, doc.status as ResourceStatus);
+      // a resource the read side would refuse is a handler's bug: an answer now, never a write
+      try {
+        check(ResourceSchema, doc, `${doc.type} ${doc.id}`);
+      } catch (e) {
+        if (!(e instanceof CodecError)) throw e;
+        throw new PlatformError("internal", `${doc.type} ${doc.id} is not a valid resource: ${e.message}`);
+      }
       outbox.resources.push({ key: keys.resource(doc.app_id, doc.type, doc.id), doc });
     },
     deleteResource(doc) {
