@@ -119,16 +119,6 @@ export async function commitPaths(
   return { commit, created: true };
 }
 
-/** Whether `ancestor` is `commit` or one of its ancestors. */
-export async function isAncestor(dir: string, ancestor: string, commit: string): Promise<boolean> {
-  try {
-    await git(dir, ["merge-base", "--is-ancestor", ancestor, commit]);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 /** The commit a ref names (`HEAD`, a hash, a tag), or undefined when there is none. */
 export async function resolveCommit(dir: string, ref: string): Promise<string | undefined> {
   if (!isRepository(dir) || ref.startsWith("-")) return undefined;

@@ -31,6 +31,8 @@ export const PhaseStateSchema = Type.Object({
     Type.Literal("succeeded"),
     Type.Literal("failed"),
     Type.Literal("skipped"),
+    /** Done, then undone because a later phase failed (repin, deploy): run again on resume. */
+    Type.Literal("reverted"),
   ]),
   started_at: Type.Union([Type.String(), Type.Null()]),
   ended_at: Type.Union([Type.String(), Type.Null()]),
@@ -71,6 +73,14 @@ export const ReleasePlanSchema = Type.Object({
   /** The roll, its image filled in by publish. */
   deploy: DeployPlanSchema,
   verify: VerifyPlanSchema,
+  /** A resumed release: the one it continues, the image it published, what its repin replaced. */
+  resume: Type.Optional(
+    Type.Object({
+      of: Type.String(),
+      image_ref: Type.Union([Type.String(), Type.Null()]),
+      repinned_from: Type.Union([Type.String(), Type.Null()]),
+    }),
+  ),
   /** A rollback: the release whose image comes back (publish skipped). */
   rollback_of: Type.Optional(Type.String()),
 });
@@ -97,14 +107,13 @@ const bad = (
   code: "invalid_input" | "precondition_failed" = "invalid_input",
 ) => new PlatformError(code, `${path.slice(1)}: ${message}`, { details: [{ path, message }] });
 
-/** A release of this app for this commit that failed (or was interrupted): the one to resume. */
+/** The last release of this app for this commit, when it failed (or was interrupted): the one to resume. */
 export async function resumable(ctx: HandlerContext, commit: string): Promise<Resource | undefined> {
   const all = await ctx.state.listResources("Release");
-  return all
-    .filter(
-      (r) => r.commit === commit && r.status === "failed" && r.dry_run !== true && r.rollback_of == null,
-    )
+  const last = all
+    .filter((r) => r.commit === commit && r.dry_run !== true && r.rollback_of == null)
     .sort((a, b) => (a.created_at < b.created_at ? 1 : -1))[0];
+  return last?.status === "failed" ? last : undefined;
 }
 
 /** The phases a release that failed had finished (from its `phases`). */
@@ -218,6 +227,15 @@ export async function planRelease(
       deploy,
       verify,
       ...(rollbackTarget ? { rollback_of: rollbackTarget.id } : {}),
+      ...(resume
+        ? {
+            resume: {
+              of: resume.id,
+              image_ref: typeof resume.image_ref === "string" ? resume.image_ref : null,
+              repinned_from: typeof resume.repinned_from === "string" ? resume.repinned_from : null,
+            },
+          }
+        : {}),
     },
     resume,
     rollbackTarget,
@@ -253,3 +271,19 @@ async function rollbackTargetOf(ctx: HandlerContext, named: string): Promise<Res
 }
 
 export { DEFAULT_COMPOSE_FILE };
+
+/**
+ * The image production runs for `service`: that of the Deployment or Release that set its
+ * containers last (a release whose verify failed records the image it put back). Null: none yet.
+ */
+export async function servingImage(ctx: HandlerContext, service: string): Promise<string | null> {
+  let best: { at: string; image: string } | undefined;
+  for (const type of ["Deployment", "Release"] as const)
+    for (const d of await ctx.state.listResources(type)) {
+      if (d.service !== service || !Array.isArray(d.containers)) continue;
+      const image = d.serving_image ?? (type === "Deployment" ? d.image : d.image_ref);
+      const at = typeof d.containers_at === "string" ? d.containers_at : d.updated_at;
+      if (typeof image === "string" && (!best || best.at <= at)) best = { at, image };
+    }
+  return best?.image ?? null;
+}

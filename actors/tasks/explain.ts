@@ -3,6 +3,7 @@ import { readLog } from "../../store/mod.js";
 import { isModelError, modelConfigFromEnv, readFailure } from "../../effects/mod.js";
 import { describeFinding, nextStep, parseFindings, summarize } from "../findings.js";
 import { classifyDeploy, deployLogs, deployNextStep, deployReason } from "../production/deploy-findings.js";
+import { releaseFindings } from "../production/release-findings.js";
 import type { TaskSpec } from "./types.js";
 
 /**
@@ -48,7 +49,10 @@ export function explainTask(o: {
         deployment ? deployNextStep(sub, appName) : nextStep(sub.type, findings, appName)
       ).replace("<id>", sub.id);
       for (const f of findings.slice(0, 20)) await t.log(describeFinding(f), "platform");
-      await t.log(`next step: ${next}`, "platform");
+      await t.log(
+        `next step: ${sub.type === "Release" ? releaseFindings(sub, appName).next_step : next}`,
+        "platform",
+      );
       const fields: Record<string, unknown> = {
         subject_status: sub.status,
         ...(deployment ? { failure: classifyDeploy(deployReason(sub)) } : {}),
@@ -58,6 +62,16 @@ export function explainTask(o: {
         next_step: next,
         log_lines_read: lines.length,
       };
+      if (sub.type === "Release") {
+        // a release names the phase that failed, and verify's failed assertions
+        const r = releaseFindings(sub, appName);
+        Object.assign(fields, {
+          failure: r.phase,
+          summary: r.assertions.length ? `${r.summary} (${r.assertions.join("; ")})` : r.summary,
+          failed_assertions: r.assertions,
+          next_step: r.next_step,
+        });
+      }
       let cfg: ReturnType<typeof modelConfigFromEnv>;
       try {
         cfg = modelConfigFromEnv();

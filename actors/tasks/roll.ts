@@ -57,6 +57,8 @@ export interface RollInput {
   sealed: ReadonlyArray<[string, VaultEntry]>;
   /** The resource the containers are labelled with (`slipway.deployment`): a Deployment or a Release. */
   label: string;
+  /** Added to the container's name: a second roll of one resource (a release putting the previous image back). */
+  suffix?: string;
 }
 
 /** What a roll left running. */
@@ -181,7 +183,7 @@ async function startNew(
     HOST: "127.0.0.1",
   };
   const env = Object.entries(envMap).map(([k, v]) => `${k}=${v}`);
-  const name = `slipway-${o.app}-${plan.service}-${t.resource.id.slice(-10).toLowerCase()}`;
+  const name = `slipway-${o.app}-${plan.service}-${t.resource.id.slice(-10).toLowerCase()}${o.suffix ?? ""}`;
   const labels: Record<string, string> = {
     ...plan.labels,
     [LABEL_APP]: o.app,

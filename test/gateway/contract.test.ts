@@ -117,7 +117,11 @@ test("the CLI has a verb for every declaration but spec 1.3's HTTP-only four, on
       const help = verbHelp(v);
       // constants fill a field with a fixed value; preferences go in the Prefer header
       for (const f of v.flags.filter(
-        (x) => x.field !== undefined && x.kind !== FlagKind.constant && x.kind !== FlagKind.preference,
+        (x) =>
+          x.field !== undefined &&
+          x.kind !== FlagKind.constant &&
+          x.kind !== FlagKind.preference &&
+          x.kind !== FlagKind.preferenceValue,
       )) {
         t.true(Object.hasOwn(props, f.field!), `${name} --${f.name} fills a field of ${c.name}`);
         // a sensitive field is read from the environment, never from argv

@@ -1,0 +1,362 @@
+import { execFileSync } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import anyTest, { type ExecutionContext, type TestFn } from "ava";
+import { startTestDockerd, type TestDockerd } from "../helpers/dockerd.js";
+import { edgeLoad, viaEdge } from "../helpers/edge-load.js";
+import {
+  call,
+  eventually,
+  get,
+  startTestNats,
+  startTestPlatform,
+  type TestNats,
+  type TestPlatform,
+} from "../helpers/infra.js";
+import { registryMissing, startTestRegistry, type TestRegistry } from "../helpers/registry.js";
+
+/**
+ * release on a private dockerd (DESIGN §8, docs/release.md), on the real
+ * starter: its image built from the committed Dockerfile, pushed to a local
+ * registry and pinned by digest; the phases in order; a verify that fails
+ * puts the previous image back with no request lost; a rollback by name;
+ * delivery-check over the chain. One app goes through the whole story, in
+ * order (test.serial).
+ */
+
+interface Ctx {
+  dockerd: TestDockerd;
+  registry: TestRegistry;
+  nats: TestNats;
+  p: TestPlatform;
+  app: string;
+  ws: string;
+  host: string;
+  /** The releases that succeeded, in order: id, commit, image_ref. */
+  good: { id: string; commit: string; image_ref: string }[];
+}
+const test = anyTest as TestFn<Ctx>;
+
+const GIT_ENV = {
+  ...process.env,
+  GIT_CONFIG_GLOBAL: "/dev/null",
+  GIT_AUTHOR_NAME: "Builder",
+  GIT_AUTHOR_EMAIL: "builder@example.com",
+  GIT_COMMITTER_NAME: "Builder",
+  GIT_COMMITTER_EMAIL: "builder@example.com",
+};
+const gitIn = (ws: string, ...args: string[]) =>
+  execFileSync("git", args, { cwd: ws, env: GIT_ENV, encoding: "utf8" }).trim();
+
+test.before(async (t) => {
+  const missing = registryMissing();
+  if (missing) throw new Error(missing);
+  const dockerd = await startTestDockerd();
+  if (!dockerd) throw new Error("a private dockerd cannot run here (root and docker.io are needed)");
+  process.env.DOCKER_HOST = dockerd.host;
+  const registry = await startTestRegistry();
+  const nats = await startTestNats();
+  const p = await startTestPlatform(nats.url);
+  const app = `r${randomUUID().slice(0, 8)}`;
+  const host = `${app}.example.com`;
+  t.context = { dockerd, registry, nats, p, app, host, ws: join(p.dataDir, "apps", app), good: [] };
+});
+
+test.after.always(async (t) => {
+  await t.context.p?.close();
+  await t.context.nats?.stop();
+  await t.context.registry?.stop();
+  await t.context.dockerd?.stop();
+});
+
+const TERMINAL = ["succeeded", "failed"];
+
+/** Calls release and waits for the Release to end; its final resource and its events, oldest first. */
+async function releaseAndWait(
+  t: ExecutionContext<Ctx>,
+  body: Record<string, unknown>,
+  headers: Record<string, string> = {},
+): Promise<{ doc: Record<string, any>; events: { type: string; data: any; actor: any }[] }> {
+  const { p, app } = t.context;
+  const r = await call(p.controlUrl, "release", { app, ...body }, headers);
+  t.is(r.status, 202, JSON.stringify(r.body));
+  const id = r.body.resource.id as string;
+  const doc = await eventually(
+    async () => {
+      const d = await get(p.controlUrl, `/resources/Release/${id}`);
+      return TERMINAL.includes(d.body?.status) ? d.body : undefined;
+    },
+    240_000,
+    500,
+  );
+  const events = await eventually(async () => {
+    const e = await get(p.controlUrl, `/events?resource_id=${id}`);
+    const items = (e.body.items as { type: string; data: any; actor: any }[]).slice().reverse();
+    return items.length >= 2 ? items : undefined;
+  }, 10_000);
+  return { doc, events };
+}
+
+/** What the app says through the proxy at GET /version. */
+async function versionThroughEdge(t: ExecutionContext<Ctx>): Promise<Record<string, any>> {
+  const port = t.context.p.proxy!.httpPort;
+  const r = await viaEdge(port, t.context.host, "/version");
+  if (r.status !== 200)
+    throw new Error(`GET /version through the proxy: ${r.status} ${r.text.slice(0, 200)}`);
+  return JSON.parse(r.text) as Record<string, any>;
+}
+
+const phaseStates = (doc: Record<string, any>) =>
+  (doc.phases as { name: string; status: string }[]).map((p) => `${p.name}:${p.status}`);
+
+test.serial(
+  "an app's first release runs assess, publish, repin, deploy and verify; the proxy serves the commit; its image is pinned by digest",
+  async (t) => {
+    const { p, app, ws, host, registry } = t.context;
+    t.is((await call(p.controlUrl, "initialize-app", { name: app })).status, 200);
+    const prod = await call(p.controlUrl, "productionize", { app, host });
+    t.is(prod.status, 200, JSON.stringify(prod.body));
+    writeFileSync(join(ws, ".env.prod"), "SESSION_SECRET=a-session-secret-of-the-release-test\n");
+    const commit = gitIn(ws, "rev-parse", "HEAD");
+
+    // a dry run answers the plan and changes nothing
+    const dry = await call(p.controlUrl, "release", { app, dry_run: true, registry: registry.host });
+    t.is(dry.status, 200, JSON.stringify(dry.body));
+    t.is(dry.body.resource.status, "succeeded");
+    t.is(dry.body.resource.commit, commit);
+    t.deepEqual(dry.body.resource.plan.phases, ["assess", "publish", "repin", "deploy", "verify"]);
+    t.is(gitIn(ws, "rev-parse", "HEAD"), commit, "a dry run commits nothing");
+
+    const { doc, events } = await releaseAndWait(t, {
+      registry: registry.host,
+      api_paths: ["/api/me", "/api/open"],
+    });
+    t.is(doc.status, "succeeded", JSON.stringify({ error: doc.error, phases: doc.phases }));
+    t.deepEqual(phaseStates(doc), [
+      "assess:succeeded",
+      "publish:succeeded",
+      "repin:succeeded",
+      "deploy:succeeded",
+      "verify:succeeded",
+    ]);
+    for (const ph of doc.phases) t.true(ph.started_at <= ph.ended_at, `${ph.name} has its times`);
+    t.is(doc.commit, commit);
+    t.regex(
+      doc.image_ref,
+      new RegExp(`^${registry.host.replace(/[.:]/g, "\\$&")}/${app}-web@sha256:[0-9a-f]{64}$`),
+    );
+    t.is(doc.previous_image_ref, null, "the first release has no previous image");
+    t.is(doc.tag, `release-${commit.slice(0, 12)}`);
+    t.deepEqual(
+      events.map((e) => e.type),
+      ["ReleaseStarted", "ReleaseCompleted"],
+    );
+    t.deepEqual(events[0]!.actor, { type: "builder", id: "test-suite" });
+    t.true(doc.verification.assertions.length >= 5, "verify's assertions are on the Release");
+    t.true(doc.verification.assertions.every((a: { ok: boolean }) => a.ok));
+
+    // the proxy serves the new commit; the compose file pins the digest, committed; the commit is tagged
+    const v = await versionThroughEdge(t);
+    t.is(v.commit, commit);
+    t.is(v.image, doc.image_ref);
+    t.true(readFileSync(join(ws, "compose.prod.yaml"), "utf8").includes(`image: ${doc.image_ref}`));
+    t.is(gitIn(ws, "status", "--porcelain"), "", "the repin is committed");
+    t.regex(gitIn(ws, "log", "-1", "--format=%s"), new RegExp(`^release ${commit.slice(0, 12)}`));
+    t.is(gitIn(ws, "rev-parse", `release-${commit.slice(0, 12)}^{commit}`), commit);
+    const log = await get(p.controlUrl, `/logs/${doc.id}`);
+    for (const phase of ["assess", "publish", "repin", "deploy", "verify"])
+      t.regex(log.text, new RegExp(`phase ${phase}: succeeded`));
+    t.regex(log.text, /npm ci/);
+    t.regex(log.text, /pushing/);
+    t.context.good.push({ id: doc.id, commit, image_ref: doc.image_ref });
+  },
+);
+
+/** Changes src/app.ts with `edit`, commits it; the new commit. */
+function commitChange(ws: string, message: string, edit: (src: string) => string): string {
+  const file = join(ws, "src", "app.ts");
+  const before = readFileSync(file, "utf8");
+  const after = edit(before);
+  if (after === before) throw new Error(`the edit "${message}" changed nothing`);
+  writeFileSync(file, after);
+  gitIn(ws, "add", "src/app.ts");
+  gitIn(ws, "commit", "-q", "-m", message);
+  return gitIn(ws, "rev-parse", "HEAD");
+}
+
+test.serial(
+  "a second release (kept local, pinned by image id) replaces the first under load with no failed request",
+  async (t) => {
+    const { ws, host } = t.context;
+    if (t.context.good.length === 0) return t.fail("needs the first release");
+    const commit = commitChange(ws, "say hello", (s) =>
+      s.replace(
+        '"/health": { GET: (_req, res) => sendJson(res, 200, { status: "ok" }) },',
+        '"/health": { GET: (_req, res) => sendJson(res, 200, { status: "ok", hello: true }) },',
+      ),
+    );
+    const load = edgeLoad(t.context.p.proxy!.httpPort, host, "/version", "commit");
+    const { doc } = await releaseAndWait(t, { publish_mode: "local", api_paths: ["/api/me", "/api/open"] });
+    const tally = await load.stop();
+    t.is(doc.status, "succeeded", JSON.stringify({ error: doc.error, phases: doc.phases }));
+    t.regex(doc.image_ref, /^sha256:[0-9a-f]{64}$/);
+    t.is(doc.previous_image_ref, t.context.good[0]!.image_ref);
+    t.log(
+      `served ${tally.ok}, failed ${tally.failed.length}: ${JSON.stringify(Object.fromEntries(tally.by))}`,
+    );
+    t.deepEqual(tally.failed.slice(0, 3), []);
+    t.true((tally.by.get(t.context.good[0]!.commit) ?? 0) > 0, "the first release served during the roll");
+    t.is((await versionThroughEdge(t)).commit, commit);
+    t.context.good.push({ id: doc.id, commit, image_ref: doc.image_ref });
+  },
+);
+
+test.serial(
+  "a release whose verify fails (an API path answers 200) puts the previous image back; no request fails; ReleaseFailed names the assertion",
+  async (t) => {
+    const { ws, host, p, app } = t.context;
+    if (t.context.good.length < 2) return t.fail("needs the two releases before");
+    const last = t.context.good[1]!;
+    const composeBefore = readFileSync(join(ws, "compose.prod.yaml"), "utf8");
+    const commit = commitChange(ws, "open an API path", (s) =>
+      s.replace(
+        'if (under(path, "/api")) {',
+        'if (path === "/api/open") return sendJson(res, 200, { open: true });\n    if (under(path, "/api")) {',
+      ),
+    );
+    const load = edgeLoad(p.proxy!.httpPort, host, "/version", "commit");
+    const { doc, events } = await releaseAndWait(t, {
+      publish_mode: "local",
+      api_paths: ["/api/me", "/api/open"],
+      verify_readiness_timeout_ms: 10_000,
+    });
+    const tally = await load.stop();
+    t.is(doc.status, "failed");
+    t.is(doc.phase, "verify");
+    t.deepEqual(phaseStates(doc), [
+      "assess:succeeded",
+      "publish:succeeded",
+      "repin:reverted",
+      "deploy:reverted",
+      "verify:failed",
+    ]);
+    const failed = events.find((e) => e.type === "ReleaseFailed");
+    t.truthy(failed, JSON.stringify(events.map((e) => e.type)));
+    t.is(failed!.data.phase, "verify");
+    t.true(
+      (failed!.data.assertions as string[]).some((a) => a.includes("/api/open")),
+      JSON.stringify(failed!.data),
+    );
+    t.regex(failed!.data.reason, /\/api\/open/);
+    const relLog = await get(p.controlUrl, `/logs/${doc.id}`);
+    t.is(
+      doc.serving_image,
+      last.image_ref,
+      `production is back on the previous image: ${relLog.text
+        .split("\n")
+        .filter((l: string) => /put|back|fail|drift|phase/.test(l))
+        .join("\n")}`,
+    );
+    t.is((await versionThroughEdge(t)).commit, last.commit);
+    t.is(
+      readFileSync(join(ws, "compose.prod.yaml"), "utf8"),
+      composeBefore,
+      "the pin is the previous one again",
+    );
+    t.is(gitIn(ws, "status", "--porcelain"), "");
+    t.log(
+      `served ${tally.ok}, failed ${tally.failed.length}: ${JSON.stringify(Object.fromEntries(tally.by))}`,
+    );
+    t.deepEqual(tally.failed.slice(0, 3), [], "no request failed while the bad version came and went");
+    t.true((tally.by.get(commit) ?? 0) > 0, "the bad version did serve before verify caught it");
+
+    // explain-failure names the phase and the assertion
+    const ex = await call(p.controlUrl, "explain-failure", { app, resource: doc.id });
+    t.is(ex.status, 202, JSON.stringify(ex.body));
+    const analysis = await eventually(async () => {
+      const a = await get(p.controlUrl, `/resources/Analysis/${ex.body.resource.id}`);
+      return a.body?.status === "succeeded" ? a.body : undefined;
+    }, 20_000);
+    t.is(analysis.failure, "verify");
+    t.regex(analysis.summary, /release failed in verify/);
+    t.regex(analysis.summary, /\/api\/open/);
+    t.regex(analysis.next_step, /back on the previous image/);
+    // the bad commit is undone for the tests that follow
+    gitIn(ws, "revert", "--no-edit", commit);
+  },
+);
+
+test.serial(
+  "release --rollback puts the release before back with the same roll, under load, as a Release of its own",
+  async (t) => {
+    const { p, host } = t.context;
+    if (t.context.good.length < 2) return t.fail("needs the two releases before");
+    const [first, second] = t.context.good as [Ctx["good"][0], Ctx["good"][0]];
+    const load = edgeLoad(p.proxy!.httpPort, host, "/version", "commit");
+    const { doc, events } = await releaseAndWait(
+      t,
+      { api_paths: ["/api/me", "/api/open"] },
+      { prefer: "rollback" },
+    );
+    const tally = await load.stop();
+    t.is(doc.status, "succeeded", JSON.stringify({ error: doc.error, phases: doc.phases }));
+    t.is(doc.rollback_of, first.id);
+    t.is(doc.image_ref, first.image_ref);
+    t.is(doc.commit, first.commit);
+    t.is(doc.previous_image_ref, second.image_ref);
+    t.deepEqual(phaseStates(doc), [
+      "assess:succeeded",
+      "publish:skipped",
+      "repin:succeeded",
+      "deploy:succeeded",
+      "verify:succeeded",
+    ]);
+    t.is(events[0]!.data.rollback_of, first.id);
+    t.is((await versionThroughEdge(t)).commit, first.commit);
+    t.log(
+      `served ${tally.ok}, failed ${tally.failed.length}: ${JSON.stringify(Object.fromEntries(tally.by))}`,
+    );
+    t.is(tally.failed.length, 0, JSON.stringify(tally.failed.slice(0, 3)));
+    t.true((tally.by.get(second.commit) ?? 0) > 0 && (tally.by.get(first.commit) ?? 0) > 0);
+    // a named rollback to a release that did not succeed is refused
+    const failedId = (
+      await get(p.controlUrl, `/resources?app_id=${t.context.app}&type=Release`)
+    ).body.items.find((r: { status: string }) => r.status === "failed")?.id as string;
+    const refused = await call(
+      p.controlUrl,
+      "release",
+      { app: t.context.app },
+      { prefer: `rollback=${failedId}` },
+    );
+    t.is(refused.status, 422, JSON.stringify(refused.body));
+    t.regex(refused.body.error.message, /only a release that succeeded/);
+  },
+);
+
+test.serial("bad input is a clear 4xx and changes nothing; a dirty tree fails assess", async (t) => {
+  const { p, app, ws } = t.context;
+  const head = gitIn(ws, "rev-parse", "HEAD");
+  const cases: [Record<string, unknown>, number, string][] = [
+    [{ commit: "not-a-commit" }, 400, "commit"],
+    [{ commit: "0".repeat(40) }, 422, "names no commit"],
+    [{ image_ref: "shop:latest" }, 400, "not pinned by digest"],
+    [{ publish_mode: "push" }, 400, "needs a registry"],
+    [{ compose_file: "../../etc/passwd" }, 400, "compose_file"],
+    [{ service: "worker" }, 400, 'no service "worker"'],
+    [{ timeout_seconds: 0 }, 400, "timeout_seconds"],
+  ];
+  for (const [body, status, words] of cases) {
+    const r = await call(p.controlUrl, "release", { app, ...body });
+    t.is(r.status, status, `${JSON.stringify(body)}: ${JSON.stringify(r.body)}`);
+    const said = `${r.body.error.message} ${(r.body.error.details ?? []).map((d: { path: string }) => d.path).join(" ")}`;
+    t.true(said.includes(words), `${JSON.stringify(body)}: ${said}`);
+  }
+  t.is(gitIn(ws, "rev-parse", "HEAD"), head);
+  writeFileSync(join(ws, "src", "scratch.ts"), "export const x = 1;\n");
+  const { doc } = await releaseAndWait(t, { publish_mode: "local" });
+  t.is(doc.status, "failed");
+  t.is(doc.phase, "assess");
+  t.regex(doc.error, /not clean.*src\/scratch\.ts/);
+  t.is(gitIn(ws, "rev-parse", "HEAD"), head, "nothing committed");
+});
