@@ -167,14 +167,37 @@ export async function tagsAt(dir: string, commit: string): Promise<string[]> {
   return out.split("\n").filter(Boolean);
 }
 
-/** The latest commit that touched any of `paths` (all of the tree for `.`), or undefined. */
+/** The subject of the commits release makes when it repins (or unpins) an image in a compose file. */
+export const REPIN_SUBJECT = /^release[ :]/;
+
+/** The commit HEAD names, passing over release's own repin commits on top of it (what a release ships). */
+export async function sourceHead(dir: string): Promise<string | undefined> {
+  return lastCommitTouching(dir, ["."]);
+}
+
+/**
+ * The latest commit that touched any of `paths` (all of the tree for `.`), or undefined. The
+ * platform's own repin commits (release writing a digest into the compose file) are not changes
+ * of the source: they are passed over.
+ */
 export async function lastCommitTouching(dir: string, paths: readonly string[]): Promise<string | undefined> {
   if (paths.some((p) => p.startsWith("-"))) return undefined;
   try {
-    return (
-      (await git(dir, ["log", "-1", "--format=%H", "--", ...(paths.length ? paths : ["."])])).stdout.trim() ||
-      undefined
-    );
+    const out = await git(dir, [
+      "log",
+      "-n",
+      "200",
+      "--format=%H%x09%ae%x09%s",
+      "--",
+      ...(paths.length ? paths : ["."]),
+    ]);
+    for (const line of out.stdout.split("\n")) {
+      const [hash, email, subject] = line.split("\t");
+      if (!hash) continue;
+      if (email === PLATFORM_GIT_IDENTITY.email && REPIN_SUBJECT.test(subject ?? "")) continue;
+      return hash;
+    }
+    return undefined;
   } catch {
     return undefined;
   }

@@ -98,7 +98,7 @@ export const release = defineHandler("release", {
   facts: (input) => [
     { kind: "engine" },
     { kind: "production-containers" },
-    { kind: "git", ref: input.commit ?? "HEAD" },
+    input.commit ? { kind: "git", ref: input.commit } : { kind: "git" },
   ],
   handle: async (ctx, input) => {
     const app = await requireApp(ctx);

@@ -4,6 +4,7 @@ import {
   headCommit,
   isRepository,
   resolveCommit,
+  sourceHead,
   uncommitted,
   describeModelConfig,
   modelConfigFromEnv,
@@ -102,7 +103,8 @@ export async function gatherFacts(
           if (!isRepository(dir)) return;
           facts.git = {
             head: await headCommit(dir),
-            commit: await resolveCommit(dir, r.ref ?? "HEAD"),
+            // no ref: what HEAD ships, passing over release's own repin commits
+            commit: r.ref ? await resolveCommit(dir, r.ref) : await sourceHead(dir),
             dirty: await uncommitted(dir),
           };
           return;
