@@ -1,6 +1,7 @@
 import { type AnswerView, type ErrorAnswer, isListAnswer, isRecord } from "./answer-shapes.js";
 import { fieldLines, keyValuePairs, printableEntries, scalarText, tableLines } from "./format-values.js";
 import { ASSERTIONS_FIELD, assertionLines, hasAssertions } from "./render-assertions.js";
+import { hasPhases, PHASES_FIELD, phaseLines } from "./render-phases.js";
 
 const NOT_SHOWN_AS_FIELDS = new Set(["type", "id"]);
 
@@ -20,8 +21,16 @@ export function humanCapability(answer: AnswerView): string[] {
   const table = hasAssertions(resource);
   const fields = resourceFields(answer);
   if (table) delete fields[ASSERTIONS_FIELD];
+  // a Release's phases too, and verify's assertions it ran
+  const phases = hasPhases(resource);
+  if (phases) delete fields[PHASES_FIELD];
+  const verification = isRecord(resource.verification) ? resource.verification : undefined;
+  const verified = verification !== undefined && hasAssertions(verification);
+  if (verified) delete fields.verification;
   const lines = [`${answer.status}  ${resource.type}  ${resource.id}`, ...fieldLines(fields)];
   if (table) lines.push(...assertionLines(resource));
+  if (phases) lines.push(...phaseLines(resource));
+  if (verified) lines.push(...assertionLines(verification));
   const events = (answer.events ?? []).map((e) => scalarText(e.type));
   if (events.length > 0) lines.push(`events: ${events.join(", ")}`);
   const token = tokenOf(answer);
