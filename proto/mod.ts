@@ -11,6 +11,7 @@ export * from "./codec.js";
 export * from "./command.js";
 export * from "./errors.js";
 export * from "./events.js";
+export * from "./app-events.js";
 export { FORMATS, appUrl, isAppPath, isHttpUrl, OriginEscapeError } from "./formats.js";
 export { APP_NAME_PATTERN, isAppName, JOB_NAME_PATTERN, SECRET_NAME_PATTERN } from "./fields.js";
 export * from "./ids.js";

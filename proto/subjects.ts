@@ -87,6 +87,11 @@ export const subjects = {
   appEvent: (app: string, owner: string, subject: string) =>
     `slipway.appevt.${token(app, "app")}.${encodeToken(owner) || "_"}.${encodeToken(subject) || "_"}`,
   appEventsAll: "slipway.appevt.>",
+  /** An app's application events, narrowed to one owner and/or one subject (`null`: events without one). */
+  appEventsOf: (app: string, owner?: string, subject?: string | null) =>
+    `slipway.appevt.${token(app, "app")}.${owner === undefined ? "*" : encodeToken(owner) || "_"}.${
+      subject === undefined ? "*" : encodeToken(subject ?? "") || "_"
+    }`,
   /** A proxy serves a route's revision now (core NATS, proto/routes.ts RouteApplied). */
   proxyApplied: "slipway.proxy.applied",
   /** Log lines of a resource. */

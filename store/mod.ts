@@ -3,6 +3,7 @@
  * and the embedded nats-server; the one public face of this folder (other
  * folders import `store/mod.js`, never a file inside: biome.json).
  */
+export * from "./app-events.js";
 export * from "./bus.js";
 export * from "./bus-errors.js";
 export * from "./embedded-nats.js";
