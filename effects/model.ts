@@ -186,17 +186,23 @@ export interface StructuredResult<T> {
   id: string;
 }
 
-/** One structured call: the model must answer by calling `toolName` with input matching `schema`. */
-export interface StructuredRequest<S extends TSchema> {
-  system: string;
+/** One forced-tool call with a plain JSON Schema (an object schema) as the tool's input schema. */
+export interface ToolCallRequest {
+  system?: string;
   prompt: string;
   toolName: string;
   toolDescription: string;
-  /** A TypeBox object schema: sent as the tool's input schema, then checked against the answer. */
-  schema: S;
+  inputSchema: Anthropic.Tool.InputSchema;
   maxTokens: number;
   signal?: AbortSignal;
 }
+
+/** One structured call: the model must answer by calling `toolName` with input matching `schema`. */
+export type StructuredRequest<S extends TSchema> = Omit<ToolCallRequest, "inputSchema" | "system"> & {
+  system: string;
+  /** A TypeBox object schema: sent as the tool's input schema, then checked against the answer. */
+  schema: S;
+};
 
 const MessageEnvelopeSchema = Type.Object({
   id: Type.String(),
@@ -293,16 +299,17 @@ function inputSchemaOf(schema: TSchema): Anthropic.Tool.InputSchema {
   return { ...plain, type: "object" };
 }
 
+/** The forced tool's input as the model gave it (not yet checked against its schema). */
+export type ToolAnswer = StructuredResult<unknown>;
+
 /**
  * Calls the model once with one forced tool (`tool_choice: {type: "tool"}`)
- * whose input schema is `req.schema`, and returns the tool input once it
- * matches the schema. Throws ModelAnswerError (`model_malformed`) for a bad
- * answer and ModelCallError for a failed call; both name what was wrong.
+ * whose input schema is `req.inputSchema`, and returns the tool's input
+ * unchecked: the caller checks it against the schema (a mismatch is a
+ * ModelAnswerError `invalid_input`). Throws ModelAnswerError for an answer that
+ * is not a call of the tool and ModelCallError for a failed call.
  */
-export async function structuredCall<S extends TSchema>(
-  cfg: ModelConfig,
-  req: StructuredRequest<S>,
-): Promise<StructuredResult<Static<S>>> {
+export async function forcedToolCall(cfg: ModelConfig, req: ToolCallRequest): Promise<ToolAnswer> {
   const lib = await loadSdk();
   const client = new lib.default({
     apiKey: cfg.apiKey,
@@ -316,11 +323,9 @@ export async function structuredCall<S extends TSchema>(
       {
         model: cfg.model,
         max_tokens: req.maxTokens,
-        system: req.system,
+        ...(req.system !== undefined ? { system: req.system } : {}),
         messages: [{ role: "user", content: req.prompt }],
-        tools: [
-          { name: req.toolName, description: req.toolDescription, input_schema: inputSchemaOf(req.schema) },
-        ],
+        tools: [{ name: req.toolName, description: req.toolDescription, input_schema: req.inputSchema }],
         tool_choice: { type: "tool", name: req.toolName, disable_parallel_tool_use: true },
       },
       req.signal ? { signal: req.signal } : undefined,
@@ -328,15 +333,32 @@ export async function structuredCall<S extends TSchema>(
   } catch (e) {
     callError(e, cfg, lib);
   }
-  return readAnswer(raw, req.toolName, req.schema);
+  return readAnswer(raw, req.toolName);
 }
 
-/** Checks a Messages API answer and extracts the forced tool's input. */
-function readAnswer<S extends TSchema>(
-  raw: unknown,
-  toolName: string,
-  schema: S,
-): StructuredResult<Static<S>> {
+/**
+ * Calls the model once with one forced tool whose input schema is
+ * `req.schema`, and returns the tool input once it matches the schema. Throws
+ * ModelAnswerError (`model_malformed`) for a bad answer and ModelCallError for
+ * a failed call; both name what was wrong.
+ */
+export async function structuredCall<S extends TSchema>(
+  cfg: ModelConfig,
+  req: StructuredRequest<S>,
+): Promise<StructuredResult<Static<S>>> {
+  const { schema, ...rest } = req;
+  const answer = await forcedToolCall(cfg, { ...rest, inputSchema: inputSchemaOf(schema) });
+  try {
+    check(schema, answer.value, `input of ${req.toolName}`);
+  } catch (e) {
+    if (e instanceof CodecError) throw new ModelAnswerError("invalid_input", `${e.message}`, e.details);
+    throw e;
+  }
+  return answer as StructuredResult<Static<S>>;
+}
+
+/** Checks a Messages API answer and extracts the forced tool's input (not checked against its schema). */
+function readAnswer(raw: unknown, toolName: string): ToolAnswer {
   if (typeof raw === "string" || raw === undefined || raw === null)
     throw new ModelAnswerError(
       "not_json",
@@ -377,13 +399,12 @@ function readAnswer<S extends TSchema>(
   let input: unknown;
   try {
     input = check(ToolUseSchema, named, "tool_use block").input;
-    check(schema, input, `input of ${toolName}`);
   } catch (e) {
     if (e instanceof CodecError) throw new ModelAnswerError("invalid_input", `${e.message}`, e.details);
     throw e;
   }
   return {
-    value: input as Static<S>,
+    value: input,
     model: msg.model,
     usage: { input_tokens: msg.usage.input_tokens, output_tokens: msg.usage.output_tokens },
     stop_reason: msg.stop_reason,
