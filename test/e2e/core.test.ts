@@ -119,10 +119,13 @@ test("inspect answers app, resources, events, secrets and health, and 501 for ty
 
 test("capabilities not built yet answer 501 naming them", async (t) => {
   const { p } = t.context;
-  const r = await call(p.controlUrl, "release", { app: appName() });
+  const r = await call(p.controlUrl, "provision-monitoring", {
+    dir: "monitoring",
+    public_host: "status.example.com",
+  });
   t.is(r.status, 501);
   t.is(r.body.error.code, "not_implemented");
-  t.regex(r.body.error.message, /release/);
+  t.regex(r.body.error.message, /provision-monitoring/);
 });
 
 test("the catalogue, version, health, readiness and OpenAPI routes answer", async (t) => {

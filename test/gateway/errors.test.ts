@@ -201,13 +201,16 @@ test("413 payload_too_large and 415 unsupported_media_type", async (t) => {
 
 test("501 not_implemented names the capability, the inspect type or the route of the contract not built yet", async (t) => {
   const { p, app } = t.context;
-  const r = await call(p.controlUrl, "release", { app });
+  const r = await call(p.controlUrl, "provision-monitoring", {
+    dir: "monitoring",
+    public_host: "status.example.com",
+  });
   isError(t, r, "not_implemented");
-  t.regex(r.body.error.message, /release/);
-  const jobs = await call(p.controlUrl, "inspect", { app, type: "email" });
+  t.regex(r.body.error.message, /provision-monitoring/);
+  const jobs = await call(p.controlUrl, "inspect", { app, type: "auth" });
   isError(t, jobs, "not_implemented");
-  t.regex(jobs.body.error.message, /email/);
-  for (const path of ["/app-events", "/mcp/tools", "/policies", "/status/incidents", "/auth/config"]) {
+  t.regex(jobs.body.error.message, /auth/);
+  for (const path of ["/mcp/tools", "/policies", "/status/incidents", "/auth/config"]) {
     const g = await get(p.controlUrl, path);
     isError(t, g, "not_implemented");
     t.true(g.body.error.message.includes(path));
