@@ -145,6 +145,12 @@ export interface CapabilityHandler<C extends CapabilityName = CapabilityName> {
    * An effect without a task ends the call there (its resource in an end status).
    */
   readonly dequeue?: (ctx: HandlerContext, queued: QueuedTask) => Promise<Effect>;
+  /**
+   * What else the end of its long work makes, in the turn that applies the end, after the task's
+   * resource took its last status and its closing event was queued (agent-run's Artifact). Events
+   * it emits carry `task.actor`, the caller's.
+   */
+  readonly onEnd?: (ctx: HandlerContext, doc: Resource, task: RunningTask) => Promise<void>;
 }
 
 /** Declares the handler of a capability (actors/capabilities/<name>.ts). */

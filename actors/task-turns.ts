@@ -79,6 +79,7 @@ export async function endTask(
   const data = task.on_failure === task.on_success ? { status: done.status, ...done.data } : done.data;
   // the closing event carries the actor of the call that started the work
   if (closing) ctx.emit(closing, doc, data, task.actor);
+  await handlerOf(task.capability)?.onEnd?.(ctx, doc, task);
   if (done.app_update && done.status === "succeeded") {
     const appRec = await ctx.state.getApp();
     if (appRec) {

@@ -5,6 +5,7 @@
  * import nothing from here at all: their outside work runs as tasks or side
  * effects after the commit (docs/architecture.md).
  */
+export * from "./agent-run.js";
 export * from "./docker.js";
 export * from "./git.js";
 export * from "./model.js";
