@@ -1,4 +1,5 @@
 import type { CapabilityHandler, InternalHandler } from "../context.js";
+import { agentRun } from "./agent-run.js";
 import { build, lint, test } from "./build-test-lint.js";
 import { explainFailure } from "./explain-failure.js";
 import { generateFeaturePlan } from "./generate-feature-plan.js";
@@ -34,6 +35,7 @@ export const HANDLERS: readonly CapabilityHandler[] = [
   inspect,
   explainFailure,
   generateFeaturePlan,
+  agentRun,
   setSecret,
   unsetSecret,
   scheduleJob,

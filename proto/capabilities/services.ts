@@ -11,7 +11,8 @@ export const agentRun = declareCapability({
   c_number: "C1",
   events: ["AgentRunSucceeded", "AgentRunFailed", "ArtifactCreated"],
   skill_action_planned: true,
-  built: false,
+  long_running: true,
+  built: true,
   example: { app: "shop", owner: "usr_1", input: "Summarize my open orders", schema: { type: "object" } },
   input: Obj({
     app: App,
