@@ -9,6 +9,7 @@ export * from "./capability.js";
 export * from "./catalogue.js";
 export * from "./codec.js";
 export * from "./command.js";
+export * from "./connectors.js";
 export * from "./errors.js";
 export * from "./events.js";
 export * from "./app-events.js";

@@ -6,6 +6,7 @@
 export * from "./app-events.js";
 export * from "./bus.js";
 export * from "./bus-errors.js";
+export * from "./connector-grants.js";
 export * from "./embedded-nats.js";
 export * from "./kv-keys.js";
 export * from "./logs.js";
