@@ -7,6 +7,7 @@ import {
   isLoopback,
   loadControlToken,
   originPolicyFromEnv,
+  rateLimitsFromEnv,
   startGateway,
   uwsIsNative,
   type GatewayHandle,
@@ -335,6 +336,7 @@ async function startGateways(opts: PlatformOptions, s: Started): Promise<Gateway
       port: dataPort,
       otherPort: () => out.control?.port ?? controlPort,
       controlTokenRequired: true,
+      rateLimits: rateLimitsFromEnv(s.env),
     });
     out.data = data;
     closers.push(() => data.close());

@@ -16,6 +16,7 @@ import {
 import { requireScope, type Principal } from "./auth.js";
 import type { CommandClient } from "./command-client.js";
 import { isJsonContentType, parseJsonObject, type Res } from "./http.js";
+import type { RateLimitConfig, RateLimiter } from "./rate-limit.js";
 import type { Req } from "./request.js";
 
 export interface CapabilityDeps {
@@ -27,6 +28,8 @@ export interface CapabilityDeps {
   auth: (headers: Record<string, string>) => Principal;
   learn: (reply: Reply) => Promise<void>;
   otherPort: () => number;
+  /** The data plane's token buckets per app and capability (docs/app-events.md). */
+  limiter?: { limiter: RateLimiter; limits: RateLimitConfig };
 }
 
 export const ACTOR_TYPES = ["builder", "cli", "app", "service", "operator"] as const;
@@ -96,6 +99,8 @@ export async function capabilityRoute(
   if (!isJsonContentType(req.headers["content-type"]))
     throw new PlatformError("unsupported_media_type", "send the body as Content-Type: application/json");
   const principal = d.auth(req.headers);
+  if (d.limiter && principal.kind === "app")
+    d.limiter.limiter.take(principal.app, name, d.limiter.limits.capability);
   const actor = actorOf(req.headers, principal);
   // everything below comes from the capability's declaration (proto/capabilities/)
   const input = validateInput(name as CapabilityName, parseJsonObject(await bodyP));

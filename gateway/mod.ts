@@ -5,6 +5,13 @@
 export { AppDirectory, isLoopback, loadControlToken } from "./auth.js";
 export { DEFAULT_ORIGIN_POLICY, type OriginPolicy, originPolicyFromEnv } from "./origin.js";
 export {
+  DEFAULT_RATE_LIMITS,
+  type RateLimit,
+  type RateLimitConfig,
+  RateLimitConfigError,
+  rateLimitsFromEnv,
+} from "./rate-limit.js";
+export {
   type GatewayHandle,
   type GatewayOptions,
   PortInUseError,

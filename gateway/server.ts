@@ -10,6 +10,7 @@ import {
   AppRecordSchema,
   keys,
 } from "../proto/mod.js";
+import { APP_EVENT_ROUTE, appEventsRoute, type AppEventDeps } from "./app-events.js";
 import { authenticate, type AppDirectory, type Principal } from "./auth.js";
 import { capabilityRoute, type CapabilityDeps } from "./capability-route.js";
 import { CommandClient } from "./command-client.js";
@@ -19,6 +20,7 @@ import { openApiDocument } from "./openapi.js";
 import { DEFAULT_ORIGIN_POLICY, type OriginPolicy } from "./origin.js";
 import { decodeComponent, type Req } from "./request.js";
 import { READ_ROUTES, readRoute, type ReadDeps } from "./reads.js";
+import { RateLimiter, rateLimitsFromEnv, type RateLimitConfig } from "./rate-limit.js";
 import { TailLimiter, wsTail } from "./tails.js";
 
 export interface GatewayOptions {
@@ -39,6 +41,8 @@ export interface GatewayOptions {
   originPolicy?: OriginPolicy;
   /** Concurrent tails (event streams, followed logs) per token; past it 429. */
   tailsPerToken?: number;
+  /** Data plane: token buckets per app and capability or route (default: from the environment, docs/configuration.md). */
+  rateLimits?: RateLimitConfig;
   log?: (msg: string) => void;
 }
 
@@ -138,6 +142,12 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
   };
 
   const learn = answerLearner(opts, log);
+  // the control plane is not limited
+  const limiter =
+    plane === "data"
+      ? { limiter: new RateLimiter(), limits: opts.rateLimits ?? rateLimitsFromEnv() }
+      : undefined;
+  const appEvents: AppEventDeps = { plane, bus, auth, ...(limiter ? { limiter } : {}) };
   const caps: CapabilityDeps = {
     plane,
     bus,
@@ -147,6 +157,7 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
     auth,
     learn,
     otherPort,
+    ...(limiter ? { limiter } : {}),
   };
 
   /** One router for every HTTP request; the guard answers whatever it throws. */
@@ -157,6 +168,8 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
       const name = decodeComponent(cm[1]!, "capability name");
       return capabilityRoute(caps, req, res, name, takeBody(req, res), methodNotAllowed);
     }
+    if (APP_EVENT_ROUTE.test(path))
+      return appEventsRoute(appEvents, req, res, takeBody(req, res), methodNotAllowed);
     if (PLANNED_ROUTES.some((r) => r.test(path))) {
       if (!bus.connected()) throw busUnavailable();
       throw new PlatformError(

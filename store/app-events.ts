@@ -104,7 +104,10 @@ export function appEventMsgId(app: string, idempotencyKey: string): string {
 }
 
 /** Whether two writes carry the same event (an Idempotency-Key used twice with other bodies is refused). */
-export function sameAppEvent(a: AppEventInput, b: AppEventInput): boolean {
+export function sameAppEvent(
+  a: Omit<AppEventInput, "subject"> & { subject?: string | null | undefined },
+  b: AppEventInput,
+): boolean {
   return (
     a.app === b.app &&
     a.owner === b.owner &&
