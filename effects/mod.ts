@@ -12,5 +12,6 @@ export * from "./git.js";
 export * from "./model.js";
 export * from "./net.js";
 export * from "./process.js";
+export * from "./telemetry.js";
 export * from "./smtp.js";
 export * from "./verify.js";
