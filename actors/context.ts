@@ -136,7 +136,7 @@ export type { TaskContext, TaskResult, TaskSpec } from "./tasks/types.js";
 export interface CapabilityHandler<C extends CapabilityName = CapabilityName> {
   readonly capability: C;
   /** Facts of the outside world the node reads before the turn (actors/facts/). */
-  readonly facts?: (input: HandlerInput<C>, cmd: Command) => FactRequest[];
+  readonly facts?: (input: HandlerInput<C>) => FactRequest[];
   /** Decides what the command does; its input lacks the sealed fields (in `ctx.cmd.sealed`). */
   readonly handle: (ctx: HandlerContext, input: HandlerInput<C>) => Promise<Effect>;
   /**
@@ -179,8 +179,8 @@ export function makeContext(
     "emit" | "putResource" | "deleteResource" | "log" | "outbox" | "after" | "resource"
   >,
 ): TurnContext {
+  const outbox = emptyOutbox(base.cmd.id);
   const iso = base.now.toISOString();
-  const outbox: Outbox = { ...emptyOutbox(base.cmd.id), at: iso };
   const minted = new Set<string>();
   return {
     ...base,
