@@ -136,7 +136,7 @@ export type { TaskContext, TaskResult, TaskSpec } from "./tasks/types.js";
 export interface CapabilityHandler<C extends CapabilityName = CapabilityName> {
   readonly capability: C;
   /** Facts of the outside world the node reads before the turn (actors/facts/). */
-  readonly facts?: (input: HandlerInput<C>) => FactRequest[];
+  readonly facts?: (input: HandlerInput<C>, cmd: Command) => FactRequest[];
   /** Decides what the command does; its input lacks the sealed fields (in `ctx.cmd.sealed`). */
   readonly handle: (ctx: HandlerContext, input: HandlerInput<C>) => Promise<Effect>;
   /**

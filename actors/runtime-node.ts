@@ -65,11 +65,18 @@ export class RuntimeNode implements WorkerHost {
     if (!handler?.facts) return Promise.resolve(NO_FACTS);
     let requests: FactRequest[];
     try {
-      requests = handler.facts(cmd.input as never);
+      requests = handler.facts(cmd.input as never, cmd);
     } catch {
       return Promise.resolve(NO_FACTS); // the handler refuses the input itself
     }
-    const p = gatherFacts(this.bus, cmd.app, requests, (d) => this.vault.mac(d), this.workspaceRoot);
+    const p = gatherFacts(
+      this.bus,
+      cmd.app,
+      requests,
+      (d) => this.vault.mac(d),
+      this.workspaceRoot,
+      this.vault,
+    );
     p.catch(() => {});
     return p;
   }

@@ -1,6 +1,7 @@
 import { resolve } from "node:path";
 import {
   ContainerRuntime,
+  probeOtlp,
   headCommit,
   isRepository,
   resolveCommit,
@@ -10,10 +11,10 @@ import {
   modelConfigFromEnv,
   NO_MODEL_MESSAGE,
   freePort,
-  providerConfigFromEnv,
 } from "../../effects/mod.js";
 import { type Bus, kvKeys } from "../../store/mod.js";
 import { check, appUrl, AppRecordSchema, BUCKETS, isAppName, keys, RouteSchema } from "../../proto/mod.js";
+import type { Sealed } from "../../proto/mod.js";
 import { viewOf } from "../production/drift.js";
 import type { FactRequest, Facts, ProbeFact } from "./types.js";
 
@@ -58,6 +59,7 @@ export async function gatherFacts(
   requests: readonly FactRequest[],
   mac: (data: string) => string,
   workspaceRoot: string,
+  sealer?: { openString(s: Sealed, aad: string): string },
 ): Promise<Facts> {
   const facts: Facts = { containers: {} };
   if (requests.length === 0) return facts;
@@ -77,6 +79,15 @@ export async function gatherFacts(
         case "engine":
           if (await engineUp()) facts.engine = { available: true };
           return;
+        case "otlp-probe": {
+          const secret = r.secret_key && sealer ? sealer.openString(r.secret_key, r.aad) : undefined;
+          facts.otlpProbe = await probeOtlp({
+            endpoint: r.endpoint,
+            public_key: r.public_key,
+            secret_key: secret,
+          });
+          return;
+        }
         case "container":
           facts.containers[r.name] = (await rt.available()) ? ((await rt.status(r.name)) ?? null) : null;
           return;
@@ -140,13 +151,6 @@ export async function gatherFacts(
             });
           }
           facts.routes = out;
-          return;
-        }
-        case "mail-provider": {
-          const c = providerConfigFromEnv(r.provider);
-          facts.mailProvider = c.configured
-            ? { configured: true }
-            : { configured: false, message: c.message };
           return;
         }
         case "model": {

@@ -10,6 +10,8 @@
 export type FactRequest =
   /** Is a container engine reachable (with the reason when not). */
   | { kind: "engine" }
+  /** Does the OTLP receiver take a probe span (setup-observability); the secret key sealed as in the command. */
+  | { kind: "otlp-probe"; endpoint: string; public_key?: string; secret_key?: Sealed; aad: string }
   /** The state of a container by name. */
   | { kind: "container"; name: string }
   /** What the engine runs for an app (inspect docker). */
@@ -27,12 +29,11 @@ export type FactRequest =
   /** The app's repository: the commit `ref` names (default HEAD) and what is not committed (release). */
   | { kind: "git"; ref?: string }
   /** Another app's record, by name (an app-less capability naming an app: delivery-check). */
-  | { kind: "app-record"; app: string }
-  /** Is a mail provider configured (send-message), without its client secret. */
-  | { kind: "mail-provider"; provider: MailProvider };
+  | { kind: "app-record"; app: string };
 
 export type { ContainerView } from "../production/drift.js";
-import type { AppRecord, MailProvider } from "../../proto/mod.js";
+import type { Sealed } from "../../proto/mod.js";
+import type { AppRecord } from "../../proto/mod.js";
 import type { ContainerView } from "../production/drift.js";
 
 /** What release needs to know of the app's repository before its turn. */
@@ -78,6 +79,8 @@ export interface Facts {
   production?: ContainerView[];
   /** `engine`: reachable, or the 503 message that says why not. */
   engine?: { available: true } | { available: false; message: string };
+  /** `otlp-probe`: the receiver took the probe span, or the exporter's error (no key in it). */
+  otlpProbe?: { ok: boolean; ms: number; error?: string };
   /** `container`: by name; null when there is none. */
   containers: Record<string, ContainerFact | null>;
   /** `engine-description`: the engine's view of the app (JSON, shown as is). */
@@ -90,8 +93,6 @@ export interface Facts {
   appRecords?: Record<string, AppRecord | null>;
   /** `model`: the model a call would use, or the 503 message when none is configured. */
   model?: { configured: true; model: string } | { configured: false; message: string };
-  /** `mail-provider`: whether the provider can be used, or the 503 message that says why not. */
-  mailProvider?: { configured: true } | { configured: false; message: string };
 }
 
 export const NO_FACTS: Facts = { containers: {} };
