@@ -129,6 +129,7 @@ function readPaths(): Record<string, unknown> {
         parameters: [
           { name: "type", in: "path", required: true, schema: { type: "string" } },
           { name: "id", in: "path", required: true, schema: { type: "string" } },
+          q("owner"),
         ],
         responses: {
           "200": { description: "resource", content: { "application/json": { schema: ref("Resource") } } },
@@ -152,6 +153,7 @@ function readPaths(): Record<string, unknown> {
         parameters: [
           { name: "id", in: "path", required: true, schema: { type: "string" } },
           q("follow", { type: "string", enum: ["1", "true"] }),
+          q("owner"),
         ],
         responses: {
           "200": { description: "log", content: { "text/plain": { schema: { type: "string" } } } },

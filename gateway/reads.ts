@@ -35,6 +35,19 @@ export interface ReadDeps extends TailDeps {
 /** Routes answered without a token (probes and the published contract). */
 export const OPEN_ROUTES: ReadonlySet<string> = new Set(["/version", "/healthz", "/readyz", "/openapi.json"]);
 
+/**
+ * Resource types read only within their owner's scope (DESIGN §5, docs/agent-run.md). With an app
+ * token (the data plane), a read names the owner (`owner`): a list of these types without it is
+ * 400, a document or log of another owner (or of none named) is 404. Operator and local reads are
+ * not owner-scoped.
+ */
+export const OWNER_SCOPED_TYPES: ReadonlySet<string> = new Set(["AgentTask", "Artifact"]);
+
+/** Whether `principal` may see `doc` given the owner it named. */
+function ownerAllows(principal: Principal, doc: { type: string; owner?: string }, owner?: string): boolean {
+  return principal.kind !== "app" || !OWNER_SCOPED_TYPES.has(doc.type) || doc.owner === owner;
+}
+
 /** Every GET route of the gateway, by pattern; the router answers 405 for other methods on them. */
 export const READ_ROUTES: readonly RegExp[] = [
   /^\/(version|healthz|readyz|openapi\.json|capabilities|resources|events|events\/stream)$/,
@@ -74,22 +87,35 @@ export async function readRoute(d: ReadDeps, req: Req, res: Res): Promise<void> 
   }
   if (path === "/resources") {
     q.only(["app_id", "type", "owner", "limit", "cursor"], "GET /resources");
+    const type = resourceTypeParam(q);
+    const owner = ownerParam(q);
+    if (principal.kind === "app" && type && OWNER_SCOPED_TYPES.has(type) && owner === undefined)
+      throw new PlatformError("invalid_input", `owner: is required to list ${type} (owner-scoped)`, {
+        details: [{ path: "/owner", message: "is required" }],
+      });
     const page = await d.index.listResources({
       app_id: d.scopedApp(principal, appParam(q)),
-      type: resourceTypeParam(q),
-      owner: ownerParam(q),
+      type,
+      owner,
       limit: intParam(q, "limit", 50, 1, 500),
       cursor: cursorParam(q),
     });
+    page.items = page.items.filter((doc) => ownerAllows(principal, doc, owner));
     return res.json(200, page);
   }
   const rm = /^\/resources\/([^/]+)\/([^/]+)$/.exec(path);
   if (rm) {
-    q.only([], "GET /resources/<type>/<id>");
+    q.only(["owner"], "GET /resources/<type>/<id>");
     const type = decodeComponent(rm[1]!, "resource type");
     const id = decodeComponent(rm[2]!, "resource id");
+    const owner = ownerParam(q);
     const doc = isResourceId(id) ? await d.index.getResource(id) : undefined;
-    if (!doc || doc.type !== type || (principal.kind === "app" && doc.app_id !== principal.app))
+    if (
+      !doc ||
+      doc.type !== type ||
+      (principal.kind === "app" && doc.app_id !== principal.app) ||
+      !ownerAllows(principal, doc, owner)
+    )
       throw new PlatformError("not_found", `no ${type.slice(0, 64)} resource ${id.slice(0, 128)}`);
     return res.json(200, doc);
   }
@@ -115,10 +141,15 @@ export async function readRoute(d: ReadDeps, req: Req, res: Res): Promise<void> 
 
 /** `GET /logs/<id>`: the log as text; `?follow=1` streams it until the resource ends (a tail). */
 async function logRoute(d: ReadDeps, req: Req, res: Res, principal: Principal, id: string): Promise<void> {
-  req.query.only(["follow"], "GET /logs/<id>");
+  req.query.only(["follow", "owner"], "GET /logs/<id>");
   const follow = flagParam(req.query, "follow");
+  const owner = ownerParam(req.query);
   const doc = isResourceId(id) ? await d.index.getResource(id) : undefined;
-  if (!doc || (principal.kind === "app" && doc.app_id !== principal.app))
+  if (
+    !doc ||
+    (principal.kind === "app" && doc.app_id !== principal.app) ||
+    !ownerAllows(principal, doc, owner)
+  )
     throw new PlatformError("not_found", `no resource ${id.slice(0, 128)}`);
   const release = follow ? d.limiter.acquire(tailKey(principal)) : () => {};
   const ac = new AbortController();

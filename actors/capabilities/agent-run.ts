@@ -1,4 +1,4 @@
-import { defineHandler } from "../context.js";
+import { defineHandler, type HandlerContext } from "../context.js";
 import { AGENT_DEFAULT_MAX_TOKENS, agentRunTask, compileAnswerSchema } from "../tasks/agent-run.js";
 import { PlatformError, type Resource } from "../../proto/mod.js";
 
@@ -73,3 +73,62 @@ export const agentRun = defineHandler("agent-run", {
     );
   },
 });
+
+/** Most failures `inspect agent-runs` lists. */
+const RECENT_FAILURES = 20;
+
+const num = (v: unknown): number => (typeof v === "number" && Number.isFinite(v) ? v : 0);
+
+/**
+ * `inspect` with type `agent-runs`: the app's AgentTasks as counts by status
+ * and by model, the tokens they used, their Artifacts, and the latest failures
+ * (code and the schema problems' paths, never an input, a prompt or a
+ * result). With `owner`, only that owner's runs.
+ */
+export async function agentRunsInspection(ctx: HandlerContext): Promise<unknown> {
+  const owner = typeof ctx.cmd.input.owner === "string" ? ctx.cmd.input.owner : undefined;
+  const mine = (r: Resource) => owner === undefined || r.owner === owner;
+  const tasks = (await ctx.state.listResources("AgentTask")).filter(mine);
+  const artifacts = (await ctx.state.listResources("Artifact")).filter(mine);
+  tasks.sort((a, b) => (a.id < b.id ? 1 : -1));
+  const byStatus: Record<string, number> = {};
+  const byModel: Record<
+    string,
+    { runs: number; succeeded: number; failed: number; input_tokens: number; output_tokens: number }
+  > = {};
+  const tokens = { input: 0, output: 0 };
+  for (const t of tasks) {
+    byStatus[t.status] = (byStatus[t.status] ?? 0) + 1;
+    const model = typeof t.model === "string" ? t.model : "(unknown)";
+    byModel[model] ??= { runs: 0, succeeded: 0, failed: 0, input_tokens: 0, output_tokens: 0 };
+    const m = byModel[model];
+    m.runs++;
+    if (t.status === "succeeded") m.succeeded++;
+    if (t.status === "failed") m.failed++;
+    m.input_tokens += num(t.input_tokens);
+    m.output_tokens += num(t.output_tokens);
+    tokens.input += num(t.input_tokens);
+    tokens.output += num(t.output_tokens);
+  }
+  const failures = tasks.filter((t) => t.status === "failed").slice(0, RECENT_FAILURES);
+  return {
+    owner: owner ?? null,
+    total: tasks.length,
+    owners: new Set(tasks.map((t) => t.owner)).size,
+    by_status: byStatus,
+    by_model: byModel,
+    tokens,
+    artifacts: artifacts.length,
+    recent_failures: failures.map((t) => ({
+      id: t.id,
+      capability: t.capability ?? null,
+      model: t.model ?? null,
+      error_code: t.error_code ?? null,
+      problems: Array.isArray(t.details)
+        ? (t.details as { path?: unknown }[]).map((d) => String(d.path))
+        : [],
+      created_at: t.created_at,
+      updated_at: t.updated_at,
+    })),
+  };
+}

@@ -1,3 +1,4 @@
+import { agentRunsInspection } from "./agent-run.js";
 import { packageScripts } from "./workspace.js";
 import { defineHandler, type HandlerContext, type Workspace } from "../context.js";
 import {
@@ -218,6 +219,7 @@ export const readers: Partial<Record<InspectType, (ctx: HandlerContext) => Promi
     }
     return { items };
   },
+  "agent-runs": agentRunsInspection,
   async health(ctx) {
     const app = (await ctx.state.getApp())!;
     // the probe of <base_url>/health, made before this turn (a fact; null without a base_url)

@@ -14,7 +14,6 @@ import { release } from "./release.js";
 import { runDevServer } from "./run-dev-server.js";
 import { jobRan, scheduleJob } from "./schedule-job.js";
 import { setSecret, unsetSecret } from "./secrets.js";
-import { sendMessage } from "./send-message.js";
 import { verify } from "./verify.js";
 
 /** Internal command a scheduler leader sends with a tick's outcome. */
@@ -45,7 +44,6 @@ export const HANDLERS: readonly CapabilityHandler[] = [
   release,
   deliveryCheck,
   verify,
-  sendMessage,
 ] as unknown as readonly CapabilityHandler[];
 
 /** Handlers of internal commands (never accepted from a gateway). */

@@ -30,7 +30,7 @@ export const INSPECT_TYPES = {
   docker: { built: true },
   secrets: { built: true },
   jobs: { built: true },
-  "agent-runs": { built: false },
+  "agent-runs": { built: true },
   email: { built: false },
   auth: { built: false },
   health: { built: true },
