@@ -14,6 +14,7 @@ import { APP_EVENT_ROUTE, appEventsRoute, type AppEventDeps } from "./app-events
 import { authenticate, type AppDirectory, type Principal } from "./auth.js";
 import { capabilityRoute, type CapabilityDeps } from "./capability-route.js";
 import { CommandClient } from "./command-client.js";
+import { CONNECT_ROUTE, type ConnectDeps, connectRoute } from "./connect.js";
 import { guard, type GuardOptions } from "./guard.js";
 import { takeBody, type Res } from "./http.js";
 import { openApiDocument } from "./openapi.js";
@@ -160,6 +161,8 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
     ...(limiter ? { limiter } : {}),
   };
 
+  const connect: ConnectDeps = { caps, bus, vault, apps };
+
   /** One router for every HTTP request; the guard answers whatever it throws. */
   const route = (req: Req, res: Res): void | Promise<void> => {
     const path = req.url;
@@ -170,6 +173,8 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
     }
     if (APP_EVENT_ROUTE.test(path))
       return appEventsRoute(appEvents, req, res, takeBody(req, res), methodNotAllowed);
+    const kn = CONNECT_ROUTE.exec(path);
+    if (kn) return connectRoute(connect, req, res, kn, takeBody(req, res), methodNotAllowed);
     if (PLANNED_ROUTES.some((r) => r.test(path))) {
       if (!bus.connected()) throw busUnavailable();
       throw new PlatformError(

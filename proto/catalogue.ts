@@ -45,7 +45,6 @@ export { declarationOf };
 
 /** Routes of spec 4.2 that are part of the contract but not built yet (answer 501). */
 export const PLANNED_ROUTES: readonly RegExp[] = [
-  /^\/connect\/[^/]+\/send$/,
   /^\/mcp\/(tools|instructions|proactive)$/,
   /^\/policies$/,
   /^\/status\/incidents(\/(update|resolve))?$/,
