@@ -19,6 +19,11 @@ export const outcomeAad = (commandId: string) => `outcome/${commandId}`;
 export const certificateAad = (host: string) => `cert/${host.toLowerCase()}`;
 /** AAD of an ACME account key in the vault. */
 export const acmeAccountAad = (directory: string) => `acme/${directory}`;
+/**
+ * The secret name of setup-observability's export configuration under the platform pseudo-app:
+ * vault key `_platform.OTLP_EXPORT`, AAD `_platform/OTLP_EXPORT` (docs/observability.md).
+ */
+export const OBSERVABILITY_ENTRY = "OTLP_EXPORT";
 
 /** Labels of the containers and images the platform makes (effects/docker, the drift gate). */
 export const LABELS = {

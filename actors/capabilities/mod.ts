@@ -14,6 +14,7 @@ import { release } from "./release.js";
 import { runDevServer } from "./run-dev-server.js";
 import { jobRan, scheduleJob } from "./schedule-job.js";
 import { setSecret, unsetSecret } from "./secrets.js";
+import { setupObservability } from "./setup-observability.js";
 import { verify } from "./verify.js";
 
 /** Internal command a scheduler leader sends with a tick's outcome. */
@@ -44,6 +45,7 @@ export const HANDLERS: readonly CapabilityHandler[] = [
   release,
   deliveryCheck,
   verify,
+  setupObservability,
 ] as unknown as readonly CapabilityHandler[];
 
 /** Handlers of internal commands (never accepted from a gateway). */

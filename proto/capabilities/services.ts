@@ -82,7 +82,7 @@ export const setupObservability = declareCapability({
   events: ["ObservabilityConfigured"],
   skill_action_planned: true,
   app_less: true,
-  built: false,
+  built: true,
   example: { endpoint: "http://127.0.0.1:4318" },
   input: Obj({
     endpoint: Url("URL of the OTLP receiver"),
