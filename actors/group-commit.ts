@@ -15,6 +15,7 @@ import {
   subjects,
 } from "../proto/mod.js";
 import { type Bus, isCasConflict } from "../store/mod.js";
+import { batchApplied, commandApplied } from "../effects/mod.js";
 import type { AppActor, Decided } from "./app-actor.js";
 import { foldedLogs, type OutboxHost, reapplyOutboxes, runSideEffects, writeOutbox } from "./outbox.js";
 import type { TaskSpec } from "./tasks/types.js";
@@ -268,6 +269,7 @@ export class CommitLog {
    */
   private async apply(batch: Decided[], actors: Map<string, AppActor>): Promise<void> {
     const late: number[] = [];
+    batchApplied(batch.length);
     for (let i = 0; i < batch.length; i++) {
       const d = batch[i]!;
       if (d.outbox?.fold_logs && d.reply.body) d.reply.logs = foldedLogs(d.outbox);
@@ -317,6 +319,7 @@ export class CommitLog {
   }
 
   private answer(d: Decided): void {
+    commandApplied(d.cmd, d.reply, d.started !== undefined);
     if (d.cmd.gateway_id !== NO_GATEWAY)
       this.host.bus.nc.publish(subjects.reply(d.cmd.gateway_id, d.cmd.id), encode(d.reply));
   }

@@ -10,6 +10,7 @@ import {
   subjects,
 } from "../proto/mod.js";
 import { type Bus, isTransientBusError, kvKeys, type Vault } from "../store/mod.js";
+import { commandRead } from "../effects/mod.js";
 import { type ActorHost, AppActor, type Decided } from "./app-actor.js";
 import type { PlatformUrls } from "./context.js";
 import type { Facts } from "./facts/types.js";
@@ -142,6 +143,7 @@ export class PartitionWorker {
           continue;
         }
         this.inflight.add(seq);
+        commandRead(cmd, m);
         // the facts its handler asks for are read now, while earlier commands run
         const entry: Entry = { cmd, seq, facts: this.node.factsFor(cmd), ready: false };
         entry.facts.then(

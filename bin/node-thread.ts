@@ -6,6 +6,7 @@ import { type MessagePort, parentPort, workerData } from "node:worker_threads";
 import { startNode, type NodeHandle } from "../actors/mod.js";
 import { openBus, Vault } from "../store/mod.js";
 import type { FromNodeThread, NodeThreadData, ToNodeThread } from "./node-thread-api.js";
+import { watchTelemetry } from "./telemetry.js";
 
 function ownPort(): MessagePort {
   if (!parentPort) throw new Error("bin/node-thread runs only as a worker thread of slipwayd up");
@@ -26,6 +27,7 @@ process.on("unhandledRejection", (reason) =>
 async function main(): Promise<void> {
   const vault = Vault.open(data.dataDir, process.env);
   const bus = await openBus({ servers: data.natsUrl, name: "slipway-up-node" });
+  const telemetry = await watchTelemetry({ bus, vault, role: "node", env: process.env, log });
   let node: NodeHandle;
   try {
     node = await startNode({
@@ -55,6 +57,7 @@ async function main(): Promise<void> {
     clearInterval(timer);
     void (async () => {
       await node.close().catch((e) => log(`node: shutdown: ${String(e)}`));
+      await telemetry.close();
       await bus.close().catch(() => {});
       send({ type: "closed" });
       port.close();

@@ -25,6 +25,7 @@ import {
 } from "../store/mod.js";
 
 import { type NodeThreadData, type NodeThreadHandle, startNodeThread } from "./node-thread-api.js";
+import { exportingLog, watchTelemetry } from "./telemetry.js";
 
 export type Role = "up" | "gateway" | "node" | "proxy";
 
@@ -129,7 +130,7 @@ export function loadNodeId(dataDir: string): string {
 /** Starts the processes of a role in this process; `close()` shuts down in reverse order. */
 export async function startPlatform(opts: PlatformOptions = {}): Promise<PlatformHandle> {
   const role = opts.role ?? "up";
-  const log = opts.log ?? ((m: string) => console.error(m));
+  const log = exportingLog(opts.log ?? ((m: string) => console.error(m)));
   const env = opts.env ?? process.env;
   const dataDir = resolve(opts.dataDir ?? ".slipway");
   const workspaceRoot = resolve(opts.workspaceRoot ?? join(dataDir, "apps"));
@@ -161,6 +162,8 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
     closers.push(() => bus.close());
     // every process of a deployment must seal and open with the same keys (DESIGN §5)
     await agreeOnVaultKey(bus.kv.meta, vault);
+    const telemetry = await watchTelemetry({ bus, vault, role, env, log }); // docs/observability.md
+    closers.push(() => telemetry.close());
 
     const { index, control, data } =
       role === "up" || role === "gateway"

@@ -1,4 +1,5 @@
 import { type Bus, type Vault, type ReadIndex, commandFieldAad, busUnavailable } from "../store/mod.js";
+import { callAnswered, traceCall } from "../effects/mod.js";
 import {
   acceptedOn,
   declarationOf,
@@ -61,6 +62,7 @@ export function actorOf(h: Record<string, string>, principal: Principal): Actor 
 }
 
 function answer(res: Res, reply: Reply): void {
+  callAnswered(res.requestId, reply.http);
   if (reply.ok && reply.body) res.json(reply.http, reply.body);
   else
     res.json(reply.http, {
@@ -73,7 +75,14 @@ function answer(res: Res, reply: Reply): void {
 }
 
 /** `POST /capabilities/<name>`: checks the call, puts the command on the bus, answers the actor's reply. */
-export async function capabilityRoute(
+export function capabilityRoute(...a: Parameters<typeof capabilityCall>): Promise<void> {
+  // a span per call once setup-observability configured an export (docs/observability.md)
+  return traceCall(a[0].plane, declarationOf(a[3]) ? a[3] : "unknown", a[1].requestId, () =>
+    capabilityCall(...a),
+  );
+}
+
+async function capabilityCall(
   d: CapabilityDeps,
   req: Req,
   res: Res,

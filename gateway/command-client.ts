@@ -1,5 +1,6 @@
 import type { Subscription } from "@nats-io/transport-node";
 import { type Bus, type Vault, busUnavailable, isTransientBusError } from "../store/mod.js";
+import { traceHeaders } from "../effects/mod.js";
 import {
   check,
   decode,
@@ -59,7 +60,10 @@ export class CommandClient {
   /** Publishes a command with its id as `Nats-Msg-Id`; resolves with JetStream's duplicate flag. */
   private async publish(cmd: Command): Promise<boolean> {
     try {
-      const ack = await this.bus.pub.publish(subjects.command(cmd.app), encode(cmd), { msgId: cmd.id });
+      const ack = await this.bus.pub.publish(subjects.command(cmd.app), encode(cmd), {
+        msgId: cmd.id,
+        ...traceHeaders(cmd),
+      });
       return ack.duplicate;
     } catch {
       // no stream listens, the stream refused it, or no acknowledgement in time: not stored
