@@ -1,5 +1,5 @@
 /**
- * effects: the outside world (the container engine, the model API, child
+ * effects: the outside world (the container engine, the model API, SMTP, child
  * processes, ports); the one public face of this folder. Other folders import
  * `effects/mod.js`, never a file inside (biome.json); capability handlers
  * import nothing from here at all: their outside work runs as tasks or side
@@ -12,5 +12,6 @@ export * from "./git.js";
 export * from "./model.js";
 export * from "./net.js";
 export * from "./process.js";
+export * from "./smtp.js";
 export * from "./telemetry.js";
 export * from "./verify.js";
