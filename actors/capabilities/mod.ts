@@ -14,6 +14,7 @@ import { release } from "./release.js";
 import { runDevServer } from "./run-dev-server.js";
 import { jobRan, scheduleJob } from "./schedule-job.js";
 import { setSecret, unsetSecret } from "./secrets.js";
+import { sendMessage } from "./send-message.js";
 import { setupObservability } from "./setup-observability.js";
 import { verify } from "./verify.js";
 
@@ -45,6 +46,7 @@ export const HANDLERS: readonly CapabilityHandler[] = [
   release,
   deliveryCheck,
   verify,
+  sendMessage,
   setupObservability,
 ] as unknown as readonly CapabilityHandler[];
 

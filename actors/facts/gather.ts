@@ -11,6 +11,7 @@ import {
   modelConfigFromEnv,
   NO_MODEL_MESSAGE,
   freePort,
+  providerConfigFromEnv,
 } from "../../effects/mod.js";
 import { type Bus, kvKeys } from "../../store/mod.js";
 import { check, appUrl, AppRecordSchema, BUCKETS, isAppName, keys, RouteSchema } from "../../proto/mod.js";
@@ -151,6 +152,13 @@ export async function gatherFacts(
             });
           }
           facts.routes = out;
+          return;
+        }
+        case "mail-provider": {
+          const c = providerConfigFromEnv(r.provider);
+          facts.mailProvider = c.configured
+            ? { configured: true }
+            : { configured: false, message: c.message };
           return;
         }
         case "model": {

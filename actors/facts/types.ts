@@ -29,11 +29,13 @@ export type FactRequest =
   /** The app's repository: the commit `ref` names (default HEAD) and what is not committed (release). */
   | { kind: "git"; ref?: string }
   /** Another app's record, by name (an app-less capability naming an app: delivery-check). */
-  | { kind: "app-record"; app: string };
+  | { kind: "app-record"; app: string }
+  /** Is a mail provider configured (send-message), without its client secret. */
+  | { kind: "mail-provider"; provider: MailProvider };
 
 export type { ContainerView } from "../production/drift.js";
 import type { Sealed } from "../../proto/mod.js";
-import type { AppRecord } from "../../proto/mod.js";
+import type { AppRecord, MailProvider } from "../../proto/mod.js";
 import type { ContainerView } from "../production/drift.js";
 
 /** What release needs to know of the app's repository before its turn. */
@@ -93,6 +95,8 @@ export interface Facts {
   appRecords?: Record<string, AppRecord | null>;
   /** `model`: the model a call would use, or the 503 message when none is configured. */
   model?: { configured: true; model: string } | { configured: false; message: string };
+  /** `mail-provider`: whether the provider can be used, or the 503 message that says why not. */
+  mailProvider?: { configured: true } | { configured: false; message: string };
 }
 
 export const NO_FACTS: Facts = { containers: {} };
