@@ -31,6 +31,8 @@ export const ERROR_STATUS = {
   unavailable: 503,
   container_runtime_unavailable: 503,
   model_unavailable: 503,
+  /** send-email with no SMTP server configured (SLIPWAY_SMTP_URL or the app's secret SMTP_URL; docs/email.md). */
+  smtp_unavailable: 503,
   /** send-message through a mail provider this platform has no OAuth client for (docs/connectors.md). */
   connector_unavailable: 503,
   bus_unavailable: 503,

@@ -1,5 +1,6 @@
 import { agentRunsInspection } from "./agent-run.js";
 import { packageScripts } from "./workspace.js";
+import { emailInspection } from "../mail/inspect.js";
 import { defineHandler, type HandlerContext, type Workspace } from "../context.js";
 import {
   type InspectType,
@@ -220,6 +221,7 @@ export const readers: Partial<Record<InspectType, (ctx: HandlerContext) => Promi
     return { items };
   },
   "agent-runs": agentRunsInspection,
+  email: emailInspection,
   async health(ctx) {
     const app = (await ctx.state.getApp())!;
     // the probe of <base_url>/health, made before this turn (a fact; null without a base_url)

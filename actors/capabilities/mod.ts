@@ -13,6 +13,7 @@ import { provisionEnvironment } from "./provision-environment.js";
 import { release } from "./release.js";
 import { runDevServer } from "./run-dev-server.js";
 import { jobRan, scheduleJob } from "./schedule-job.js";
+import { sendEmail } from "./send-email.js";
 import { setSecret, unsetSecret } from "./secrets.js";
 import { sendMessage } from "./send-message.js";
 import { setupObservability } from "./setup-observability.js";
@@ -44,6 +45,7 @@ export const HANDLERS: readonly CapabilityHandler[] = [
   productionize,
   deploy,
   release,
+  sendEmail,
   deliveryCheck,
   verify,
   sendMessage,

@@ -22,6 +22,8 @@ export type FactRequest =
   | { kind: "app-health"; path: string }
   /** Is a model configured (generate-feature-plan), without its key. */
   | { kind: "model" }
+  /** The platform's SMTP server (SLIPWAY_SMTP_URL, send-email), without its user or password. */
+  | { kind: "smtp" }
   /** The app's production containers (deploy's drift gate), with their configuration hashes. */
   | { kind: "production-containers" }
   /** The proxy's routes to the app (inspect docker), without certificates or CAs. */
@@ -35,6 +37,7 @@ export type FactRequest =
 
 export type { ContainerView } from "../production/drift.js";
 import type { Sealed } from "../../proto/mod.js";
+import type { SmtpView } from "../mail/config.js";
 import type { AppRecord, MailProvider } from "../../proto/mod.js";
 import type { ContainerView } from "../production/drift.js";
 
@@ -93,6 +96,8 @@ export interface Facts {
   appHealth?: ProbeFact | null;
   /** `app-record`: the named apps' records; null when there is no such app. */
   appRecords?: Record<string, AppRecord | null>;
+  /** `smtp`: the platform's SMTP server and sender, or the 503 message when none is usable. */
+  smtp?: SmtpView;
   /** `model`: the model a call would use, or the 503 message when none is configured. */
   model?: { configured: true; model: string } | { configured: false; message: string };
   /** `mail-provider`: whether the provider can be used, or the 503 message that says why not. */

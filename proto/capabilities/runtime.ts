@@ -31,7 +31,7 @@ export const INSPECT_TYPES = {
   secrets: { built: true },
   jobs: { built: true },
   "agent-runs": { built: true },
-  email: { built: false },
+  email: { built: true },
   auth: { built: false },
   health: { built: true },
 } as const satisfies Record<string, { built: boolean }>;

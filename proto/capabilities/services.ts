@@ -1,6 +1,16 @@
 import Type from "typebox";
 import { declareCapability } from "../capability.js";
 import { App, Obj, OptBool, OptInt, OptStr, OptStrList, Sensitive, Str, Url } from "../fields.js";
+import { PlatformError } from "../errors.js";
+
+/** send-email's built-in templates (their data schemas: actors/mail/templates.ts, docs/email.md). */
+export const EMAIL_TEMPLATES = [
+  "welcome",
+  "verify-email",
+  "password-reset",
+  "magic-link",
+  "incident-update",
+] as const;
 
 /** The data plane's services (spec 1.2, DESIGN §11): model runs, mail, telemetry. */
 
@@ -33,19 +43,40 @@ export const sendEmail = declareCapability({
   c_number: "C12",
   events: ["EmailSent", "EmailFailed"],
   skill_action_planned: true,
-  built: false,
+  long_running: true,
+  built: true,
   example: { app: "shop", to: "ada@example.com", subject: "Your order shipped", text: "It is on its way." },
   input: Obj({
     app: App,
     to: Type.String({ format: "email", maxLength: 320, description: "recipient address" }),
-    subject: OptStr("subject", 998),
-    html: OptStr("HTML body", 1_000_000),
-    text: OptStr("text body", 1_000_000),
+    subject: OptStr("subject (required with inline html/text; overrides a template's)", 998),
+    html: OptStr("HTML body (inline; not with template)", 1_000_000),
+    text: OptStr("text body (inline; not with template)", 1_000_000),
     template: Type.Optional(
-      Type.String({ pattern: "^[a-z0-9][a-z0-9_-]{0,63}$", description: "built-in template name" }),
+      Type.Enum(EMAIL_TEMPLATES, { description: "built-in template name (docs/email.md)" }),
     ),
-    data: Type.Optional(Type.Object({}, { additionalProperties: true, description: "template data" })),
+    data: Type.Optional(
+      Type.Object(
+        {},
+        { additionalProperties: true, description: "template data (its schema: docs/email.md)" },
+      ),
+    ),
   }),
+  refine: (input) => {
+    const bad = (field: string, message: string) =>
+      new PlatformError("invalid_input", `${field}: ${message}`, {
+        details: [{ path: `/${field}`, message }],
+      });
+    if (input.template !== undefined) {
+      if (input.html !== undefined) throw bad("html", "not allowed with template (the template renders it)");
+      if (input.text !== undefined) throw bad("text", "not allowed with template (the template renders it)");
+      return;
+    }
+    if (input.data !== undefined) throw bad("data", "only allowed with template");
+    if (input.subject === undefined) throw bad("subject", "is required without template");
+    if (input.html === undefined && input.text === undefined)
+      throw bad("text", "text or html is required without template");
+  },
 });
 
 export const sendMessage = declareCapability({
