@@ -165,9 +165,6 @@ export async function gatherFacts(
         case "model": {
           try {
             const cfg = modelConfigFromEnv();
-        case "smtp":
-          facts.smtp = platformSmtp(process.env);
-          return;
             facts.model = cfg
               ? { configured: true, model: describeModelConfig(cfg).model }
               : { configured: false, message: NO_MODEL_MESSAGE };
@@ -176,6 +173,9 @@ export async function gatherFacts(
           }
           return;
         }
+        case "smtp":
+          facts.smtp = platformSmtp(process.env);
+          return;
       }
     }),
   );
