@@ -48,6 +48,7 @@ export const sendEmail = defineHandler("send-email", {
     const html = input.template !== undefined || input.html !== undefined ? mail.html : undefined;
 
     const resource = ctx.resource("EmailDelivery", "running", {
+      kind: "email",
       channel: "smtp",
       ...redactedDelivery({
         to: [input.to],

@@ -18,6 +18,7 @@ function row(d: Resource) {
   return {
     id: d.id,
     status: d.status,
+    kind: str(d.kind),
     channel: str(d.channel),
     template: str(d.template),
     to: Array.isArray(d.to) ? d.to : [],

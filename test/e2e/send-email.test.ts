@@ -147,6 +147,7 @@ test("send-email: an inline message arrives as sent; the EmailDelivery is redact
   t.is(doc.message_id, got?.parsed.messageId);
   t.regex(doc.provider_response, /^250 /);
   t.like(doc, {
+    kind: "email",
     channel: "smtp",
     template: null,
     to: [`a***@example.com`],
