@@ -3,7 +3,7 @@ export default {
   extensions: ["ts"],
   nodeArguments: ["--import=tsx"],
   workerThreads: false,
-  timeout: "120s",
+  timeout: "300s",
   concurrency: 2,
   serial: false,
   // apps the tests make install their packages from npm's cache (setup fetched them): no test

@@ -179,8 +179,8 @@ export function makeContext(
     "emit" | "putResource" | "deleteResource" | "log" | "outbox" | "after" | "resource"
   >,
 ): TurnContext {
-  const outbox = emptyOutbox(base.cmd.id);
   const iso = base.now.toISOString();
+  const outbox: Outbox = { ...emptyOutbox(base.cmd.id), at: iso };
   const minted = new Set<string>();
   return {
     ...base,

@@ -32,7 +32,11 @@ export interface OutboxHost {
  * The side effects come after, once every outbox of the batch is written
  * ({@link runSideEffects}).
  */
-export async function writeOutbox(host: OutboxHost, outbox: Outbox): Promise<Map<string, number>> {
+export async function writeOutbox(
+  host: OutboxHost,
+  outbox: Outbox,
+  reapply = false,
+): Promise<Map<string, number>> {
   const { pub } = host.bus;
   const revisions = new Map<string, number>();
   const jobs: Promise<unknown>[] = [];
@@ -71,7 +75,10 @@ export async function writeOutbox(host: OutboxHost, outbox: Outbox): Promise<Map
       ),
     );
   }
-  for (const f of outbox.files) jobs.push(writeWorkspaceFile(host, f));
+  // a re-applied outbox writes a file only when nothing wrote it since its turn (a user's later
+  // edit of compose.prod.yaml, say, stays)
+  const since = reapply && outbox.at ? Date.parse(outbox.at) : undefined;
+  for (const f of outbox.files) jobs.push(writeWorkspaceFile(host, f, since));
   for (const j of outbox.jobs ?? []) {
     jobs.push(
       j.def
@@ -118,15 +125,23 @@ export async function runSideEffects(host: OutboxHost, outbox: Outbox): Promise<
 
 /** Writes outboxes committed before (a takeover re-applies the last batch), then their side effects. */
 export async function reapplyOutboxes(host: OutboxHost, outboxes: Outbox[]): Promise<void> {
-  await Promise.all(outboxes.map((o) => writeOutbox(host, o)));
+  await Promise.all(outboxes.map((o) => writeOutbox(host, o, true)));
   for (const o of outboxes) await runSideEffects(host, o);
 }
 
-async function writeWorkspaceFile(host: OutboxHost, f: Outbox["files"][number]): Promise<void> {
+async function writeWorkspaceFile(
+  host: OutboxHost,
+  f: Outbox["files"][number],
+  unchangedSince?: number,
+): Promise<void> {
   const root = resolve(host.workspaceRoot);
   const path = resolve(join(root, f.path));
   if (!path.startsWith(root + sep))
     throw new PlatformError("internal", "outbox file outside the workspace root");
+  if (unchangedSince !== undefined) {
+    const s = await stat(path).catch(() => undefined);
+    if (s && s.mtimeMs >= unchangedSince) return;
+  }
   if (f.keep_existing) {
     try {
       await stat(path);

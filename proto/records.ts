@@ -142,6 +142,8 @@ export type SideEffect = Static<typeof SideEffectSchema>;
 
 export const OutboxSchema = Type.Object({
   command_id: Type.String(),
+  /** When the turn that made it ran: a re-applied outbox leaves a workspace file changed since alone. */
+  at: Type.Optional(Type.String()),
   resources: Type.Array(Type.Object({ key: Type.String(), doc: Type.Union([ResourceSchema, Type.Null()]) })),
   vault: Type.Array(Type.Object({ key: Type.String(), entry: Type.Union([VaultEntrySchema, Type.Null()]) })),
   apps: Type.Array(Type.Object({ key: Type.String(), record: Type.Union([AppRecordSchema, Type.Null()]) })),

@@ -15,8 +15,8 @@ import { runDevServer } from "./run-dev-server.js";
 import { jobRan, scheduleJob } from "./schedule-job.js";
 import { sendEmail } from "./send-email.js";
 import { setSecret, unsetSecret } from "./secrets.js";
-import { sendMessage } from "./send-message.js";
 import { setupObservability } from "./setup-observability.js";
+import { sendMessage } from "./send-message.js";
 import { verify } from "./verify.js";
 
 /** Internal command a scheduler leader sends with a tick's outcome. */
@@ -48,8 +48,8 @@ export const HANDLERS: readonly CapabilityHandler[] = [
   sendEmail,
   deliveryCheck,
   verify,
-  sendMessage,
   setupObservability,
+  sendMessage,
 ] as unknown as readonly CapabilityHandler[];
 
 /** Handlers of internal commands (never accepted from a gateway). */

@@ -165,6 +165,9 @@ export async function gatherFacts(
         case "model": {
           try {
             const cfg = modelConfigFromEnv();
+        case "smtp":
+          facts.smtp = platformSmtp(process.env);
+          return;
             facts.model = cfg
               ? { configured: true, model: describeModelConfig(cfg).model }
               : { configured: false, message: NO_MODEL_MESSAGE };
@@ -173,9 +176,6 @@ export async function gatherFacts(
           }
           return;
         }
-        case "smtp":
-          facts.smtp = platformSmtp(process.env);
-          return;
       }
     }),
   );
