@@ -21,6 +21,7 @@
  * machine) and how busy the platform's event loop was. It prints; it asserts
  * nothing. Progress goes to stderr, the report to stdout.
  */
+import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { cpus, loadavg, tmpdir } from "node:os";
@@ -610,10 +611,26 @@ async function rawPhases(b: Bench): Promise<{ raw: RawResult; bare: Measured }> 
   return { raw, bare };
 }
 
+/**
+ * `--otlp`: the platform exports its traces, metrics and logs (setup-observability) to a sink in a
+ * child process that takes every OTLP request (as a collector beside the platform would).
+ */
+async function exportTo(base: string): Promise<void> {
+  const port = await freePort();
+  const sink = `require("node:http").createServer((q, s) => { q.resume(); q.on("end", () => s.end("{}")); }).listen(${port}, "127.0.0.1")`;
+  const child = spawn(process.execPath, ["-e", sink], { stdio: "ignore" });
+  process.once("exit", () => child.kill());
+  await sleep(300);
+  const r = await post(base, "setup-observability", { endpoint: `http://127.0.0.1:${port}` });
+  progress(`--otlp: setup-observability answered ${r.status}; exporting to a sink on port ${port}`);
+  await sleep(1500);
+}
+
 /** The apps, and a first set-secret of every name (the Secrets the later phases update). */
 async function warmUp(b: Bench): Promise<{ mix: SecretMix; apps: string[]; warmup: MeasuredWrites }> {
   const apps = Array.from({ length: APPS }, (_, i) => `bench-${String(i).padStart(2, "0")}`);
   await createApps(b.base, apps);
+  if (process.argv.includes("--otlp")) await exportTo(b.base); // docs/observability.md
   const mix: SecretMix = { apps, names: NAMES_PER_APP };
   progress(
     `created ${APPS} apps; warm-up: ${APPS * NAMES_PER_APP} set-secrets (${NAMES_PER_APP} names per app)`,
