@@ -45,9 +45,9 @@ export const HANDLERS: readonly CapabilityHandler[] = [
   productionize,
   deploy,
   release,
-  sendEmail,
   deliveryCheck,
   verify,
+  sendEmail,
   setupObservability,
   sendMessage,
 ] as unknown as readonly CapabilityHandler[];

@@ -16,8 +16,8 @@ import {
 import { type Bus, kvKeys } from "../../store/mod.js";
 import { check, appUrl, AppRecordSchema, BUCKETS, isAppName, keys, RouteSchema } from "../../proto/mod.js";
 import type { Sealed } from "../../proto/mod.js";
-import { platformSmtp } from "../mail/config.js";
 import { viewOf } from "../production/drift.js";
+import { platformSmtp } from "../mail/config.js";
 import type { FactRequest, Facts, ProbeFact } from "./types.js";
 
 /**
@@ -165,9 +165,6 @@ export async function gatherFacts(
         case "model": {
           try {
             const cfg = modelConfigFromEnv();
-        case "smtp":
-          facts.smtp = platformSmtp(process.env);
-          return;
             facts.model = cfg
               ? { configured: true, model: describeModelConfig(cfg).model }
               : { configured: false, message: NO_MODEL_MESSAGE };
@@ -176,6 +173,9 @@ export async function gatherFacts(
           }
           return;
         }
+        case "smtp":
+          facts.smtp = platformSmtp(process.env);
+          return;
       }
     }),
   );
