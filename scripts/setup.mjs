@@ -180,7 +180,11 @@ if (!process.env.NATS_URL && !onPath(natsBin)) {
 // ACME test server with pebble-challtestsrv's mock DNS: the proxy's HTTPS tests obtain
 // certificates from it on loopback) and docker-registry (the deploy tests push and pull by digest).
 for (const tool of [
-  { bins: ["git"], pkg: "git", why: "workspaces are git repositories (initialize-app and productionize commit)" },
+  {
+    bins: ["git"],
+    pkg: "git",
+    why: "workspaces are git repositories (initialize-app and productionize commit)",
+  },
   { bins: ["pebble", "pebble-challtestsrv"], pkg: "pebble", why: "the proxy's TLS tests" },
   { bins: ["docker-registry"], pkg: "docker-registry", why: "the deploy tests (a local registry)" },
 ]) {

@@ -405,7 +405,9 @@ test("generate-feature-plan: unknown app, no model, then a running Plan whose ta
       // whether a model is configured is a fact the node reads before the turn
       const model: Facts = { containers: {}, model: { configured: true, model: cfg.model } };
       const handler = generateFeaturePlan.handle;
-      t.deepEqual(generateFeaturePlan.facts?.({ app: "todo", goal: "x" }, {} as Command), [{ kind: "model" }]);
+      t.deepEqual(generateFeaturePlan.facts?.({ app: "todo", goal: "x" }, {} as Command), [
+        { kind: "model" },
+      ]);
       await t.throwsAsync(handler(fakeCtx(undefined, root, model), { app: "ghost", goal: "x" }), {
         instanceOf: PlatformError,
         message: /app ghost does not exist/,
