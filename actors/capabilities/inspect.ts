@@ -1,6 +1,7 @@
 import { agentRunsInspection } from "./agent-run.js";
 import { packageScripts } from "./workspace.js";
 import { emailInspection } from "../mail/inspect.js";
+import { appEventsInspection } from "./inspect-app-events.js";
 import { defineHandler, type HandlerContext, type Workspace } from "../context.js";
 import {
   type InspectType,
@@ -221,6 +222,7 @@ export const readers: Partial<Record<InspectType, (ctx: HandlerContext) => Promi
     return { items };
   },
   "agent-runs": agentRunsInspection,
+  "app-events": appEventsInspection,
   email: emailInspection,
   async health(ctx) {
     const app = (await ctx.state.getApp())!;
@@ -243,7 +245,9 @@ export const inspect = defineHandler("inspect", {
       ? [{ kind: "app-health", path: "/health" }]
       : input.type === "docker"
         ? [{ kind: "engine-description", app: input.app }, { kind: "routes" }]
-        : [],
+        : input.type === "app-events"
+          ? [{ kind: "app-events", owner: input.owner }]
+          : [],
   handle: async (ctx, input) => {
     const type = input.type;
     const reader = readers[type];

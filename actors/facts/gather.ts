@@ -13,7 +13,7 @@ import {
   freePort,
   providerConfigFromEnv,
 } from "../../effects/mod.js";
-import { type Bus, kvKeys } from "../../store/mod.js";
+import { type Bus, kvKeys, latestAppEvents, listAppEvents } from "../../store/mod.js";
 import { check, appUrl, AppRecordSchema, BUCKETS, isAppName, keys, RouteSchema } from "../../proto/mod.js";
 import type { Sealed } from "../../proto/mod.js";
 import { viewOf } from "../production/drift.js";
@@ -121,6 +121,19 @@ export async function gatherFacts(
             commit: r.ref ? await resolveCommit(dir, r.ref) : await sourceHead(dir),
             dirty: await uncommitted(dir),
           };
+          return;
+        }
+        case "app-events": {
+          try {
+            const q = { app, owner: r.owner };
+            const [latest, page] = await Promise.all([
+              latestAppEvents(bus, q),
+              listAppEvents(bus, { ...q, limit: 200, scanLimit: 2000 }),
+            ]);
+            facts.appEvents = { latest: latest.slice(0, 200), recent: page.items };
+          } catch (e) {
+            facts.appEvents = { error: e instanceof Error ? e.message.slice(0, 200) : "not read" };
+          }
           return;
         }
         case "app-record": {

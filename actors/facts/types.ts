@@ -24,6 +24,8 @@ export type FactRequest =
   | { kind: "model" }
   /** The platform's SMTP server (SLIPWAY_SMTP_URL, send-email), without its user or password. */
   | { kind: "smtp" }
+  /** The app's latest application event per subject and its newest ones (inspect app-events). */
+  | { kind: "app-events"; owner?: string | undefined }
   /** The app's production containers (deploy's drift gate), with their configuration hashes. */
   | { kind: "production-containers" }
   /** The proxy's routes to the app (inspect docker), without certificates or CAs. */
@@ -38,7 +40,7 @@ export type FactRequest =
 export type { ContainerView } from "../production/drift.js";
 import type { Sealed } from "../../proto/mod.js";
 import type { SmtpView } from "../mail/config.js";
-import type { AppRecord, MailProvider } from "../../proto/mod.js";
+import type { AppEvent, AppRecord, MailProvider } from "../../proto/mod.js";
 import type { ContainerView } from "../production/drift.js";
 
 /** What release needs to know of the app's repository before its turn. */
@@ -96,6 +98,8 @@ export interface Facts {
   appHealth?: ProbeFact | null;
   /** `app-record`: the named apps' records; null when there is no such app. */
   appRecords?: Record<string, AppRecord | null>;
+  /** `app-events`: the latest event per subject and the newest events (at most 200 each), or why not read. */
+  appEvents?: { latest: AppEvent[]; recent: AppEvent[] } | { error: string };
   /** `smtp`: the platform's SMTP server and sender, or the 503 message when none is usable. */
   smtp?: SmtpView;
   /** `model`: the model a call would use, or the 503 message when none is configured. */

@@ -23,7 +23,7 @@ export const INSPECT_TYPES = {
   app: { built: true },
   resources: { built: true },
   events: { built: true },
-  "app-events": { built: false },
+  "app-events": { built: true },
   notifications: { built: true },
   routes: { built: true },
   scripts: { built: true },

@@ -239,3 +239,32 @@ test("rate limits: a burst past the limit gets 429 with Retry-After; another app
   );
   t.true(control.every((r) => r.status === 200));
 });
+
+test("inspect app-events: subjects, the latest of each without its data, the newest counted by type; owner narrows it", async (t) => {
+  const { p, apps } = t.context;
+  const { name, token } = apps.other;
+  for (const [i, subject] of ["a", "b", "a", "c"].entries()) {
+    const r = await post(p.dataUrl, token, {
+      app: name,
+      owner: i === 3 ? "carol" : "dave",
+      type: i === 2 ? "thing.closed" : "thing.opened",
+      subject: `thing/${subject}`,
+      data: { secret_note: `private-${i}` },
+    });
+    t.is(r.status, 200, JSON.stringify(r.body));
+  }
+  const all = await call(p.controlUrl, "inspect", { app: name, type: "app-events" });
+  t.is(all.status, 200, all.text);
+  const result = all.body.resource.result;
+  t.true(result.read);
+  t.is(result.subjects, 3);
+  const bySubject = Object.fromEntries(
+    (result.latest as { subject: string; type: string }[]).map((e) => [e.subject, e.type]),
+  );
+  t.deepEqual(bySubject, { "thing/a": "thing.closed", "thing/b": "thing.opened", "thing/c": "thing.opened" });
+  t.deepEqual(result.recent.by_type, { "thing.opened": 3, "thing.closed": 1 });
+  t.false(all.text.includes("private-"), "no event's data in the inspection");
+  const carol = await call(p.controlUrl, "inspect", { app: name, type: "app-events", owner: "carol" });
+  t.is(carol.body.resource.result.subjects, 1);
+  t.deepEqual(carol.body.resource.result.recent.by_type, { "thing.opened": 1 });
+});
