@@ -108,10 +108,10 @@ test("inspect answers app, resources, events, secrets and health, and 501 for ty
   t.true(ev.body.resource.result.items.some((e: { type: string }) => e.type === "ApplicationInitialized"));
   const app = await call(p.controlUrl, "inspect", { app: name, type: "app" });
   t.is(app.body.resource.result.name, name);
-  const later = await call(p.controlUrl, "inspect", { app: name, type: "agent-runs" });
+  const later = await call(p.controlUrl, "inspect", { app: name, type: "auth" });
   t.is(later.status, 501);
   t.is(later.body.error.code, "not_implemented");
-  t.regex(later.body.error.message, /agent-runs/);
+  t.regex(later.body.error.message, /auth/);
   const bad = await call(p.controlUrl, "inspect", { app: name, type: "nope" });
   t.is(bad.status, 400);
   t.is(bad.body.error.details[0].path, "/type");
