@@ -1,5 +1,5 @@
+import { createRequire } from "node:module";
 import { Ajv, type ErrorObject } from "ajv";
-import secureMetaSchema from "ajv/dist/refs/json-schema-secure.json" with { type: "json" };
 import type { TaskContext, TaskResult, TaskSpec } from "./types.js";
 import {
   agentCall,
@@ -10,6 +10,9 @@ import {
   type ModelConfig,
 } from "../../effects/mod.js";
 import { type ErrorDetail, newResourceId, PlatformError } from "../../proto/mod.js";
+
+// read with require: a JSON import needs an import attribute that some bundle targets drop
+const secureMetaSchema = createRequire(import.meta.url)("ajv/dist/refs/json-schema-secure.json") as object;
 
 /**
  * agent-run (docs/agent-run.md): the caller's JSON Schema, compiled with ajv
