@@ -95,7 +95,16 @@ test("commands sent while no node runs are applied when one starts", async (t) =
   const { gw } = c;
   await c.addNode("first", { tickMs: 200 });
   const app = `w${randomUUID().slice(0, 8)}`;
-  t.is((await call(gw.controlUrl, "initialize-app", { name: app })).status, 200);
+  // the short reply bound is for the call below; on a loaded machine the app's first command (the
+  // starter's files) may answer late: then it still takes effect, so wait for the app itself
+  const init = await call(gw.controlUrl, "initialize-app", { name: app });
+  if (init.status !== 200) {
+    t.is(init.status, 504, init.text);
+    await eventually(async () => {
+      const l = await get(gw.controlUrl, `/resources?app_id=${app}&type=Application`);
+      return l.body.items.length === 1;
+    }, 30_000);
+  }
   await c.stopNode("first");
   // no node: the call times out, and says the command may still take effect
   const r = await call(gw.controlUrl, "set-secret", { app, name: "LATER", value: "v" });
