@@ -10,6 +10,7 @@ import {
   partitionOf,
 } from "../proto/mod.js";
 import { handlerOf } from "./handlers.js";
+import { INTERNAL_FACTS } from "./capabilities/mod.js";
 import type { PlatformUrls } from "./context.js";
 import { gatherFacts } from "./facts/gather.js";
 import { NO_FACTS, type FactRequest, type Facts } from "./facts/types.js";
@@ -62,10 +63,11 @@ export class RuntimeNode implements WorkerHost {
   /** Reads the facts a command's handler asks for (none for most); a failed read is a fact too. */
   factsFor(cmd: Command): Promise<Facts> {
     const handler = handlerOf(cmd.capability);
-    if (!handler?.facts) return Promise.resolve(NO_FACTS);
+    const internal = INTERNAL_FACTS[cmd.capability];
+    if (!handler?.facts && !internal) return Promise.resolve(NO_FACTS);
     let requests: FactRequest[];
     try {
-      requests = handler.facts(cmd.input as never, cmd);
+      requests = handler?.facts ? handler.facts(cmd.input as never, cmd) : internal!();
     } catch {
       return Promise.resolve(NO_FACTS); // the handler refuses the input itself
     }

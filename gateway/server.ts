@@ -16,6 +16,7 @@ import { capabilityRoute, type CapabilityDeps } from "./capability-route.js";
 import { CommandClient } from "./command-client.js";
 import { CONNECT_ROUTE, type ConnectDeps, connectRoute } from "./connect.js";
 import { guard, type GuardOptions } from "./guard.js";
+import { authRoute, isBuiltAuthRoute } from "./identity.js";
 import { takeBody, type Res } from "./http.js";
 import { openApiDocument } from "./openapi.js";
 import { DEFAULT_ORIGIN_POLICY, type OriginPolicy } from "./origin.js";
@@ -175,6 +176,14 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
       return appEventsRoute(appEvents, req, res, takeBody(req, res), methodNotAllowed);
     const kn = CONNECT_ROUTE.exec(path);
     if (kn) return connectRoute(connect, req, res, kn, takeBody(req, res), methodNotAllowed);
+    if (isBuiltAuthRoute(path)) {
+      if (plane !== "data")
+        throw new PlatformError(
+          "wrong_plane",
+          `${path} is served on the data plane (port ${otherPort()}), not the control plane`,
+        );
+      return authRoute(caps, req, res, takeBody(req, res), methodNotAllowed);
+    }
     if (PLANNED_ROUTES.some((r) => r.test(path))) {
       if (!bus.connected()) throw busUnavailable();
       throw new PlatformError(

@@ -106,8 +106,13 @@ export function encode(value: unknown): Uint8Array {
 
 /** Validates a capability body; throws PlatformError invalid_input with every problem's path. */
 export function validateInput(name: CapabilityName, body: unknown): Record<string, unknown> {
-  const v = validator(INPUT_SCHEMAS[name]);
-  if (v.Check(body)) return body as Record<string, unknown>;
+  return validateBody(INPUT_SCHEMAS[name], body) as Record<string, unknown>;
+}
+
+/** Validates a request body against a schema (the /auth routes); invalid_input with every problem's path. */
+export function validateBody<S extends TSchema>(schema: S, body: unknown): Static<S> {
+  const v = validator(schema);
+  if (v.Check(body)) return body as Static<S>;
   const d = details(v, body);
   const first = d[0];
   const message = first ? `${first.path.slice(1) || "body"}: ${first.message}` : "invalid input";

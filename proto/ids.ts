@@ -92,6 +92,9 @@ const PREFIX: Record<string, string> = {
   EvalRun: "evl",
   DeliveryCheckRun: "dcr",
   Incident: "inc",
+  User: "usr",
+  Session: "ses",
+  LoginThrottle: "thr",
 };
 
 /** A new resource id for a resource type. */

@@ -18,6 +18,7 @@ export { APP_NAME_PATTERN, isAppName, JOB_NAME_PATTERN, SECRET_NAME_PATTERN } fr
 export * from "./ids.js";
 export * from "./inputs.js";
 export * from "./logs.js";
+export * from "./identity.js";
 export * from "./names.js";
 export * from "./records.js";
 export { refineInput } from "./refine.js";

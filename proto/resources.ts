@@ -149,6 +149,9 @@ export const RESOURCE_TYPES = [
   "EvalRun",
   "DeliveryCheckRun",
   "Incident",
+  "User",
+  "Session",
+  "LoginThrottle",
 ] as const;
 export type ResourceType = (typeof RESOURCE_TYPES)[number];
 const resourceTypeSet = new Set<string>(RESOURCE_TYPES);

@@ -4,6 +4,7 @@ import { build, lint, test } from "./build-test-lint.js";
 import { explainFailure } from "./explain-failure.js";
 import { generateFeaturePlan } from "./generate-feature-plan.js";
 import { initializeApp } from "./initialize-app.js";
+import { AUTH_HANDLERS } from "./identity.js";
 import { inspect } from "./inspect.js";
 import { installDependencies } from "./install-dependencies.js";
 import { productionize } from "./productionize.js";
@@ -53,4 +54,10 @@ export const HANDLERS: readonly CapabilityHandler[] = [
 ] as unknown as readonly CapabilityHandler[];
 
 /** Handlers of internal commands (never accepted from a gateway). */
-export const INTERNAL_HANDLERS: Readonly<Record<string, InternalHandler>> = { [JOB_RAN]: jobRan };
+export const INTERNAL_HANDLERS: Readonly<Record<string, InternalHandler>> = {
+  [JOB_RAN]: jobRan,
+  // the /auth routes of the data plane (docs/identity.md): sent only by a data-plane gateway
+  ...AUTH_HANDLERS,
+};
+
+export { INTERNAL_FACTS } from "./identity.js";

@@ -210,11 +210,13 @@ test("501 not_implemented names the capability, the inspect type or the route of
   const jobs = await call(p.controlUrl, "inspect", { app, type: "auth" });
   isError(t, jobs, "not_implemented");
   t.regex(jobs.body.error.message, /auth/);
-  for (const path of ["/mcp/tools", "/policies", "/status/incidents", "/auth/config"]) {
+  for (const path of ["/mcp/tools", "/policies", "/status/incidents", "/auth/password/reset"]) {
     const g = await get(p.controlUrl, path);
     isError(t, g, "not_implemented");
     t.true(g.body.error.message.includes(path));
   }
+  // the /auth routes built (docs/identity.md) are the data plane's
+  isError(t, await get(p.controlUrl, "/auth/config"), "wrong_plane");
   // what is built comes from the declarations (test/gateway/contract.test.ts holds every capability to them)
   const caps = await get(p.controlUrl, "/capabilities");
   t.deepEqual(

@@ -1,0 +1,301 @@
+import { randomBytes } from "node:crypto";
+import type { FactRequest } from "../facts/types.js";
+import type { Effect, HandlerContext, InternalHandler } from "../context.js";
+import {
+  AUTH_COMMANDS,
+  AUTH_SIGNING_SECRET,
+  type AuthCommandInput,
+  type AuthRoute,
+  authCommand,
+  check,
+  CodecError,
+  commandFieldAad,
+  keys,
+  LOGIN_LOCK,
+  NO_GATEWAY,
+  PlatformError,
+  REFRESH_TTL_S,
+  ROTATED_KEPT,
+  type Resource,
+  secretAad,
+  VERIFY_TTL_S,
+} from "../../proto/mod.js";
+import { maskAddress } from "../mail/redact.js";
+import { renderTemplate, TOKEN_FIELDS } from "../mail/templates.js";
+import { deliveryEffect, smtpOf } from "./send-email.js";
+import { requireApp } from "./workspace.js";
+
+/**
+ * The /auth routes' side in the app's actor (docs/identity.md): internal
+ * commands `_auth_<route>` the data-plane gateway sends after it checked the
+ * body and hashed what is secret. Each decides in the actor's turn, in order
+ * with the app's other commands: no password is hashed here, no token is made
+ * here (the gateway made them and sends only their sha256), so nothing of them
+ * is ever kept. A call that did not work for the caller (a wrong password, a
+ * stale refresh token) is still a decision with writes (a failure counted, a
+ * family revoked): it ends `failed` with `result.outcome`, which the gateway
+ * turns into its HTTP error.
+ */
+
+/** Refuses an /auth command that did not come from a data-plane gateway. */
+function fromDataGateway(ctx: HandlerContext): void {
+  if (ctx.cmd.plane !== "data" || ctx.cmd.gateway_id === NO_GATEWAY)
+    throw new PlatformError("forbidden", "the /auth commands come only from the data plane's gateway");
+}
+
+function inputOf<R extends AuthRoute>(route: R, raw: Record<string, unknown>): AuthCommandInput<R> {
+  try {
+    return check(AUTH_COMMANDS[route], raw, authCommand(route)) as AuthCommandInput<R>;
+  } catch (e) {
+    if (e instanceof CodecError) throw new PlatformError("invalid_input", e.message);
+    throw e;
+  }
+}
+
+const failed = (resource: Resource, outcome: string, extra: Record<string, unknown> = {}): Effect => ({
+  status: "failed",
+  resource,
+  result: { outcome, ...extra },
+});
+
+const later = (ctx: HandlerContext, s: number) => new Date(ctx.now.getTime() + s * 1000).toISOString();
+
+/** The sealed signing key of the app's access tokens, made (random, sealed) the first time it is needed. */
+async function signingKey(ctx: HandlerContext, resourceId: string): Promise<unknown> {
+  const have = await ctx.state.getVaultEntry(AUTH_SIGNING_SECRET);
+  if (have) return have.sealed;
+  const made = ctx.outbox.vault.find((v) => v.key === keys.vault(ctx.app, AUTH_SIGNING_SECRET));
+  if (made?.entry) return made.entry.sealed;
+  const key = randomBytes(32);
+  const sealed = ctx.vault.seal(key, secretAad(ctx.app, AUTH_SIGNING_SECRET));
+  key.fill(0);
+  ctx.outbox.vault.push({
+    key: keys.vault(ctx.app, AUTH_SIGNING_SECRET),
+    entry: { sealed, resource_id: resourceId, version: 1, updated_at: ctx.now.toISOString() },
+  });
+  return sealed;
+}
+
+async function signup(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
+  fromDataGateway(ctx);
+  const input = inputOf("signup", raw);
+  await requireApp(ctx);
+  const existing = await ctx.state.getResource("User", input.user_id);
+  // the same answer whether the address is taken or not (the gateway answers both alike)
+  if (existing) return { status: "succeeded", resource: existing, result: { outcome: "exists" } };
+  const smtp = await smtpOf(ctx);
+  const sealedToken = ctx.cmd.sealed?.verify_token;
+  if (!sealedToken) throw new PlatformError("invalid_input", "the verification token is missing");
+  const token = ctx.vault.openString(sealedToken, commandFieldAad(ctx.cmd.id, "verify_token"));
+  const iso = ctx.now.toISOString();
+  const user = ctx.resource(
+    "User",
+    "succeeded",
+    {
+      email: input.email,
+      ...(input.name !== undefined ? { name: input.name } : {}),
+      email_verified: false,
+      roles: ["member"],
+      password: input.password,
+      credential_version: 1,
+      verify_hash: input.verify_hash,
+      verify_expires_at: later(ctx, VERIFY_TTL_S),
+    },
+    { id: input.user_id, created_at: iso },
+  );
+  ctx.putResource(user);
+  ctx.emit("UserSignedUp", user, { user_id: user.id, email: maskAddress(input.email), idp: "password" });
+  ctx.log(user.id, `signed up ${maskAddress(input.email)}; verification mail queued`);
+  const base = input.verify_url ?? `${ctx.platformUrls.data ?? "http://localhost"}/auth/verify`;
+  const link = `${base}${base.includes("?") ? "&" : "?"}token=${encodeURIComponent(token)}`;
+  const data = {
+    link,
+    ...(input.name !== undefined ? { name: input.name } : {}),
+    expires_in_minutes: VERIFY_TTL_S / 60,
+  };
+  const mail = renderTemplate("verify-email", data, ctx.app);
+  return deliveryEffect(ctx, smtp, {
+    to: input.email,
+    mail,
+    text: mail.text,
+    html: mail.html,
+    template: "verify-email",
+    data,
+    tokenFields: TOKEN_FIELDS["verify-email"],
+  });
+}
+
+async function verify(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
+  fromDataGateway(ctx);
+  const input = inputOf("verify", raw);
+  const user = await ctx.state.getResource("User", input.user_id);
+  if (!user) throw new PlatformError("invalid_input", "the verification token is not valid or has expired");
+  if (
+    user.email_verified === true ||
+    user.verify_hash !== input.token_hash ||
+    typeof user.verify_expires_at !== "string" ||
+    Date.parse(user.verify_expires_at) < ctx.now.getTime()
+  )
+    throw new PlatformError("invalid_input", "the verification token is not valid or has expired");
+  const next = ctx.resource(
+    "User",
+    "succeeded",
+    { ...stripCommon(user), email_verified: true, verify_hash: null, verify_expires_at: null },
+    user,
+  );
+  ctx.putResource(next, user);
+  ctx.emit("UserVerified", next, { user_id: user.id });
+  return { status: "succeeded", resource: next, result: { outcome: "verified", user_id: user.id } };
+}
+
+function stripCommon(r: Resource): Record<string, unknown> {
+  const { type: _t, id: _i, app_id: _a, status: _s, created_at: _c, updated_at: _u, ...rest } = r;
+  return rest;
+}
+
+async function login(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
+  fromDataGateway(ctx);
+  const input = inputOf("login", raw);
+  const now = ctx.now.getTime();
+  const prev = await ctx.state.getResource("LoginThrottle", input.throttle_id);
+  const recent = ((prev?.failures as string[] | undefined) ?? []).filter(
+    (t) => Date.parse(t) > now - LOGIN_LOCK.windowS * 1000,
+  );
+  const lockedUntil = typeof prev?.locked_until === "string" ? Date.parse(prev.locked_until) : 0;
+  const throttle = (failures: string[], locked: string | null) => {
+    const doc = ctx.resource(
+      "LoginThrottle",
+      "succeeded",
+      { failures, locked_until: locked },
+      prev ?? { id: input.throttle_id, created_at: ctx.now.toISOString() },
+    );
+    ctx.putResource(doc, prev);
+    return doc;
+  };
+  if (lockedUntil > now)
+    return failed(prev!, "locked", { retry_after: Math.ceil((lockedUntil - now) / 1000) });
+
+  const user = await ctx.state.getResource("User", input.user_id);
+  const ok = input.password_ok && user !== undefined && user.credential_version === input.credential_version;
+  if (!ok) {
+    const failures = [...recent, ctx.now.toISOString()];
+    const lock = failures.length >= LOGIN_LOCK.failures ? later(ctx, LOGIN_LOCK.lockS) : null;
+    const doc = throttle(lock ? [] : failures, lock);
+    return failed(doc, "invalid");
+  }
+  if (user.email_verified !== true) return failed(user, "unverified");
+  if (prev && (recent.length > 0 || prev.locked_until)) throttle([], null);
+
+  const session = ctx.resource(
+    "Session",
+    "running",
+    {
+      user_id: user.id,
+      family: input.session_id,
+      refresh_hash: input.refresh_hash,
+      rotated: [],
+      generation: 1,
+      expires_at: later(ctx, REFRESH_TTL_S),
+      revoked_reason: null,
+    },
+    { id: input.session_id, created_at: ctx.now.toISOString() },
+  );
+  if (await ctx.state.getResource("Session", input.session_id))
+    throw new PlatformError("conflict", "this session id is taken");
+  ctx.putResource(session);
+  ctx.emit("UserAuthenticated", session, { user_id: user.id, session_id: session.id, idp: "password" });
+  const key = await signingKey(ctx, session.id);
+  return {
+    status: "succeeded",
+    resource: session,
+    result: { outcome: "authenticated", user_id: user.id, email: user.email, signing_key: key },
+  };
+}
+
+function revoke(ctx: HandlerContext, session: Resource, reason: string): Resource {
+  const next = ctx.resource(
+    "Session",
+    "cancelled",
+    { ...stripCommon(session), refresh_hash: null, revoked_reason: reason },
+    session,
+  );
+  ctx.putResource(next, session);
+  ctx.emit("SessionRevoked", next, { user_id: session.user_id, session_id: session.id, reason });
+  return next;
+}
+
+/** An active session of this app, or undefined (missing, revoked or expired). */
+async function sessionOf(ctx: HandlerContext, id: string): Promise<Resource | undefined> {
+  return ctx.state.getResource("Session", id);
+}
+
+async function refresh(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
+  fromDataGateway(ctx);
+  const input = inputOf("refresh", raw);
+  const session = await sessionOf(ctx, input.session_id);
+  if (!session) throw new PlatformError("unauthenticated", "the refresh token is not valid");
+  const rotated = (session.rotated as string[] | undefined) ?? [];
+  if (session.status !== "running") return failed(session, "invalid");
+  if (rotated.includes(input.presented_hash)) {
+    // a rotated token used again: someone else holds the family; end it
+    const next = revoke(ctx, session, "reuse");
+    return failed(next, "reuse");
+  }
+  if (session.refresh_hash !== input.presented_hash) return failed(session, "invalid");
+  if (typeof session.expires_at === "string" && Date.parse(session.expires_at) < ctx.now.getTime()) {
+    const next = revoke(ctx, session, "expired");
+    return failed(next, "invalid");
+  }
+  const user = await ctx.state.getResource("User", String(session.user_id));
+  if (!user) return failed(revoke(ctx, session, "user_gone"), "invalid");
+  const next = ctx.resource(
+    "Session",
+    "running",
+    {
+      ...stripCommon(session),
+      refresh_hash: input.next_hash,
+      rotated: [...rotated, input.presented_hash].slice(-ROTATED_KEPT),
+      generation: Number(session.generation ?? 1) + 1,
+    },
+    session,
+  );
+  ctx.putResource(next, session);
+  ctx.emit("SessionRefreshed", next, {
+    user_id: session.user_id,
+    session_id: session.id,
+    generation: next.generation,
+  });
+  const key = await signingKey(ctx, session.id);
+  return {
+    status: "succeeded",
+    resource: next,
+    result: { outcome: "refreshed", user_id: user.id, email: user.email, signing_key: key },
+  };
+}
+
+async function logout(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
+  fromDataGateway(ctx);
+  const input = inputOf("logout", raw);
+  const session = await sessionOf(ctx, input.session_id);
+  if (session?.status !== "running")
+    throw new PlatformError("unauthenticated", "the refresh token is not valid");
+  const rotated = (session.rotated as string[] | undefined) ?? [];
+  if (rotated.includes(input.presented_hash)) return failed(revoke(ctx, session, "reuse"), "reuse");
+  if (session.refresh_hash !== input.presented_hash) return failed(session, "invalid");
+  const next = revoke(ctx, session, "logout");
+  return { status: "succeeded", resource: next, result: { outcome: "revoked" } };
+}
+
+/** The internal commands of the /auth routes. */
+export const AUTH_HANDLERS: Readonly<Record<string, InternalHandler>> = {
+  [authCommand("signup")]: signup,
+  [authCommand("verify")]: verify,
+  [authCommand("login")]: login,
+  [authCommand("refresh")]: refresh,
+  [authCommand("logout")]: logout,
+};
+
+/** Facts an internal command asks for before its turn (signup sends mail: the SMTP fact). */
+export const INTERNAL_FACTS: Readonly<Record<string, () => FactRequest[]>> = {
+  [authCommand("signup")]: () => [{ kind: "smtp" }],
+};

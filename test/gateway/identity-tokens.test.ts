@@ -1,0 +1,42 @@
+import { randomBytes, scryptSync } from "node:crypto";
+import test from "ava";
+import { checkPassword, hashPassword, signAccessToken, verifyAccessToken } from "../../gateway/identity.js";
+
+/** The gateway's side of identity without a bus (docs/identity.md): scrypt hashes and access tokens. */
+
+test("a password hash keeps its parameters (N=2^15, r=8, p=1) and checks only the right password", async (t) => {
+  const h = await hashPassword("correct horse battery");
+  const [kind, n, r, p, salt, hash] = h.split("$");
+  t.deepEqual([kind, n, r, p], ["scrypt", "32768", "8", "1"]);
+  t.is(Buffer.from(salt!, "base64url").length, 16);
+  t.is(Buffer.from(hash!, "base64url").length, 32);
+  t.false(h.includes("correct horse"));
+  t.true(await checkPassword("correct horse battery", h));
+  t.false(await checkPassword("correct horse batterY", h));
+  t.not(await hashPassword("correct horse battery"), h, "a new salt each time");
+  t.false(await checkPassword("x", "not-a-hash"));
+});
+
+test("a hash made with other parameters is checked with its own", async (t) => {
+  const salt = randomBytes(16);
+  const k = scryptSync("pw-old-params", salt, 32, { N: 2 ** 14, r: 8, p: 1 });
+  const stored = `scrypt$16384$8$1$${salt.toString("base64url")}$${k.toString("base64url")}`;
+  t.true(await checkPassword("pw-old-params", stored));
+  t.false(await checkPassword("pw-other", stored));
+});
+
+test("an access token checks without a lookup: its app, its key, its signature, its expiry", (t) => {
+  const key = randomBytes(32);
+  const now = Math.floor(Date.now() / 1000);
+  const claims = { app: "shop", sub: "usr_1", sid: "ses_1", iat: now, exp: now + 900, jti: "j" };
+  const tok = signAccessToken(claims, key);
+  t.deepEqual(verifyAccessToken(tok, key, "shop", now), claims);
+  t.is(verifyAccessToken(tok, key, "other", now), undefined);
+  t.is(verifyAccessToken(tok, randomBytes(32), "shop", now), undefined);
+  t.is(verifyAccessToken(tok, key, "shop", now + 900), undefined, "expired");
+  const [v, body, sig] = tok.split(".");
+  const forged = Buffer.from(JSON.stringify({ ...claims, sub: "usr_2" })).toString("base64url");
+  t.is(verifyAccessToken(`${v}.${forged}.${sig}`, key, "shop", now), undefined);
+  t.is(verifyAccessToken(`${v}.${body}`, key, "shop", now), undefined);
+  t.is(verifyAccessToken("garbage", key, "shop", now), undefined);
+});
