@@ -170,7 +170,10 @@ test("a set-secret update is five JetStream writes (command, commit, resource, v
   };
   const subs = [
     c.bus.nc.subscribe(subjects.commandsAll, { callback: count("command") }),
-    c.bus.nc.subscribe("$KV.slipway_actors.>", { callback: count("commit") }),
+    // the app's partition record only: the new node may still be writing other partitions' records
+    c.bus.nc.subscribe(`$KV.slipway_actors.${keys.partitionRecord(partitionOf(app))}`, {
+      callback: count("commit"),
+    }),
     c.bus.nc.subscribe("$KV.slipway_resources.>", { callback: count("resource") }),
     c.bus.nc.subscribe("$KV.slipway_vault.>", { callback: count("vault") }),
     c.bus.nc.subscribe(subjects.eventsAll, { callback: count("event") }),
