@@ -1,5 +1,6 @@
+import { takeTurn, waitTurn } from "../production/queue.js";
 import { defineHandler, type Effect, type HandlerContext } from "../context.js";
-import { PlatformError, PREFERENCES, type QueuedTask, type Resource } from "../../proto/mod.js";
+import { PlatformError, type QueuedTask, type Resource } from "../../proto/mod.js";
 import {
   type DeployPlan,
   driftGate,
@@ -9,8 +10,6 @@ import {
 } from "../production/deploy-plan.js";
 import { deployTask } from "../tasks/deploy.js";
 import { requireApp, sealedSecrets } from "./workspace.js";
-
-const GROUP = "production";
 
 /** The Deployment's fields for a plan (never an env value). */
 function fieldsOf(
@@ -87,26 +86,8 @@ export const deploy = defineHandler("deploy", {
     const plan = await planDeploy(ctx, input, ctx.workspace(app), app.host);
     if (ctx.facts.engine?.available === false)
       throw new PlatformError("container_runtime_unavailable", ctx.facts.engine.message);
-    const holder = ctx.running.find((t) => t.group === GROUP);
-    const waiting = ctx.queued.filter((q) => q.group === GROUP);
-    if (holder || waiting.length > 0) {
-      const ahead = holder
-        ? `${holder.capability} ${holder.resource_id}`
-        : `${waiting[0]!.capability} ${waiting[0]!.resource_id}`;
-      if (ctx.cmd.prefer?.includes(PREFERENCES.noQueue))
-        throw new PlatformError(
-          "busy",
-          `${ahead} holds the production group of ${ctx.app}; one deploy or release at a time (the call asked not to wait)`,
-        );
-      const resource = ctx.resource("Deployment", "pending", {
-        ...fieldsOf(plan, input),
-        queue_position: waiting.length + 1,
-        waiting_for: ahead,
-      });
-      ctx.putResource(resource);
-      ctx.log(resource.id, `waiting behind ${ahead} (place ${waiting.length + 1})`);
-      return { status: "running", resource, queued: { plan } };
-    }
+    const waits = waitTurn(ctx, "Deployment", fieldsOf(plan, input), plan);
+    if (waits) return waits;
     // the drift gate: the engine's containers against what the last rolls left
     await driftGate(ctx);
     const resource = ctx.resource("Deployment", "running", {
@@ -118,16 +99,7 @@ export const deploy = defineHandler("deploy", {
   },
   dequeue: async (ctx, queued) => {
     const plan = readPlan(queued.plan);
-    const pending = await ctx.state.getResource(queued.resource_type, queued.resource_id);
-    if (!pending) throw new PlatformError("internal", `queued deployment ${queued.resource_id} is missing`);
-    const resource: Resource = {
-      ...pending,
-      status: "running",
-      queue_position: null,
-      waiting_for: null,
-      updated_at: ctx.now.toISOString(),
-    };
-    ctx.putResource(resource, pending);
+    const resource = await takeTurn(ctx, queued);
     return start(ctx, plan, resource, queued.actor);
   },
 });

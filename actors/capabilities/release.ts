@@ -1,5 +1,6 @@
+import { takeTurn, waitTurn } from "../production/queue.js";
 import { defineHandler, type Effect, type HandlerContext } from "../context.js";
-import { PlatformError, PREFERENCES, type QueuedTask, type Resource } from "../../proto/mod.js";
+import { PlatformError, type QueuedTask, type Resource } from "../../proto/mod.js";
 import { driftGate, expectedContainers } from "../production/deploy-plan.js";
 import {
   phaseList,
@@ -10,8 +11,6 @@ import {
 } from "../production/release-plan.js";
 import { releaseTask } from "../tasks/release.js";
 import { requireApp, sealedSecrets } from "./workspace.js";
-
-const GROUP = "production";
 
 /** The Release's fields for a plan (never an env value). */
 function fieldsOf(plan: ReleasePlan, previous: string | null, input: { owner?: string | undefined }) {
@@ -127,26 +126,8 @@ export const release = defineHandler("release", {
     }
     if (ctx.facts.engine?.available === false)
       throw new PlatformError("container_runtime_unavailable", ctx.facts.engine.message);
-    const holder = ctx.running.find((t) => t.group === GROUP);
-    const waiting = ctx.queued.filter((q) => q.group === GROUP);
-    if (holder || waiting.length > 0) {
-      const ahead = holder
-        ? `${holder.capability} ${holder.resource_id}`
-        : `${waiting[0]!.capability} ${waiting[0]!.resource_id}`;
-      if (ctx.cmd.prefer?.includes(PREFERENCES.noQueue))
-        throw new PlatformError(
-          "busy",
-          `${ahead} holds the production group of ${ctx.app}; one deploy or release at a time (the call asked not to wait)`,
-        );
-      const resource = ctx.resource("Release", "pending", {
-        ...fields,
-        queue_position: waiting.length + 1,
-        waiting_for: ahead,
-      });
-      ctx.putResource(resource);
-      ctx.log(resource.id, `waiting behind ${ahead} (place ${waiting.length + 1})`);
-      return { status: "running", resource, queued: { plan } };
-    }
+    const waits = waitTurn(ctx, "Release", fields, plan);
+    if (waits) return waits;
     await driftGate(ctx);
     const resource = ctx.resource("Release", "running", { ...fields, queue_position: null });
     ctx.putResource(resource);
@@ -154,17 +135,9 @@ export const release = defineHandler("release", {
   },
   dequeue: async (ctx, queued) => {
     const plan = readReleasePlan(queued.plan);
-    const pending = await ctx.state.getResource(queued.resource_type, queued.resource_id);
-    if (!pending) throw new PlatformError("internal", `queued release ${queued.resource_id} is missing`);
-    const resource: Resource = {
-      ...pending,
-      status: "running",
-      queue_position: null,
-      waiting_for: null,
+    const resource = await takeTurn(ctx, queued, {
       previous_image_ref: await servingImage(ctx, plan.deploy.service),
-      updated_at: ctx.now.toISOString(),
-    };
-    ctx.putResource(resource, pending);
+    });
     return start(ctx, plan, resource, queued.actor);
   },
 });
