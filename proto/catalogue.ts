@@ -48,7 +48,4 @@ export const PLANNED_ROUTES: readonly RegExp[] = [
   /^\/mcp\/(tools|instructions|proactive)$/,
   /^\/policies$/,
   /^\/status\/incidents(\/(update|resolve))?$/,
-  // the /auth routes built so far are served (gateway/identity.ts, docs/identity.md)
-  /^\/auth\/(?!(signup|verify|login|refresh|logout|config)$).+$/,
-  /^\/owner\/claim-legacy$/,
 ];

@@ -19,6 +19,14 @@ export const REFRESH_TTL_S = 30 * 24 * 3600;
 export const VERIFY_TTL_S = 30 * 60;
 /** 10 failed logins per email within 15 minutes lock it for 15 minutes. */
 export const LOGIN_LOCK = { failures: 10, windowS: 15 * 60, lockS: 15 * 60 } as const;
+/** Password-reset tokens live 30 minutes. */
+export const RESET_TTL_S = 30 * 60;
+/** A login's two-factor challenge lives 5 minutes and takes at most 5 wrong codes. */
+export const CHALLENGE = { ttlS: 5 * 60, tries: 5 } as const;
+/** TOTP (RFC 6238): 30-second steps, 6 digits, SHA-1, a code of one step before or after accepted. */
+export const TOTP = { period: 30, digits: 6, window: 1 } as const;
+/** Single-use recovery codes made when two-factor is confirmed. */
+export const RECOVERY_CODES = 10;
 /** Rotated refresh-token hashes a session keeps to detect reuse. */
 export const ROTATED_KEPT = 32;
 /** The vault entry of an app's access-token signing key (made on first login, sealed). */
@@ -39,6 +47,14 @@ const Email = Type.String({
   description: "email address",
 });
 const Password = Type.String({ minLength: 8, maxLength: 256, description: "password, 8-256 characters" });
+const Code = Type.String({ pattern: "^[0-9]{6}$", description: "a 6-digit code of the authenticator app" });
+const RecoveryCode = Type.String({
+  pattern: "^[a-z0-9]{5}-[a-z0-9]{5}$",
+  description: "one of the recovery codes given when two-factor was confirmed",
+});
+const UserId = Type.String({ pattern: "^usr_[A-Za-z0-9_-]{1,64}$", description: "a user's id" });
+const AppName = Type.String({ pattern: "^[a-z][a-z0-9-]{0,62}$", description: "the app" });
+const Empty = Type.Object({}, { additionalProperties: false });
 const Opaque = (description: string) =>
   Type.String({ minLength: 20, maxLength: 200, pattern: "^[A-Za-z0-9_.-]+$", description });
 
@@ -63,6 +79,62 @@ export const AUTH_BODIES = {
   ),
   refresh: Type.Object({ refresh_token: Opaque("the refresh token") }, { additionalProperties: false }),
   logout: Type.Object({ refresh_token: Opaque("the refresh token") }, { additionalProperties: false }),
+  reset_request: Type.Object(
+    {
+      email: Email,
+      /** Page of the app the reset link opens; `?token=` is appended. */
+      reset_url: Type.Optional(Type.String({ pattern: "^https?://[^\\s]+$", maxLength: 2000 })),
+    },
+    { additionalProperties: false },
+  ),
+  reset: Type.Object(
+    { token: Opaque("the token of the reset link"), password: Password },
+    { additionalProperties: false },
+  ),
+  change: Type.Object(
+    { password: Type.String({ minLength: 1, maxLength: 256 }), new_password: Password },
+    { additionalProperties: false },
+  ),
+  twofa_enroll: Empty,
+  twofa_confirm: Type.Object({ code: Code }, { additionalProperties: false }),
+  twofa_challenge: Type.Object(
+    {
+      challenge_id: Opaque("the challenge id of a login answered twofa_required"),
+      code: Type.Optional(Code),
+      recovery_code: Type.Optional(RecoveryCode),
+    },
+    { additionalProperties: false },
+  ),
+  twofa_disable: Type.Object(
+    { password: Type.String({ minLength: 1, maxLength: 256 }), code: Code },
+    { additionalProperties: false },
+  ),
+  delete_user: Empty,
+  seed_owner: Type.Object(
+    {
+      /** The app (control plane only: the data plane's app is the token's). */
+      app: Type.Optional(AppName),
+      user_id: Type.Optional(UserId),
+      email: Type.Optional(Email),
+    },
+    { additionalProperties: false },
+  ),
+  claim_legacy: Type.Object(
+    {
+      /** Control plane only: the app and the owner (a user id) who claims. */
+      app: Type.Optional(AppName),
+      user_id: Type.Optional(UserId),
+    },
+    { additionalProperties: false },
+  ),
+  group_create: Type.Object(
+    { name: Type.String({ minLength: 1, maxLength: 100, pattern: "^[^\\u0000-\\u001f\\u007f]+$" }) },
+    { additionalProperties: false },
+  ),
+  group_add: Type.Object({ user_id: UserId }, { additionalProperties: false }),
+  group_remove: Empty,
+  group_leave: Empty,
+  group_delete: Empty,
 } as const;
 export type AuthRoute = keyof typeof AUTH_BODIES;
 export const AUTH_ROUTES = Object.keys(AUTH_BODIES) as AuthRoute[];
@@ -97,6 +169,8 @@ export const AUTH_COMMANDS = {
       credential_version: Type.Union([Type.Integer(), Type.Null()]),
       session_id: Type.String(),
       refresh_hash: Hash,
+      /** sha256 of the challenge id answered when the user has two-factor on. */
+      challenge_hash: Hash,
     },
     { additionalProperties: false },
   ),
@@ -105,8 +179,87 @@ export const AUTH_COMMANDS = {
     { additionalProperties: false },
   ),
   logout: Type.Object({ session_id: Type.String(), presented_hash: Hash }, { additionalProperties: false }),
+  reset_request: Type.Object(
+    { user_id: Type.String(), reset_hash: Hash, reset_url: Type.Optional(Type.String()) },
+    { additionalProperties: false },
+  ),
+  reset: Type.Object(
+    { user_id: Type.String(), token_hash: Hash, password: Sealed },
+    { additionalProperties: false },
+  ),
+  change: Type.Object(
+    {
+      user_id: Type.String(),
+      password_ok: Type.Boolean(),
+      credential_version: Type.Union([Type.Integer(), Type.Null()]),
+      password: Sealed,
+    },
+    { additionalProperties: false },
+  ),
+  twofa_enroll: Type.Object(
+    { user_id: Type.String(), credential_version: Type.Integer(), secret: Sealed },
+    { additionalProperties: false },
+  ),
+  twofa_confirm: Type.Object(
+    {
+      user_id: Type.String(),
+      /** The TOTP step the code matched (the gateway checked it against the pending secret), or null. */
+      step: Type.Union([Type.Integer(), Type.Null()]),
+      /** The pending secret the gateway checked, by its sealed text's digest. */
+      secret_digest: Hash,
+      recovery_hashes: Type.Array(Hash, { minItems: RECOVERY_CODES, maxItems: RECOVERY_CODES }),
+    },
+    { additionalProperties: false },
+  ),
+  twofa_challenge: Type.Object(
+    {
+      session_id: Type.String(),
+      challenge_hash: Hash,
+      step: Type.Union([Type.Integer(), Type.Null()]),
+      recovery_hash: Type.Union([Hash, Type.Null()]),
+      refresh_hash: Hash,
+    },
+    { additionalProperties: false },
+  ),
+  twofa_disable: Type.Object(
+    {
+      user_id: Type.String(),
+      password_ok: Type.Boolean(),
+      credential_version: Type.Union([Type.Integer(), Type.Null()]),
+      step: Type.Union([Type.Integer(), Type.Null()]),
+    },
+    { additionalProperties: false },
+  ),
+  delete_user: Type.Object(
+    { user_id: Type.String(), by: Type.Union([Type.Literal("app"), Type.Literal("self")]) },
+    { additionalProperties: false },
+  ),
+  seed_owner: Type.Object({ user_id: Type.String() }, { additionalProperties: false }),
+  claim_legacy: Type.Object({ user_id: Type.String() }, { additionalProperties: false }),
+  group_create: Type.Object(
+    { group_id: Type.String(), name: Type.String(), owner: Type.String() },
+    { additionalProperties: false },
+  ),
+  group_add: Type.Object(
+    { group_id: Type.String(), user_id: Type.String(), by: Type.Union([Type.String(), Type.Null()]) },
+    { additionalProperties: false },
+  ),
+  group_remove: Type.Object(
+    { group_id: Type.String(), user_id: Type.String(), by: Type.Union([Type.String(), Type.Null()]) },
+    { additionalProperties: false },
+  ),
+  group_leave: Type.Object(
+    { group_id: Type.String(), user_id: Type.String() },
+    { additionalProperties: false },
+  ),
+  group_delete: Type.Object(
+    { group_id: Type.String(), by: Type.Union([Type.String(), Type.Null()]) },
+    { additionalProperties: false },
+  ),
 } as const;
 export type AuthCommandInput<R extends AuthRoute> = Static<(typeof AUTH_COMMANDS)[R]>;
 
 /** AAD of a user's sealed password hash. */
 export const userPasswordAad = (app: string, userId: string) => `${app}/$user/${userId}/password`;
+/** AAD of a user's sealed TOTP secret. */
+export const userTotpAad = (app: string, userId: string) => `${app}/$user/${userId}/totp`;

@@ -95,6 +95,8 @@ const PREFIX: Record<string, string> = {
   User: "usr",
   Session: "ses",
   LoginThrottle: "thr",
+  Group: "grp",
+  AppOwnership: "own",
 };
 
 /** A new resource id for a resource type. */

@@ -152,6 +152,8 @@ export const RESOURCE_TYPES = [
   "User",
   "Session",
   "LoginThrottle",
+  "Group",
+  "AppOwnership",
 ] as const;
 export type ResourceType = (typeof RESOURCE_TYPES)[number];
 const resourceTypeSet = new Set<string>(RESOURCE_TYPES);

@@ -32,7 +32,7 @@ export const INSPECT_TYPES = {
   jobs: { built: true },
   "agent-runs": { built: true },
   email: { built: true },
-  auth: { built: false },
+  auth: { built: true },
   health: { built: true },
 } as const satisfies Record<string, { built: boolean }>;
 export type InspectType = keyof typeof INSPECT_TYPES;
