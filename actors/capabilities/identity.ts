@@ -1,25 +1,30 @@
-import { randomBytes } from "node:crypto";
 import type { FactRequest } from "../facts/types.js";
 import type { Effect, HandlerContext, InternalHandler } from "../context.js";
 import {
-  AUTH_COMMANDS,
-  AUTH_SIGNING_SECRET,
-  type AuthCommandInput,
-  type AuthRoute,
   authCommand,
-  check,
-  CodecError,
+  CHALLENGE,
   commandFieldAad,
-  keys,
   LOGIN_LOCK,
-  NO_GATEWAY,
   PlatformError,
   REFRESH_TTL_S,
   ROTATED_KEPT,
   type Resource,
-  secretAad,
   VERIFY_TTL_S,
 } from "../../proto/mod.js";
+import { ACCOUNT_FACTS, ACCOUNT_HANDLERS } from "./identity-account.js";
+import {
+  failed,
+  fromDataGateway,
+  inputOf,
+  later,
+  revoke,
+  signingKey,
+  stripCommon,
+  updated,
+  withSession,
+} from "./identity-common.js";
+import { GROUP_HANDLERS } from "./identity-groups.js";
+import { TWOFA_HANDLERS } from "./identity-2fa.js";
 import { maskAddress } from "../mail/redact.js";
 import { renderTemplate, TOKEN_FIELDS } from "../mail/templates.js";
 import { deliveryEffect, smtpOf } from "./send-email.js";
@@ -36,45 +41,6 @@ import { requireApp } from "./workspace.js";
  * family revoked): it ends `failed` with `result.outcome`, which the gateway
  * turns into its HTTP error.
  */
-
-/** Refuses an /auth command that did not come from a data-plane gateway. */
-function fromDataGateway(ctx: HandlerContext): void {
-  if (ctx.cmd.plane !== "data" || ctx.cmd.gateway_id === NO_GATEWAY)
-    throw new PlatformError("forbidden", "the /auth commands come only from the data plane's gateway");
-}
-
-function inputOf<R extends AuthRoute>(route: R, raw: Record<string, unknown>): AuthCommandInput<R> {
-  try {
-    return check(AUTH_COMMANDS[route], raw, authCommand(route)) as AuthCommandInput<R>;
-  } catch (e) {
-    if (e instanceof CodecError) throw new PlatformError("invalid_input", e.message);
-    throw e;
-  }
-}
-
-const failed = (resource: Resource, outcome: string, extra: Record<string, unknown> = {}): Effect => ({
-  status: "failed",
-  resource,
-  result: { outcome, ...extra },
-});
-
-const later = (ctx: HandlerContext, s: number) => new Date(ctx.now.getTime() + s * 1000).toISOString();
-
-/** The sealed signing key of the app's access tokens, made (random, sealed) the first time it is needed. */
-async function signingKey(ctx: HandlerContext, resourceId: string): Promise<unknown> {
-  const have = await ctx.state.getVaultEntry(AUTH_SIGNING_SECRET);
-  if (have) return have.sealed;
-  const made = ctx.outbox.vault.find((v) => v.key === keys.vault(ctx.app, AUTH_SIGNING_SECRET));
-  if (made?.entry) return made.entry.sealed;
-  const key = randomBytes(32);
-  const sealed = ctx.vault.seal(key, secretAad(ctx.app, AUTH_SIGNING_SECRET));
-  key.fill(0);
-  ctx.outbox.vault.push({
-    key: keys.vault(ctx.app, AUTH_SIGNING_SECRET),
-    entry: { sealed, resource_id: resourceId, version: 1, updated_at: ctx.now.toISOString() },
-  });
-  return sealed;
-}
 
 async function signup(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
   fromDataGateway(ctx);
@@ -148,11 +114,6 @@ async function verify(ctx: HandlerContext, raw: Record<string, unknown>): Promis
   return { status: "succeeded", resource: next, result: { outcome: "verified", user_id: user.id } };
 }
 
-function stripCommon(r: Resource): Record<string, unknown> {
-  const { type: _t, id: _i, app_id: _a, status: _s, created_at: _c, updated_at: _u, ...rest } = r;
-  return rest;
-}
-
 async function login(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
   fromDataGateway(ctx);
   const input = inputOf("login", raw);
@@ -185,24 +146,38 @@ async function login(ctx: HandlerContext, raw: Record<string, unknown>): Promise
   }
   if (user.email_verified !== true) return failed(user, "unverified");
   if (prev && (recent.length > 0 || prev.locked_until)) throttle([], null);
-
+  if (await ctx.state.getResource("Session", input.session_id))
+    throw new PlatformError("conflict", "this session id is taken");
+  const twofa = user.twofa_enabled === true;
   const session = ctx.resource(
     "Session",
     "running",
     {
       user_id: user.id,
       family: input.session_id,
-      refresh_hash: input.refresh_hash,
+      // with two-factor on, the session waits for its challenge: no refresh token until then
+      stage: twofa ? "twofa" : "active",
+      refresh_hash: twofa ? null : input.refresh_hash,
+      challenge_hash: twofa ? input.challenge_hash : null,
+      challenge_expires_at: twofa ? later(ctx, CHALLENGE.ttlS) : null,
+      challenge_failures: 0,
       rotated: [],
       generation: 1,
-      expires_at: later(ctx, REFRESH_TTL_S),
+      expires_at: later(ctx, twofa ? CHALLENGE.ttlS : REFRESH_TTL_S),
       revoked_reason: null,
     },
     { id: input.session_id, created_at: ctx.now.toISOString() },
   );
-  if (await ctx.state.getResource("Session", input.session_id))
-    throw new PlatformError("conflict", "this session id is taken");
   ctx.putResource(session);
+  updated(ctx, user, { sessions: await withSession(ctx, user, session.id) });
+  if (twofa) {
+    ctx.log(session.id, "password accepted; waiting for the two-factor challenge");
+    return {
+      status: "succeeded",
+      resource: session,
+      result: { outcome: "twofa_required", user_id: user.id, expires_in: CHALLENGE.ttlS },
+    };
+  }
   ctx.emit("UserAuthenticated", session, { user_id: user.id, session_id: session.id, idp: "password" });
   const key = await signingKey(ctx, session.id);
   return {
@@ -212,19 +187,7 @@ async function login(ctx: HandlerContext, raw: Record<string, unknown>): Promise
   };
 }
 
-function revoke(ctx: HandlerContext, session: Resource, reason: string): Resource {
-  const next = ctx.resource(
-    "Session",
-    "cancelled",
-    { ...stripCommon(session), refresh_hash: null, revoked_reason: reason },
-    session,
-  );
-  ctx.putResource(next, session);
-  ctx.emit("SessionRevoked", next, { user_id: session.user_id, session_id: session.id, reason });
-  return next;
-}
-
-/** An active session of this app, or undefined (missing, revoked or expired). */
+/** A session of this app, or undefined. */
 async function sessionOf(ctx: HandlerContext, id: string): Promise<Resource | undefined> {
   return ctx.state.getResource("Session", id);
 }
@@ -235,7 +198,7 @@ async function refresh(ctx: HandlerContext, raw: Record<string, unknown>): Promi
   const session = await sessionOf(ctx, input.session_id);
   if (!session) throw new PlatformError("unauthenticated", "the refresh token is not valid");
   const rotated = (session.rotated as string[] | undefined) ?? [];
-  if (session.status !== "running") return failed(session, "invalid");
+  if (session.status !== "running" || session.stage === "twofa") return failed(session, "invalid");
   if (rotated.includes(input.presented_hash)) {
     // a rotated token used again: someone else holds the family; end it
     const next = revoke(ctx, session, "reuse");
@@ -293,9 +256,13 @@ export const AUTH_HANDLERS: Readonly<Record<string, InternalHandler>> = {
   [authCommand("login")]: login,
   [authCommand("refresh")]: refresh,
   [authCommand("logout")]: logout,
+  ...ACCOUNT_HANDLERS,
+  ...TWOFA_HANDLERS,
+  ...GROUP_HANDLERS,
 };
 
 /** Facts an internal command asks for before its turn (signup sends mail: the SMTP fact). */
 export const INTERNAL_FACTS: Readonly<Record<string, () => FactRequest[]>> = {
   [authCommand("signup")]: () => [{ kind: "smtp" }],
+  ...ACCOUNT_FACTS,
 };

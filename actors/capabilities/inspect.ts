@@ -2,6 +2,7 @@ import { agentRunsInspection } from "./agent-run.js";
 import { packageScripts } from "./workspace.js";
 import { emailInspection } from "../mail/inspect.js";
 import { appEventsInspection } from "./inspect-app-events.js";
+import { authInspection } from "./inspect-auth.js";
 import { defineHandler, type HandlerContext, type Workspace } from "../context.js";
 import {
   type InspectType,
@@ -224,6 +225,7 @@ export const readers: Partial<Record<InspectType, (ctx: HandlerContext) => Promi
   "agent-runs": agentRunsInspection,
   "app-events": appEventsInspection,
   email: emailInspection,
+  auth: authInspection,
   async health(ctx) {
     const app = (await ctx.state.getApp())!;
     // the probe of <base_url>/health, made before this turn (a fact; null without a base_url)

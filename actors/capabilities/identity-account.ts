@@ -1,0 +1,238 @@
+import type { FactRequest } from "../facts/types.js";
+import type { Effect, HandlerContext, InternalHandler } from "../context.js";
+import { authCommand, commandFieldAad, PlatformError, RESET_TTL_S, type Resource } from "../../proto/mod.js";
+import { maskAddress } from "../mail/redact.js";
+import { renderTemplate, TOKEN_FIELDS } from "../mail/templates.js";
+import { deliveryEffect, smtpOf } from "./send-email.js";
+import {
+  failed,
+  fromDataGateway,
+  fromGateway,
+  inputOf,
+  later,
+  revokeAll,
+  stripCommon,
+  updated,
+  userOr404,
+} from "./identity-common.js";
+import { removeFromGroups } from "./identity-groups.js";
+import { requireApp } from "./workspace.js";
+
+/**
+ * A user's account (docs/identity.md): password reset by mail and change,
+ * deletion, the app's first owner and the claim of records written before
+ * identity existed. Hashes and tokens were made by the gateway; here only
+ * decisions.
+ */
+
+/** The app's ownership record: one per app, its id made from the app's name. */
+export const ownershipId = (app: string) => `own_${app}`;
+/** Owner-scoped resource types that claim-legacy re-owns. */
+export const LEGACY_TYPES = ["AgentTask", "Artifact"] as const;
+/** An owner that is a user of identity (else the record is legacy: written before identity). */
+const isUserOwner = (owner: unknown) => typeof owner === "string" && owner.startsWith("usr_");
+
+async function resetRequest(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
+  fromDataGateway(ctx);
+  const input = inputOf("reset_request", raw);
+  await requireApp(ctx);
+  const smtp = await smtpOf(ctx);
+  const user = await ctx.state.getResource("User", input.user_id);
+  // the gateway answers this and an existing address alike
+  if (!user) throw new PlatformError("not_found", "no such user");
+  const sealed = ctx.cmd.sealed?.reset_token;
+  if (!sealed) throw new PlatformError("invalid_input", "the reset token is missing");
+  const token = ctx.vault.openString(sealed, commandFieldAad(ctx.cmd.id, "reset_token"));
+  const next = updated(ctx, user, {
+    reset_hash: input.reset_hash,
+    reset_expires_at: later(ctx, RESET_TTL_S),
+  });
+  ctx.emit("PasswordResetRequested", next, { user_id: user.id, email: maskAddress(String(user.email)) });
+  const base = input.reset_url ?? `${ctx.platformUrls.data ?? "http://localhost"}/auth/password/reset`;
+  const link = `${base}${base.includes("?") ? "&" : "?"}token=${encodeURIComponent(token)}`;
+  const data = {
+    link,
+    ...(typeof user.name === "string" ? { name: user.name } : {}),
+    expires_in_minutes: RESET_TTL_S / 60,
+  };
+  const mail = renderTemplate("password-reset", data, ctx.app);
+  return deliveryEffect(ctx, smtp, {
+    to: String(user.email),
+    mail,
+    text: mail.text,
+    html: mail.html,
+    template: "password-reset",
+    data,
+    tokenFields: TOKEN_FIELDS["password-reset"],
+  });
+}
+
+/** A new password: its sealed hash, the credential version moved on, every session revoked. */
+async function setPassword(
+  ctx: HandlerContext,
+  user: Resource,
+  password: unknown,
+  via: "reset" | "change",
+  extra: Record<string, unknown> = {},
+): Promise<Effect> {
+  const revoked = await revokeAll(ctx, user, "password_changed");
+  const next = updated(ctx, user, {
+    password,
+    credential_version: Number(user.credential_version ?? 1) + 1,
+    reset_hash: null,
+    reset_expires_at: null,
+    sessions: [],
+    ...extra,
+  });
+  ctx.emit("PasswordChanged", next, { user_id: user.id, via, sessions_revoked: revoked });
+  ctx.log(
+    user.id,
+    `password ${via === "reset" ? "reset by mail" : "changed"}; ${revoked} session(s) revoked`,
+  );
+  return { status: "succeeded", resource: next, result: { outcome: "changed", sessions_revoked: revoked } };
+}
+
+async function reset(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
+  fromDataGateway(ctx);
+  const input = inputOf("reset", raw);
+  const user = await ctx.state.getResource("User", input.user_id);
+  if (
+    !user ||
+    typeof user.reset_hash !== "string" ||
+    user.reset_hash !== input.token_hash ||
+    typeof user.reset_expires_at !== "string" ||
+    Date.parse(user.reset_expires_at) < ctx.now.getTime()
+  )
+    throw new PlatformError("invalid_input", "the reset token is not valid or has expired");
+  // the link came through the mailbox: the address is the user's
+  return setPassword(ctx, user, input.password, "reset", {
+    email_verified: true,
+    verify_hash: null,
+    verify_expires_at: null,
+  });
+}
+
+async function change(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
+  fromDataGateway(ctx);
+  const input = inputOf("change", raw);
+  const user = await userOr404(ctx, input.user_id);
+  if (!input.password_ok || user.credential_version !== input.credential_version)
+    return failed(user, "invalid");
+  return setPassword(ctx, user, input.password, "change");
+}
+
+async function deleteUser(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
+  fromDataGateway(ctx);
+  const input = inputOf("delete_user", raw);
+  const user = await userOr404(ctx, input.user_id);
+  const revoked = await revokeAll(ctx, user, "user_gone");
+  const removed = await removeFromGroups(ctx, user, "removal");
+  ctx.deleteResource(user);
+  ctx.emit("UserDeleted", user, { user_id: user.id, by: input.by, sessions_revoked: revoked });
+  ctx.log(
+    user.id,
+    `deleted (${input.by === "self" ? "by the user" : "by the app"}); ${revoked} session(s) revoked`,
+  );
+  return {
+    status: "succeeded",
+    resource: { ...user, updated_at: ctx.now.toISOString() },
+    result: { outcome: "deleted", user_id: user.id, sessions_revoked: revoked, app_events: removed },
+  };
+}
+
+async function seedOwner(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
+  fromGateway(ctx);
+  const input = inputOf("seed_owner", raw);
+  await requireApp(ctx);
+  const user = await userOr404(ctx, input.user_id);
+  const prev = await ctx.state.getResource("AppOwnership", ownershipId(ctx.app));
+  if (typeof prev?.owner_user_id === "string") {
+    const owner = await ctx.state.getResource("User", prev.owner_user_id);
+    if (owner) throw new PlatformError("conflict", `app ${ctx.app} has an owner already`);
+  }
+  const ownership = ctx.resource(
+    "AppOwnership",
+    "succeeded",
+    {
+      ...(prev
+        ? stripCommon(prev)
+        : { legacy_claimed_by: null, legacy_claimed_at: null, legacy_claimed: null }),
+      owner_user_id: user.id,
+      seeded_at: ctx.now.toISOString(),
+    },
+    prev ?? { id: ownershipId(ctx.app), created_at: ctx.now.toISOString() },
+  );
+  ctx.putResource(ownership, prev);
+  const roles = [...new Set(["owner", ...((user.roles as string[] | undefined) ?? ["member"])])];
+  const next = updated(ctx, user, { roles });
+  ctx.emit("OwnerSeeded", next, { user_id: user.id, ownership_id: ownership.id });
+  ctx.log(ownership.id, `${user.id} is the owner of ${ctx.app}`);
+  return { status: "succeeded", resource: next, result: { outcome: "seeded", user_id: user.id } };
+}
+
+async function claimLegacy(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
+  fromGateway(ctx);
+  const input = inputOf("claim_legacy", raw);
+  await requireApp(ctx);
+  const user = await userOr404(ctx, input.user_id);
+  const ownership = await ctx.state.getResource("AppOwnership", ownershipId(ctx.app));
+  if (
+    !ownership ||
+    ownership.owner_user_id !== user.id ||
+    !(user.roles as string[] | undefined)?.includes("owner")
+  )
+    throw new PlatformError("forbidden", "only the app's owner (seed-owner) may claim its legacy records");
+  if (ownership.legacy_claimed_by)
+    throw new PlatformError("conflict", `the legacy records of ${ctx.app} were claimed already`);
+  const counts: Record<string, number> = {};
+  const former = new Set<string>();
+  for (const type of LEGACY_TYPES) {
+    counts[type] = 0;
+    for (const doc of await ctx.state.listResources(type)) {
+      if (isUserOwner(doc.owner)) continue;
+      former.add(String(doc.owner ?? ""));
+      updated(ctx, doc, { owner: user.id, legacy_owner: doc.owner ?? null });
+      counts[type]++;
+    }
+  }
+  const next = updated(ctx, ownership, {
+    legacy_claimed_by: user.id,
+    legacy_claimed_at: ctx.now.toISOString(),
+    legacy_claimed: counts,
+  });
+  ctx.log(
+    next.id,
+    `${user.id} claimed ${Object.entries(counts)
+      .map(([t, n]) => `${n} ${t}`)
+      .join(", ")}`,
+  );
+  return {
+    status: "succeeded",
+    resource: next,
+    result: {
+      outcome: "claimed",
+      claimed: counts,
+      app_events: [
+        {
+          owner: user.id,
+          type: "owner.legacy_claimed",
+          subject: ctx.app,
+          data: { claimed: counts, former_owners: former.size },
+        },
+      ],
+    },
+  };
+}
+
+export const ACCOUNT_HANDLERS: Readonly<Record<string, InternalHandler>> = {
+  [authCommand("reset_request")]: resetRequest,
+  [authCommand("reset")]: reset,
+  [authCommand("change")]: change,
+  [authCommand("delete_user")]: deleteUser,
+  [authCommand("seed_owner")]: seedOwner,
+  [authCommand("claim_legacy")]: claimLegacy,
+};
+
+export const ACCOUNT_FACTS: Readonly<Record<string, () => FactRequest[]>> = {
+  [authCommand("reset_request")]: () => [{ kind: "smtp" }],
+};

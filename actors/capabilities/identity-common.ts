@@ -1,0 +1,142 @@
+import { randomBytes } from "node:crypto";
+import type { Effect, HandlerContext } from "../context.js";
+import {
+  AUTH_COMMANDS,
+  AUTH_SIGNING_SECRET,
+  type AuthCommandInput,
+  type AuthRoute,
+  authCommand,
+  check,
+  CodecError,
+  keys,
+  NO_GATEWAY,
+  PlatformError,
+  type Resource,
+  secretAad,
+} from "../../proto/mod.js";
+
+/**
+ * What the handlers of the /auth internal commands share (docs/identity.md):
+ * where a command may come from, its input, a refusal that still writes, a
+ * user's sessions and their revocation, the app's signing key.
+ */
+
+/** Sessions a user keeps at once; a login past it revokes the oldest (reason `limit`). */
+export const SESSIONS_PER_USER = 100;
+
+/** Refuses an /auth command that did not come from a data-plane gateway. */
+export function fromDataGateway(ctx: HandlerContext): void {
+  if (ctx.cmd.plane !== "data" || ctx.cmd.gateway_id === NO_GATEWAY)
+    throw new PlatformError("forbidden", "the /auth commands come only from the data plane's gateway");
+}
+
+/** Refuses a command that did not come through a gateway (either plane: seed-owner, claim-legacy). */
+export function fromGateway(ctx: HandlerContext): void {
+  if (ctx.cmd.gateway_id === NO_GATEWAY)
+    throw new PlatformError("forbidden", "the identity commands come only from a gateway");
+}
+
+export function inputOf<R extends AuthRoute>(route: R, raw: Record<string, unknown>): AuthCommandInput<R> {
+  try {
+    return check(AUTH_COMMANDS[route], raw, authCommand(route)) as AuthCommandInput<R>;
+  } catch (e) {
+    if (e instanceof CodecError) throw new PlatformError("invalid_input", e.message);
+    throw e;
+  }
+}
+
+/** A decision that is a refusal for the caller but still writes: `failed` with `result.outcome`. */
+export const failed = (resource: Resource, outcome: string, extra: Record<string, unknown> = {}): Effect => ({
+  status: "failed",
+  resource,
+  result: { outcome, ...extra },
+});
+
+export const later = (ctx: HandlerContext, s: number) => new Date(ctx.now.getTime() + s * 1000).toISOString();
+
+/** A resource's own fields, without the envelope. */
+export function stripCommon(r: Resource): Record<string, unknown> {
+  const { type: _t, id: _i, app_id: _a, status: _s, created_at: _c, updated_at: _u, ...rest } = r;
+  return rest;
+}
+
+/** The same resource with some fields changed (same status). */
+export function updated(ctx: HandlerContext, r: Resource, fields: Record<string, unknown>): Resource {
+  const next = ctx.resource(r.type, r.status, { ...stripCommon(r), ...fields }, r);
+  ctx.putResource(next, r);
+  return next;
+}
+
+/** The sealed signing key of the app's access tokens, made (random, sealed) the first time it is needed. */
+export async function signingKey(ctx: HandlerContext, resourceId: string): Promise<unknown> {
+  const have = await ctx.state.getVaultEntry(AUTH_SIGNING_SECRET);
+  if (have) return have.sealed;
+  const made = ctx.outbox.vault.find((v) => v.key === keys.vault(ctx.app, AUTH_SIGNING_SECRET));
+  if (made?.entry) return made.entry.sealed;
+  const key = randomBytes(32);
+  const sealed = ctx.vault.seal(key, secretAad(ctx.app, AUTH_SIGNING_SECRET));
+  key.fill(0);
+  ctx.outbox.vault.push({
+    key: keys.vault(ctx.app, AUTH_SIGNING_SECRET),
+    entry: { sealed, resource_id: resourceId, version: 1, updated_at: ctx.now.toISOString() },
+  });
+  return sealed;
+}
+
+/** Ends a session (`cancelled`, its refresh hash gone) with SessionRevoked. */
+export function revoke(ctx: HandlerContext, session: Resource, reason: string): Resource {
+  const next = ctx.resource(
+    "Session",
+    "cancelled",
+    { ...stripCommon(session), refresh_hash: null, challenge_hash: null, revoked_reason: reason },
+    session,
+  );
+  ctx.putResource(next, session);
+  ctx.emit("SessionRevoked", next, { user_id: session.user_id, session_id: session.id, reason });
+  return next;
+}
+
+/** Revokes every running session of a user (password changed or reset, user deleted); how many. */
+export async function revokeAll(ctx: HandlerContext, user: Resource, reason: string): Promise<number> {
+  let n = 0;
+  for (const id of (user.sessions as string[] | undefined) ?? []) {
+    const s = await ctx.state.getResource("Session", id);
+    if (s?.status === "running") {
+      revoke(ctx, s, reason);
+      n++;
+    }
+  }
+  return n;
+}
+
+/**
+ * The user's session list with `sessionId` added. Past {@link SESSIONS_PER_USER}, sessions no
+ * longer running are dropped from it, then the oldest running ones revoked (`limit`).
+ */
+export async function withSession(ctx: HandlerContext, user: Resource, sessionId: string): Promise<string[]> {
+  let list = [...((user.sessions as string[] | undefined) ?? []), sessionId];
+  if (list.length <= SESSIONS_PER_USER) return list;
+  const live: string[] = [];
+  for (const id of list) {
+    if (id === sessionId) {
+      live.push(id);
+      continue;
+    }
+    const s = await ctx.state.getResource("Session", id);
+    if (s?.status === "running") live.push(id);
+  }
+  list = live;
+  while (list.length > SESSIONS_PER_USER) {
+    const oldest = list.shift()!;
+    const s = await ctx.state.getResource("Session", oldest);
+    if (s?.status === "running") revoke(ctx, s, "limit");
+  }
+  return list;
+}
+
+/** The user `id` of this app, or a 404 naming nothing about whether it ever existed. */
+export async function userOr404(ctx: HandlerContext, id: string): Promise<Resource> {
+  const user = await ctx.state.getResource("User", id);
+  if (!user) throw new PlatformError("not_found", "no such user");
+  return user;
+}
