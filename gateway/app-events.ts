@@ -55,12 +55,22 @@ export function boundOwner(p: Principal): string | undefined {
   return typeof owner === "string" ? owner : undefined;
 }
 
-/** The owner a request may read or write: another owner's is 403 forbidden (DESIGN §5). */
-export function ownerScope(p: Principal, requested: string | undefined): string | undefined {
+/**
+ * The owner a request may read or write (DESIGN §5): a token bound to an owner (a user's
+ * access token) writing another owner's event is 403 forbidden; reading another owner's
+ * events is 404, as if that owner had none (docs/identity.md).
+ */
+export function ownerScope(
+  p: Principal,
+  requested: string | undefined,
+  mode: "read" | "write" = "write",
+): string | undefined {
   const bound = boundOwner(p);
   if (bound === undefined) return requested;
-  if (requested !== undefined && requested !== bound)
+  if (requested !== undefined && requested !== bound) {
+    if (mode === "read") throw new PlatformError("not_found", "no such owner");
     throw new PlatformError("forbidden", "this token may only read and write its own owner's events");
+  }
   return bound;
 }
 
@@ -144,7 +154,7 @@ async function listRoute(p: Principal, req: Req, res: Res, d: AppEventDeps): Pro
   const q = req.query;
   q.only(["app", "owner", "subject", "type", "limit", "cursor"], "GET /app-events");
   const app = scopedApp(p, appParam(q, "app"));
-  const owner = ownerScope(p, textParam(q, "owner", isAppEventOwner, "must be 1-256 characters"));
+  const owner = ownerScope(p, textParam(q, "owner", isAppEventOwner, "must be 1-256 characters"), "read");
   const page = await listAppEvents(d.bus, {
     app,
     owner,
@@ -160,6 +170,6 @@ async function latestRoute(p: Principal, req: Req, res: Res, d: AppEventDeps): P
   const q = req.query;
   q.only(["app", "owner"], "GET /app-events/latest");
   const app = scopedApp(p, appParam(q, "app"));
-  const owner = ownerScope(p, textParam(q, "owner", isAppEventOwner, "must be 1-256 characters"));
+  const owner = ownerScope(p, textParam(q, "owner", isAppEventOwner, "must be 1-256 characters"), "read");
   res.json(200, { items: await latestAppEvents(d.bus, { app, owner }), next_cursor: null });
 }

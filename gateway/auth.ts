@@ -3,6 +3,7 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "n
 import { dirname, join } from "node:path";
 import type { Bus } from "../store/mod.js";
 import { check, PlatformError, AppRecordSchema, type AppRecord } from "../proto/mod.js";
+import { claimedApp, isAccessTokenShape, type SigningKeys, verifyAccessToken } from "./identity-tokens.js";
 
 /** True for loopback addresses (127.0.0.0/8, ::1, localhost). */
 export function isLoopback(host: string): boolean {
@@ -65,8 +66,27 @@ function safeEqual(a: string, b: string): boolean {
   return x.length === y.length && timingSafeEqual(x, y);
 }
 
-/** Who a request is: an operator holding the control token, or one app holding its data-plane token. */
-export type Principal = { kind: "operator" } | { kind: "app"; app: string } | { kind: "local" };
+/**
+ * Who a request is: an operator holding the control token, or one app holding
+ * its data-plane token, or one user of an app holding an access token of
+ * identity (then `owner` is the user's id and the principal acts only as that
+ * owner: docs/identity.md).
+ */
+export type Principal =
+  | { kind: "operator" }
+  | { kind: "app"; app: string; owner?: string; session?: string }
+  | { kind: "local" };
+
+/** The user a principal is (a user's access token), or undefined (an app's token, the operator). */
+export function userOf(p: Principal): string | undefined {
+  return p.kind === "app" ? p.owner : undefined;
+}
+
+/** Refuses a user's access token where only the app's own token (or the operator) may act. */
+export function notAsUser(p: Principal, what: string): void {
+  if (userOf(p) !== undefined)
+    throw new PlatformError("forbidden", `${what} needs the app's token, not a user's access token`);
+}
 
 /**
  * Knows every app's token hash (from a watch on `slipway_apps`) and decides
@@ -133,6 +153,8 @@ export interface AuthPolicy {
   controlTokenRequired: boolean;
   controlToken: string;
   apps: AppDirectory;
+  /** The data plane's signing keys of users' access tokens (identity). */
+  userKeys?: SigningKeys;
 }
 
 /** Decides who a request is, or throws 401/403 (DESIGN §5). */
@@ -150,6 +172,15 @@ export function authenticate(p: AuthPolicy, headers: Record<string, string>): Pr
   }
   if (!token)
     throw new PlatformError("unauthenticated", "the data plane needs Authorization: Bearer <app token>");
+  if (isAccessTokenShape(token)) {
+    // a user's access token: checked with its app's key, no lookup
+    const app = claimedApp(token);
+    const key = app !== undefined ? p.userKeys?.get(app) : undefined;
+    const claims = key && app !== undefined ? verifyAccessToken(token, key, app) : undefined;
+    if (!claims || !p.apps.has(claims.app))
+      throw new PlatformError("unauthenticated", "the access token is not valid or has expired");
+    return { kind: "app", app: claims.app, owner: claims.sub, session: claims.sid };
+  }
   const app = p.apps.appOfToken(token);
   if (!app) throw new PlatformError("unauthenticated", "the app token is not valid");
   return { kind: "app", app };

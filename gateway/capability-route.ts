@@ -14,7 +14,7 @@ import {
   type CapabilityName,
   preferencesOf,
 } from "../proto/mod.js";
-import { requireScope, type Principal } from "./auth.js";
+import { requireScope, type Principal, userOf } from "./auth.js";
 import type { CommandClient } from "./command-client.js";
 import { isJsonContentType, parseJsonObject, type Res } from "./http.js";
 import type { RateLimitConfig, RateLimiter } from "./rate-limit.js";
@@ -82,6 +82,25 @@ export function capabilityRoute(...a: Parameters<typeof capabilityCall>): Promis
   );
 }
 
+/**
+ * Capabilities a user's access token may call (docs/identity.md), each as its own owner: the
+ * `owner` of the input is the user's (another owner is 403). Every other capability needs the
+ * app's token.
+ */
+export const USER_CAPABILITIES: ReadonlySet<string> = new Set(["agent-run"]);
+
+function asUser(principal: Principal, name: string, input: Record<string, unknown>): void {
+  const user = userOf(principal);
+  if (user === undefined) return;
+  if (!USER_CAPABILITIES.has(name))
+    throw new PlatformError("forbidden", `${name} needs the app's token, not a user's access token`);
+  if (input.owner !== user)
+    throw new PlatformError(
+      "forbidden",
+      "a user's access token acts only as its own owner (owner: the user's id)",
+    );
+}
+
 async function capabilityCall(
   d: CapabilityDeps,
   req: Req,
@@ -113,6 +132,7 @@ async function capabilityCall(
   const actor = actorOf(req.headers, principal);
   // everything below comes from the capability's declaration (proto/capabilities/)
   const input = validateInput(name as CapabilityName, parseJsonObject(await bodyP));
+  asUser(principal, name, input);
   decl.refine(input);
   if (!decl.built) throw new PlatformError("not_implemented", `capability ${name} is not implemented yet`);
   const why = decl.unavailable(input);

@@ -14,7 +14,7 @@ import {
   mailProviderOf,
   PlatformError,
 } from "../proto/mod.js";
-import type { AppDirectory, Principal } from "./auth.js";
+import { type AppDirectory, notAsUser, type Principal } from "./auth.js";
 import { actorOf, capabilityRoute, type CapabilityDeps } from "./capability-route.js";
 import { isJsonContentType, parseJsonObject, type Res } from "./http.js";
 import { appParam, ownerParam } from "./params.js";
@@ -116,6 +116,7 @@ function checkGrantBody(o: Record<string, unknown>): GrantBody {
 /** Common checks of the grant routes: plane done by the caller; JSON (POST), auth, actor, bus. */
 function grantCaller(d: ConnectDeps, req: Req) {
   const principal = d.caps.auth(req.headers);
+  notAsUser(principal, "a connector grant");
   const actor = actorOf(req.headers, principal);
   return { principal, actor };
 }

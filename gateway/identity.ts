@@ -1,5 +1,5 @@
-import { createHash, createHmac, randomBytes, scrypt as scryptCb, timingSafeEqual } from "node:crypto";
-import { busUnavailable } from "../store/mod.js";
+import { randomBytes } from "node:crypto";
+import { busUnavailable, publishAppEvent } from "../store/mod.js";
 import {
   ACCESS_TTL_S,
   AUTH_BODIES,
@@ -7,6 +7,7 @@ import {
   AUTH_SIGNING_SECRET,
   type AuthRoute,
   authCommand,
+  CHALLENGE,
   type Command,
   commandFieldAad,
   keys,
@@ -14,130 +15,104 @@ import {
   newResourceId,
   PlatformError,
   type Reply,
-  SCRYPT,
+  type Resource,
   type Sealed,
   secretAad,
   userPasswordAad,
   validateBody,
 } from "../proto/mod.js";
-import type { Principal } from "./auth.js";
+import { notAsUser, type Principal, userOf } from "./auth.js";
 import { actorOf, type CapabilityDeps } from "./capability-route.js";
 import { isJsonContentType, parseJsonObject, type Res } from "./http.js";
+import { twofaChallenge, twofaConfirm, twofaDisable, twofaEnroll } from "./identity-2fa.js";
+import {
+  changePassword,
+  claimLegacy,
+  deleteUser,
+  resetPassword,
+  resetRequest,
+  seedOwner,
+} from "./identity-account.js";
+import { groupRoute, GROUP_PATH } from "./identity-groups.js";
+import {
+  checkPassword,
+  dummyHash,
+  hashPassword,
+  sha256,
+  signAccessToken,
+  type SigningKeys,
+} from "./identity-tokens.js";
 import type { Req } from "./request.js";
 
+export {
+  checkPassword,
+  hashPassword,
+  signAccessToken,
+  verifyAccessToken,
+  type AccessClaims,
+} from "./identity-tokens.js";
+
 /**
- * The /auth routes of the data plane (docs/identity.md, DESIGN §9). The app's
- * own server calls them with its app token and passes its user's credentials;
- * the app is the token's. Here, before anything reaches the actor: the body is
- * checked (proto/identity.ts), passwords are hashed with scrypt (CPU heavy:
- * never in an actor's turn), tokens are made and only their sha256 goes on;
- * then the route becomes the internal command `_auth_<route>` for the app's
- * actor (ordered, fenced, evented). Access tokens are signed here with the
- * app's key (made and sealed by the actor the first time), and checked
- * without a lookup ({@link verifyAccessToken}).
+ * The identity routes of the data plane (docs/identity.md, DESIGN §9): /auth/*
+ * and /owner/claim-legacy. The app's own server calls them with its app token
+ * and passes its user's credentials; routes that act as a signed-in user take
+ * that user's access token instead. Here, before anything reaches the actor:
+ * the body is checked (proto/identity.ts), passwords are hashed and checked
+ * with scrypt (CPU heavy: never in an actor's turn), TOTP codes are checked,
+ * tokens are made and only their sha256 goes on; then the route becomes the
+ * internal command `_auth_<route>` for the app's actor (ordered, fenced,
+ * evented). Access tokens are signed here with the app's key (made and sealed
+ * by the actor the first time) and checked without a lookup.
  */
 
-export const AUTH_PATH = /^\/auth\/([a-z0-9/-]+)$/;
-const BUILT = new Set<string>(["signup", "verify", "login", "refresh", "logout", "config"]);
-
-/** True for the /auth routes this gateway serves (the others of DESIGN §9 still answer 501). */
-export function isBuiltAuthRoute(path: string): boolean {
-  const m = AUTH_PATH.exec(path);
-  return m !== null && BUILT.has(m[1]!);
+export interface IdentityDeps extends CapabilityDeps {
+  /** The apps' signing keys (data plane). */
+  userKeys?: SigningKeys;
 }
 
-const sha256 = (s: string) => createHash("sha256").update(s).digest("hex");
-
-function scrypt(
-  password: string,
-  salt: Buffer,
-  n: number,
-  r: number,
-  p: number,
-  len: number,
-): Promise<Buffer> {
-  return new Promise((resolve, reject) =>
-    scryptCb(
-      password.normalize("NFKC"),
-      salt,
-      len,
-      { N: n, r, p, maxmem: 256 * n * r + 1024 * 1024 },
-      (e, k) => (e ? reject(e) : resolve(k)),
-    ),
-  );
+/** Who may call a route: the app's token, a user's access token, or either. */
+type Who = "app" | "user" | "either";
+interface RouteDef {
+  method: "GET" | "POST" | "DELETE";
+  path: RegExp;
+  route: AuthRoute | "config" | "me";
+  who: Who;
+  /** Also served on the control plane (the operator names the app in the body). */
+  control?: boolean;
 }
 
-/** `scrypt$<N>$<r>$<p>$<salt b64url>$<hash b64url>`: the parameters are kept with the hash. */
-export async function hashPassword(password: string): Promise<string> {
-  const salt = randomBytes(SCRYPT.saltlen);
-  const k = await scrypt(password, salt, SCRYPT.N, SCRYPT.r, SCRYPT.p, SCRYPT.keylen);
-  return `scrypt$${SCRYPT.N}$${SCRYPT.r}$${SCRYPT.p}$${salt.toString("base64url")}$${k.toString("base64url")}`;
-}
+const USER_ID = "(usr_[A-Za-z0-9_-]{1,64})";
+const ROUTES: readonly RouteDef[] = [
+  { method: "GET", path: /^\/auth\/config$/, route: "config", who: "either" },
+  { method: "GET", path: /^\/auth\/me$/, route: "me", who: "user" },
+  { method: "POST", path: /^\/auth\/signup$/, route: "signup", who: "app" },
+  { method: "POST", path: /^\/auth\/verify$/, route: "verify", who: "app" },
+  { method: "POST", path: /^\/auth\/login$/, route: "login", who: "app" },
+  { method: "POST", path: /^\/auth\/refresh$/, route: "refresh", who: "app" },
+  { method: "POST", path: /^\/auth\/logout$/, route: "logout", who: "app" },
+  { method: "POST", path: /^\/auth\/password\/reset-request$/, route: "reset_request", who: "app" },
+  { method: "POST", path: /^\/auth\/password\/reset$/, route: "reset", who: "app" },
+  { method: "POST", path: /^\/auth\/password\/change$/, route: "change", who: "user" },
+  { method: "POST", path: /^\/auth\/2fa\/enroll$/, route: "twofa_enroll", who: "user" },
+  { method: "POST", path: /^\/auth\/2fa\/confirm$/, route: "twofa_confirm", who: "user" },
+  { method: "POST", path: /^\/auth\/2fa\/challenge$/, route: "twofa_challenge", who: "app" },
+  { method: "POST", path: /^\/auth\/2fa\/disable$/, route: "twofa_disable", who: "user" },
+  { method: "DELETE", path: new RegExp(`^/auth/users/${USER_ID}$`), route: "delete_user", who: "either" },
+  { method: "POST", path: /^\/auth\/admin\/seed-owner$/, route: "seed_owner", who: "app", control: true },
+  { method: "POST", path: /^\/owner\/claim-legacy$/, route: "claim_legacy", who: "user", control: true },
+];
 
-/** Checks a password against a stored hash with the hash's own parameters. */
-export async function checkPassword(password: string, stored: string): Promise<boolean> {
-  const [kind, n, r, p, salt, hash] = stored.split("$");
-  if (kind !== "scrypt" || !n || !r || !p || salt === undefined || hash === undefined) return false;
-  const want = Buffer.from(hash, "base64url");
-  const got = await scrypt(
-    password,
-    Buffer.from(salt, "base64url"),
-    Number(n),
-    Number(r),
-    Number(p),
-    want.length,
-  );
-  return got.length === want.length && timingSafeEqual(got, want);
-}
-
-/** A hash of nothing anyone knows: an unknown email costs the same scrypt as a wrong password. */
-let dummy: Promise<string> | undefined;
-const dummyHash = () => (dummy ??= hashPassword(randomBytes(32).toString("base64url")));
-
-const b64 = (v: Buffer | string) => Buffer.from(v).toString("base64url");
-
-/** Claims of an access token. */
-export interface AccessClaims {
-  app: string;
-  sub: string;
-  sid: string;
-  iat: number;
-  exp: number;
-  /** Random: two tokens are never the same. */
-  jti: string;
-}
-
-/** `v1.<claims b64url>.<HMAC-SHA256 b64url>`, signed with the app's key. */
-export function signAccessToken(claims: AccessClaims, key: Buffer): string {
-  const body = `v1.${b64(JSON.stringify(claims))}`;
-  return `${body}.${createHmac("sha256", key).update(body).digest("base64url")}`;
-}
-
-/** The claims of a valid, unexpired access token of `app`, or undefined: no lookup. */
-export function verifyAccessToken(
-  token: string,
-  key: Buffer,
-  app: string,
-  nowS = Math.floor(Date.now() / 1000),
-): AccessClaims | undefined {
-  const parts = token.split(".");
-  if (parts.length !== 3 || parts[0] !== "v1") return undefined;
-  const want = createHmac("sha256", key).update(`${parts[0]}.${parts[1]}`).digest();
-  const got = Buffer.from(parts[2]!, "base64url");
-  if (got.length !== want.length || !timingSafeEqual(got, want)) return undefined;
-  try {
-    const c = JSON.parse(Buffer.from(parts[1]!, "base64url").toString("utf8")) as AccessClaims;
-    if (c.app !== app || typeof c.exp !== "number" || c.exp <= nowS) return undefined;
-    return c;
-  } catch {
-    return undefined;
-  }
+/** The identity paths served here (any method: a wrong one is 405). */
+export function isIdentityRoute(path: string): boolean {
+  return ROUTES.some((r) => r.path.test(path)) || GROUP_PATH.test(path);
 }
 
 const GENERIC_LOGIN = "the email or the password is not right";
 const GENERIC_REFRESH = "the refresh token is not valid";
+const GENERIC_PASSWORD = "the password is not right";
+export const GENERIC_CODE = "the code is not right";
 const SESSION_TOKEN = /^(ses_[A-Za-z0-9]+)\.([A-Za-z0-9_-]{43})$/;
-const VERIFY_TOKEN = /^(usr_[A-Za-z0-9_-]+)\.([A-Za-z0-9_-]{43})$/;
+export const LINK_TOKEN = /^(usr_[A-Za-z0-9_-]+)\.([A-Za-z0-9_-]{43})$/;
 
 /** A user's id and a login throttle's id: keyed hashes of the case-folded email (no index needed, no address in an id). */
 export function userIdOf(d: CapabilityDeps, app: string, email: string): string {
@@ -146,126 +121,146 @@ export function userIdOf(d: CapabilityDeps, app: string, email: string): string 
 function throttleIdOf(d: CapabilityDeps, app: string, email: string): string {
   return `thr_${d.vault.mac(`auth/throttle\n${app}\n${email}`).slice(0, 26)}`;
 }
-const fold = (email: string) => email.trim().toLowerCase();
+export const fold = (email: string) => email.trim().toLowerCase();
 
-/** `<route>`: `GET /auth/config` or `POST /auth/<route>`. */
-export async function authRoute(
-  d: CapabilityDeps,
+/** One call of an identity route, once its caller and body are known. */
+export interface AuthCall {
+  d: IdentityDeps;
+  req: Req;
+  principal: Principal;
+  app: string;
+  /** The user of a user's access token. */
+  user: string | undefined;
+  /** The checked body. */
+  body: Record<string, unknown>;
+  /** Sends the route's internal command to the app's actor; its settled answer. */
+  send: (
+    route: AuthRoute,
+    input: Record<string, unknown>,
+    sealed?: Record<string, Sealed>,
+    id?: string,
+  ) => Promise<Settled>;
+}
+
+export interface Settled {
+  result: Record<string, unknown> | undefined;
+  resource: Resource | undefined;
+}
+
+/** The identity routes: `/auth/*` (groups included) and `/owner/claim-legacy`. */
+export async function identityRoute(
+  d: IdentityDeps,
   req: Req,
   res: Res,
   bodyP: Promise<Buffer> | undefined,
   methodNotAllowed: (allow: string[]) => PlatformError,
 ): Promise<void> {
-  const route = AUTH_PATH.exec(req.url)![1]!;
-  if (route === "config") {
-    if (req.method !== "GET" && req.method !== "HEAD") throw methodNotAllowed(["GET"]);
-    appOf(d.auth(req.headers));
+  const path = req.url;
+  if (GROUP_PATH.test(path)) {
+    if (d.plane !== "data") throw wrongPlane(d, path);
+    return groupRoute(d, req, res, bodyP, methodNotAllowed, (p, b) => callOf(d, req, p, b));
+  }
+  const defs = ROUTES.filter((r) => r.path.test(path));
+  if (d.plane !== "data" && !defs.some((r) => r.control === true)) throw wrongPlane(d, path);
+  const def = defs.find((r) => r.method === req.method || (r.method === "GET" && req.method === "HEAD"));
+  if (!def) throw methodNotAllowed(defs.map((r) => r.method));
+  req.query.only([], `${def.method} ${path.replace(/usr_[A-Za-z0-9_-]+/, "<id>")}`);
+  const principal = d.auth(req.headers);
+  if (def.route === "config") {
+    appOf(principal);
     return res.json(200, AUTH_CONFIG);
   }
-  if (req.method !== "POST" || !bodyP) throw methodNotAllowed(["POST"]);
-  req.query.only([], `POST /auth/${route}`);
-  if (!isJsonContentType(req.headers["content-type"]))
-    throw new PlatformError("unsupported_media_type", "send the body as Content-Type: application/json");
-  const principal = d.auth(req.headers);
-  const app = appOf(principal);
-  if (d.limiter) d.limiter.limiter.take(app, `auth/${route}`, d.limiter.limits.capability);
-  const r = route as AuthRoute;
-  const body = validateBody(AUTH_BODIES[r], parseJsonObject(await bodyP)) as Record<string, string>;
-  if (!d.bus.connected()) throw busUnavailable();
-  const send = async (input: Record<string, unknown>, sealed?: Record<string, Sealed>, id = newId("cmd")) => {
+  if (def.route === "me") {
+    const user = requireUser(principal);
+    const p = principal as { app: string; session?: string };
+    return res.json(200, { app: p.app, user_id: user, session_id: p.session ?? null });
+  }
+  const route = def.route;
+  // who: an app's token, a user's access token, the operator on the control plane
+  if (d.plane === "control") {
+    if (principal.kind === "app")
+      throw new PlatformError("forbidden", "the control plane takes the control token");
+  } else if (def.who === "app") notAsUser(principal, `${def.method} ${path}`);
+  else if (def.who === "user" && d.plane === "data") requireUser(principal);
+  let raw: Record<string, unknown> = {};
+  if (def.method === "POST") {
+    if (!bodyP) throw methodNotAllowed(["POST"]);
+    const buf = await bodyP;
+    if (buf.length > 0 || Object.keys(AUTH_BODIES[route].properties).length > 0) {
+      if (!isJsonContentType(req.headers["content-type"]))
+        throw new PlatformError("unsupported_media_type", "send the body as Content-Type: application/json");
+      raw = parseJsonObject(buf);
+    }
+  }
+  const body = validateBody(AUTH_BODIES[route], raw) as Record<string, unknown>;
+  const call = callOf(d, req, principal, body);
+  if (d.limiter) d.limiter.limiter.take(call.app, `auth/${route}`, d.limiter.limits.capability);
+  return ROUTE_HANDLERS[route](call, res, path);
+}
+
+function wrongPlane(d: CapabilityDeps, path: string): PlatformError {
+  return new PlatformError(
+    "wrong_plane",
+    `${path} is served on the data plane (port ${d.otherPort()}), not the control plane`,
+  );
+}
+
+/** The app of a call: the token's, or (the operator on the control plane) the body's `app`. */
+function callOf(d: IdentityDeps, req: Req, principal: Principal, body: Record<string, unknown>): AuthCall {
+  let app: string;
+  if (principal.kind === "app") {
+    if (body.app !== undefined && body.app !== principal.app)
+      throw new PlatformError(
+        "forbidden",
+        `this token belongs to app ${principal.app}, not ${String(body.app)}`,
+      );
+    app = principal.app;
+  } else if (d.plane === "control") {
+    if (typeof body.app !== "string")
+      throw new PlatformError("invalid_input", "app: is required on the control plane", {
+        details: [{ path: "/app", message: "is required" }],
+      });
+    app = body.app;
+  } else throw new PlatformError("forbidden", "the /auth routes are per app: call them with the app's token");
+  const user = userOf(principal);
+  const send: AuthCall["send"] = async (route, input, sealed, id = newId("cmd")) => {
+    if (!d.bus.connected()) throw busUnavailable();
     const cmd: Command = {
       id,
-      capability: authCommand(r),
+      capability: authCommand(route),
       app,
       input,
       ...(sealed ? { sealed } : {}),
       actor: actorOf(req.headers, principal),
-      plane: "data",
+      plane: d.plane,
       gateway_id: d.client.gatewayId,
       request_id: req.requestId,
       received_at: new Date().toISOString(),
     };
     const reply = await d.client.send(cmd);
     await d.learn(reply);
-    return settled(reply);
+    const s = settled(reply, route);
+    await publishResultEvents(d, app, cmd, s.result);
+    return s;
   };
-  switch (r) {
-    case "signup": {
-      const email = fold(body.email!);
-      const userId = userIdOf(d, app, email);
-      const hash = await hashPassword(body.password!);
-      const token = `${userId}.${randomBytes(32).toString("base64url")}`;
-      const id = newId("cmd");
-      await send(
-        {
-          user_id: userId,
-          email,
-          ...(body.name !== undefined ? { name: body.name } : {}),
-          ...(body.verify_url !== undefined ? { verify_url: body.verify_url } : {}),
-          password: d.vault.seal(hash, userPasswordAad(app, userId)),
-          verify_hash: sha256(token),
-        },
-        { verify_token: d.vault.seal(token, commandFieldAad(id, "verify_token")) },
-        id,
-      );
-      // the same answer for a new address and a taken one
-      return res.json(202, {
-        status: "accepted",
-        user_id: userId,
-        message: "if this address can sign up, a verification mail is on its way",
-      });
-    }
-    case "verify": {
-      const m = VERIFY_TOKEN.exec(body.token!);
-      if (!m) throw new PlatformError("invalid_input", "the verification token is not valid or has expired");
-      const reply = await send({ user_id: m[1], token_hash: sha256(body.token!) });
-      return res.json(200, { status: "verified", user_id: reply.result?.user_id });
-    }
-    case "login": {
-      const email = fold(body.email!);
-      const userId = userIdOf(d, app, email);
-      const e = await d.bus.kv.resources.get(keys.resource(app, "User", userId));
-      let stored: string | undefined;
-      let version: number | null = null;
-      if (e && e.operation === "PUT") {
-        const u = e.json() as { password?: Sealed; credential_version?: number };
-        if (u.password) {
-          stored = d.vault.openString(u.password, userPasswordAad(app, userId));
-          version = u.credential_version ?? null;
-        }
-      }
-      // one scrypt either way: an unknown email costs what a wrong password does
-      const ok = await checkPassword(body.password!, stored ?? (await dummyHash()));
-      const sessionId = newResourceId("Session");
-      const refresh = `${sessionId}.${randomBytes(32).toString("base64url")}`;
-      const reply = await send({
-        throttle_id: throttleIdOf(d, app, email),
-        user_id: userId,
-        password_ok: ok && stored !== undefined,
-        credential_version: version,
-        session_id: sessionId,
-        refresh_hash: sha256(refresh),
-      });
-      return res.json(200, tokens(d, app, reply, sessionId, refresh));
-    }
-    case "refresh": {
-      const m = SESSION_TOKEN.exec(body.refresh_token!);
-      if (!m) throw new PlatformError("unauthenticated", GENERIC_REFRESH);
-      const next = `${m[1]}.${randomBytes(32).toString("base64url")}`;
-      const reply = await send({
-        session_id: m[1],
-        presented_hash: sha256(body.refresh_token!),
-        next_hash: sha256(next),
-      });
-      return res.json(200, tokens(d, app, reply, m[1]!, next));
-    }
-    case "logout": {
-      const m = SESSION_TOKEN.exec(body.refresh_token!);
-      if (!m) throw new PlatformError("unauthenticated", GENERIC_REFRESH);
-      await send({ session_id: m[1], presented_hash: sha256(body.refresh_token!) });
-      return res.json(200, { status: "revoked" });
-    }
-  }
+  return { d, req, principal, app, user, body, send };
+}
+
+/**
+ * The application events an answer lists (`result.app_events`: membership.removed of groups,
+ * owner.legacy_claimed), published once each: their message ids come from the command.
+ */
+async function publishResultEvents(
+  d: CapabilityDeps,
+  app: string,
+  cmd: Command,
+  result: Record<string, unknown> | undefined,
+): Promise<void> {
+  const list = result?.app_events;
+  if (!Array.isArray(list)) return;
+  let i = 0;
+  for (const ev of list as { owner: string; type: string; subject?: string; data: Record<string, unknown> }[])
+    await publishAppEvent(d.bus, { app, ...ev, actor: cmd.actor }, { msgId: `${cmd.id}:${i++}` });
 }
 
 function appOf(p: Principal): string {
@@ -274,8 +269,18 @@ function appOf(p: Principal): string {
   return p.app;
 }
 
+function requireUser(p: Principal): string {
+  const user = userOf(p);
+  if (user === undefined)
+    throw new PlatformError(
+      "unauthenticated",
+      "this route acts as a signed-in user: call it with the user's access token (Authorization: Bearer <access token>)",
+    );
+  return user;
+}
+
 /** The actor's answer as the route's: its refusals as they are, a `failed` decision as its HTTP error. */
-function settled(reply: Reply): { result: Record<string, unknown> | undefined } {
+function settled(reply: Reply, route: AuthRoute): Settled {
   if (!reply.ok || !reply.body) {
     const err = reply.error ?? { code: "internal", message: "internal error" };
     throw new PlatformError(err.code as never, err.message, err.details ? { details: err.details } : {});
@@ -289,26 +294,84 @@ function settled(reply: Reply): { result: Record<string, unknown> | undefined } 
         });
       case "unverified":
         throw new PlatformError("forbidden", "verify the email address first (the mail sent at sign-up)");
+      case "invalid_code":
+        throw new PlatformError(
+          route === "twofa_confirm" ? "invalid_input" : "unauthenticated",
+          GENERIC_CODE,
+        );
       case "reuse":
       case "invalid":
-        throw new PlatformError(
-          "unauthenticated",
-          reply.body.resource.type === "Session" ? GENERIC_REFRESH : GENERIC_LOGIN,
-        );
+        throw new PlatformError("unauthenticated", invalidMessage(route));
       default:
         throw new PlatformError("internal", "internal error");
     }
   }
-  return { result };
+  return { result, resource: reply.body.resource as Resource | undefined };
+}
+
+function invalidMessage(route: AuthRoute): string {
+  switch (route) {
+    case "refresh":
+    case "logout":
+      return GENERIC_REFRESH;
+    case "change":
+      return GENERIC_PASSWORD;
+    case "twofa_disable":
+      return "the password or the code is not right";
+    case "twofa_challenge":
+      return "the challenge is not valid or has expired, or the code is not right";
+    default:
+      return GENERIC_LOGIN;
+  }
+}
+
+/**
+ * A resource of the app as fresh as this gateway knows it: the KV value or the read index's
+ * (which holds this gateway's own answers at once), the later of the two.
+ */
+export async function freshResource(
+  d: CapabilityDeps,
+  app: string,
+  type: string,
+  id: string,
+): Promise<Resource | undefined> {
+  const [e, idx] = await Promise.all([
+    d.bus.kv.resources.get(keys.resource(app, type, id)),
+    d.index.getResource(id),
+  ]);
+  const kv = e && e.operation === "PUT" ? (e.json() as Resource) : undefined;
+  const ix = idx && idx.app_id === app && idx.type === type ? idx : undefined;
+  if (!kv) return ix;
+  if (!ix) return kv;
+  return ix.updated_at > kv.updated_at ? ix : kv;
+}
+
+/** Opens a user's stored password hash and checks `password` (one scrypt, even without a user). */
+export async function passwordVerdict(
+  d: CapabilityDeps,
+  app: string,
+  user: Resource | undefined,
+  password: string,
+): Promise<{ ok: boolean; version: number | null }> {
+  let stored: string | undefined;
+  let version: number | null = null;
+  const sealed = user?.password as Sealed | undefined;
+  if (user && sealed) {
+    stored = d.vault.openString(sealed, userPasswordAad(app, user.id));
+    version = typeof user.credential_version === "number" ? user.credential_version : null;
+  }
+  const ok = await checkPassword(password, stored ?? (await dummyHash()));
+  return { ok: ok && stored !== undefined, version };
 }
 
 /** Caches opened signing keys by their sealed text (the key never changes once made). */
 const keyCache = new Map<string, Buffer>();
 
-function tokens(
-  d: CapabilityDeps,
+/** The answer of a session made or refreshed: an access token signed with the app's key and the refresh token. */
+export function tokens(
+  d: IdentityDeps,
   app: string,
-  r: { result: Record<string, unknown> | undefined },
+  r: Settled,
   sessionId: string,
   refresh: string,
 ): Record<string, unknown> {
@@ -319,6 +382,7 @@ function tokens(
     key = d.vault.open(sealed, secretAad(app, AUTH_SIGNING_SECRET));
     keyCache.set(cacheKey, key);
   }
+  d.userKeys?.put(app, key);
   const iat = Math.floor(Date.now() / 1000);
   const userId = String(r.result?.user_id);
   return {
@@ -338,4 +402,110 @@ function tokens(
     refresh_token: refresh,
     user: { id: userId, email: r.result?.email },
   };
+}
+
+/** A new refresh token of a session: `<session id>.<32 random bytes>`. */
+export const newRefresh = (sessionId: string) => `${sessionId}.${randomBytes(32).toString("base64url")}`;
+
+export type Handler = (c: AuthCall, res: Res, path: string) => Promise<void>;
+
+const ROUTE_HANDLERS: Record<AuthRoute, Handler> = {
+  async signup(c, res) {
+    const email = fold(String(c.body.email));
+    const userId = userIdOf(c.d, c.app, email);
+    const hash = await hashPassword(String(c.body.password));
+    const token = `${userId}.${randomBytes(32).toString("base64url")}`;
+    const id = newId("cmd");
+    await c.send(
+      "signup",
+      {
+        user_id: userId,
+        email,
+        ...(c.body.name !== undefined ? { name: c.body.name } : {}),
+        ...(c.body.verify_url !== undefined ? { verify_url: c.body.verify_url } : {}),
+        password: c.d.vault.seal(hash, userPasswordAad(c.app, userId)),
+        verify_hash: sha256(token),
+      },
+      { verify_token: c.d.vault.seal(token, commandFieldAad(id, "verify_token")) },
+      id,
+    );
+    // the same answer for a new address and a taken one
+    return res.json(202, {
+      status: "accepted",
+      user_id: userId,
+      message: "if this address can sign up, a verification mail is on its way",
+    });
+  },
+  async verify(c, res) {
+    const token = String(c.body.token);
+    const m = LINK_TOKEN.exec(token);
+    if (!m) throw new PlatformError("invalid_input", "the verification token is not valid or has expired");
+    const r = await c.send("verify", { user_id: m[1], token_hash: sha256(token) });
+    return res.json(200, { status: "verified", user_id: r.result?.user_id });
+  },
+  async login(c, res) {
+    const email = fold(String(c.body.email));
+    const userId = userIdOf(c.d, c.app, email);
+    const user = await freshResource(c.d, c.app, "User", userId);
+    // one scrypt either way: an unknown email costs what a wrong password does
+    const v = await passwordVerdict(c.d, c.app, user, String(c.body.password));
+    const sessionId = newResourceId("Session");
+    const refresh = newRefresh(sessionId);
+    const challenge = newRefresh(sessionId);
+    const r = await c.send("login", {
+      throttle_id: throttleIdOf(c.d, c.app, email),
+      user_id: userId,
+      password_ok: v.ok,
+      credential_version: v.version,
+      session_id: sessionId,
+      refresh_hash: sha256(refresh),
+      challenge_hash: sha256(challenge),
+    });
+    if (r.result?.outcome === "twofa_required")
+      return res.json(200, {
+        status: "twofa_required",
+        challenge_id: challenge,
+        expires_in: CHALLENGE.ttlS,
+        message: "enter a code of the authenticator app, or a recovery code (POST /auth/2fa/challenge)",
+      });
+    return res.json(200, tokens(c.d, c.app, r, sessionId, refresh));
+  },
+  async refresh(c, res) {
+    const presented = String(c.body.refresh_token);
+    const m = SESSION_TOKEN.exec(presented);
+    if (!m) throw new PlatformError("unauthenticated", GENERIC_REFRESH);
+    const next = newRefresh(m[1]!);
+    const r = await c.send("refresh", {
+      session_id: m[1],
+      presented_hash: sha256(presented),
+      next_hash: sha256(next),
+    });
+    return res.json(200, tokens(c.d, c.app, r, m[1]!, next));
+  },
+  async logout(c, res) {
+    const presented = String(c.body.refresh_token);
+    const m = SESSION_TOKEN.exec(presented);
+    if (!m) throw new PlatformError("unauthenticated", GENERIC_REFRESH);
+    await c.send("logout", { session_id: m[1], presented_hash: sha256(presented) });
+    return res.json(200, { status: "revoked" });
+  },
+  reset_request: resetRequest,
+  reset: resetPassword,
+  change: changePassword,
+  twofa_enroll: twofaEnroll,
+  twofa_confirm: twofaConfirm,
+  twofa_challenge: twofaChallenge,
+  twofa_disable: twofaDisable,
+  delete_user: deleteUser,
+  seed_owner: seedOwner,
+  claim_legacy: claimLegacy,
+  group_create: groupOnly,
+  group_add: groupOnly,
+  group_remove: groupOnly,
+  group_leave: groupOnly,
+  group_delete: groupOnly,
+};
+
+async function groupOnly(): Promise<void> {
+  throw new PlatformError("internal", "group routes are served by groupRoute");
 }

@@ -9,7 +9,7 @@ import {
   PlatformError,
   TERMINAL,
 } from "../proto/mod.js";
-import type { AppDirectory, Principal } from "./auth.js";
+import { type AppDirectory, notAsUser, type Principal, userOf } from "./auth.js";
 import type { Res } from "./http.js";
 import {
   appParam,
@@ -45,7 +45,12 @@ export const OWNER_SCOPED_TYPES: ReadonlySet<string> = new Set(["AgentTask", "Ar
 
 /** Whether `principal` may see `doc` given the owner it named. */
 function ownerAllows(principal: Principal, doc: { type: string; owner?: string }, owner?: string): boolean {
-  return principal.kind !== "app" || !OWNER_SCOPED_TYPES.has(doc.type) || doc.owner === owner;
+  if (principal.kind !== "app") return true;
+  // a user's access token reads only its own owner's records, and nothing else of the app
+  const user = userOf(principal);
+  if (user !== undefined)
+    return OWNER_SCOPED_TYPES.has(doc.type) && doc.owner === user && (owner === undefined || owner === user);
+  return !OWNER_SCOPED_TYPES.has(doc.type) || doc.owner === owner;
 }
 
 /** Every GET route of the gateway, by pattern; the router answers 405 for other methods on them. */
@@ -88,7 +93,16 @@ export async function readRoute(d: ReadDeps, req: Req, res: Res): Promise<void> 
   if (path === "/resources") {
     q.only(["app_id", "type", "owner", "limit", "cursor"], "GET /resources");
     const type = resourceTypeParam(q);
-    const owner = ownerParam(q);
+    const user = userOf(principal);
+    if (user !== undefined && (!type || !OWNER_SCOPED_TYPES.has(type)))
+      throw new PlatformError(
+        "forbidden",
+        `a user's access token lists only its own ${[...OWNER_SCOPED_TYPES].join(" or ")} (type)`,
+      );
+    const asked = ownerParam(q);
+    if (user !== undefined && asked !== undefined && asked !== user)
+      throw new PlatformError("not_found", "no such owner");
+    const owner = user ?? asked;
     if (principal.kind === "app" && type && OWNER_SCOPED_TYPES.has(type) && owner === undefined)
       throw new PlatformError("invalid_input", `owner: is required to list ${type} (owner-scoped)`, {
         details: [{ path: "/owner", message: "is required" }],
@@ -119,6 +133,7 @@ export async function readRoute(d: ReadDeps, req: Req, res: Res): Promise<void> 
       throw new PlatformError("not_found", `no ${type.slice(0, 64)} resource ${id.slice(0, 128)}`);
     return res.json(200, doc);
   }
+  if (path === "/events" || path === "/events/stream") notAsUser(principal, `GET ${path}`);
   if (path === "/events") {
     q.only(["app_id", "resource_id", "type", "limit", "cursor"], "GET /events");
     const page = await d.index.listEvents({

@@ -16,7 +16,8 @@ import { capabilityRoute, type CapabilityDeps } from "./capability-route.js";
 import { CommandClient } from "./command-client.js";
 import { CONNECT_ROUTE, type ConnectDeps, connectRoute } from "./connect.js";
 import { guard, type GuardOptions } from "./guard.js";
-import { authRoute, isBuiltAuthRoute } from "./identity.js";
+import { identityRoute, isIdentityRoute, type IdentityDeps } from "./identity.js";
+import { SigningKeys } from "./identity-tokens.js";
 import { takeBody, type Res } from "./http.js";
 import { openApiDocument } from "./openapi.js";
 import { DEFAULT_ORIGIN_POLICY, type OriginPolicy } from "./origin.js";
@@ -117,11 +118,12 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
     name: `gateway ${plane}`,
     inflight,
   };
-  const auth = (h: Record<string, string>): Principal =>
-    authenticate(
-      { plane, controlTokenRequired: opts.controlTokenRequired, controlToken: opts.controlToken, apps },
-      h,
-    );
+  // users' access tokens are principals on the data plane: their apps' keys, followed
+  const userKeys = plane === "data" ? new SigningKeys(vault) : undefined;
+  await userKeys?.follow(bus, log);
+  const { controlTokenRequired, controlToken } = opts;
+  const policy = { plane, controlTokenRequired, controlToken, apps, ...(userKeys ? { userKeys } : {}) };
+  const auth = (h: Record<string, string>): Principal => authenticate(policy, h);
   /** For reads: an app's token only sees its own app. */
   const scopedApp = (p: Principal, requested: string | undefined): string | undefined => {
     if (p.kind !== "app") return requested;
@@ -163,6 +165,7 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
   };
 
   const connect: ConnectDeps = { caps, bus, vault, apps };
+  const identity: IdentityDeps = { ...caps, ...(userKeys ? { userKeys } : {}) };
 
   /** One router for every HTTP request; the guard answers whatever it throws. */
   const route = (req: Req, res: Res): void | Promise<void> => {
@@ -176,14 +179,7 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
       return appEventsRoute(appEvents, req, res, takeBody(req, res), methodNotAllowed);
     const kn = CONNECT_ROUTE.exec(path);
     if (kn) return connectRoute(connect, req, res, kn, takeBody(req, res), methodNotAllowed);
-    if (isBuiltAuthRoute(path)) {
-      if (plane !== "data")
-        throw new PlatformError(
-          "wrong_plane",
-          `${path} is served on the data plane (port ${otherPort()}), not the control plane`,
-        );
-      return authRoute(caps, req, res, takeBody(req, res), methodNotAllowed);
-    }
+    if (isIdentityRoute(path)) return identityRoute(identity, req, res, takeBody(req, res), methodNotAllowed);
     if (PLANNED_ROUTES.some((r) => r.test(path))) {
       if (!bus.connected()) throw busUnavailable();
       throw new PlatformError(
@@ -222,6 +218,7 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
       // stop accepting, end the tails, answer the calls still waiting for a reply (503), and let
       // every request in flight write its answer before the connections close
       uWS.us_listen_socket_close(token);
+      userKeys?.stop();
       for (const s of [...open]) s();
       await client.close();
       let t: NodeJS.Timeout | undefined;

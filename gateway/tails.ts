@@ -10,7 +10,7 @@ import {
   subjects,
   newId,
 } from "../proto/mod.js";
-import type { Principal } from "./auth.js";
+import { notAsUser, type Principal } from "./auth.js";
 import { answerError, type GuardOptions } from "./guard.js";
 import { Res } from "./http.js";
 import { checkHostAndOrigin } from "./origin.js";
@@ -232,6 +232,7 @@ export function wsTail(app: TemplatedApp, d: TailDeps): void {
         const ext = rq.getHeader("sec-websocket-extensions");
         checkHostAndOrigin(req.headers, d.guard.policy);
         const principal = d.auth(req.headers);
+        notAsUser(principal, "the event stream");
         const filters = feedFilters(principal, req, d.scopedApp);
         const release = d.limiter.acquire(tailKey(principal));
         try {

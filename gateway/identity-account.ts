@@ -1,0 +1,107 @@
+import { randomBytes } from "node:crypto";
+import { commandFieldAad, newId, PlatformError, userPasswordAad } from "../proto/mod.js";
+import { fold, freshResource, type Handler, LINK_TOKEN, passwordVerdict, userIdOf } from "./identity.js";
+import { hashPassword, sha256 } from "./identity-tokens.js";
+
+/**
+ * The account routes of identity (docs/identity.md): password reset by mail
+ * and change, a user's deletion, the app's first owner, the claim of legacy
+ * records. The gateway hashes and makes tokens; the actor decides.
+ */
+
+export const resetRequest: Handler = async (c, res) => {
+  const email = fold(String(c.body.email));
+  const userId = userIdOf(c.d, c.app, email);
+  const token = `${userId}.${randomBytes(32).toString("base64url")}`;
+  const id = newId("cmd");
+  try {
+    await c.send(
+      "reset_request",
+      {
+        user_id: userId,
+        reset_hash: sha256(token),
+        ...(c.body.reset_url !== undefined ? { reset_url: c.body.reset_url } : {}),
+      },
+      { reset_token: c.d.vault.seal(token, commandFieldAad(id, "reset_token")) },
+      id,
+    );
+  } catch (e) {
+    // an unknown address is answered like a known one
+    if (!(e instanceof PlatformError && e.code === "not_found")) throw e;
+  }
+  return res.json(202, {
+    status: "accepted",
+    message: "if this address has an account, a reset mail is on its way",
+  });
+};
+
+export const resetPassword: Handler = async (c, res) => {
+  const token = String(c.body.token);
+  const m = LINK_TOKEN.exec(token);
+  if (!m) throw new PlatformError("invalid_input", "the reset token is not valid or has expired");
+  const userId = m[1]!;
+  const hash = await hashPassword(String(c.body.password));
+  const r = await c.send("reset", {
+    user_id: userId,
+    token_hash: sha256(token),
+    password: c.d.vault.seal(hash, userPasswordAad(c.app, userId)),
+  });
+  return res.json(200, {
+    status: "changed",
+    user_id: userId,
+    sessions_revoked: r.result?.sessions_revoked ?? 0,
+  });
+};
+
+export const changePassword: Handler = async (c, res) => {
+  const userId = c.user!;
+  const user = await freshResource(c.d, c.app, "User", userId);
+  if (!user) throw new PlatformError("unauthenticated", "the access token's user is gone");
+  const v = await passwordVerdict(c.d, c.app, user, String(c.body.password));
+  const hash = await hashPassword(String(c.body.new_password));
+  const r = await c.send("change", {
+    user_id: userId,
+    password_ok: v.ok,
+    credential_version: v.version,
+    password: c.d.vault.seal(hash, userPasswordAad(c.app, userId)),
+  });
+  return res.json(200, { status: "changed", sessions_revoked: r.result?.sessions_revoked ?? 0 });
+};
+
+export const deleteUser: Handler = async (c, res, path) => {
+  const target = /usr_[A-Za-z0-9_-]+$/.exec(path)![0];
+  // a user deletes only itself; another user's id is as unknown as a missing one
+  if (c.user !== undefined && c.user !== target) throw new PlatformError("not_found", "no such user");
+  const r = await c.send("delete_user", { user_id: target, by: c.user !== undefined ? "self" : "app" });
+  return res.json(200, {
+    status: "deleted",
+    user_id: target,
+    sessions_revoked: r.result?.sessions_revoked ?? 0,
+  });
+};
+
+export const seedOwner: Handler = async (c, res) => {
+  const { user_id, email } = c.body as { user_id?: string; email?: string };
+  if ((user_id === undefined) === (email === undefined))
+    throw new PlatformError("invalid_input", "give one of user_id and email", {
+      details: [{ path: "/user_id", message: "give user_id or email, not both or neither" }],
+    });
+  const target = user_id ?? userIdOf(c.d, c.app, fold(email!));
+  await c.send("seed_owner", { user_id: target });
+  return res.json(200, { status: "seeded", app: c.app, owner: target });
+};
+
+export const claimLegacy: Handler = async (c, res) => {
+  let userId: string;
+  if (c.user !== undefined) {
+    if (c.body.user_id !== undefined && c.body.user_id !== c.user)
+      throw new PlatformError("forbidden", "a user claims for itself: leave user_id out");
+    userId = c.user;
+  } else if (typeof c.body.user_id === "string") userId = c.body.user_id;
+  else
+    throw new PlatformError("invalid_input", "user_id: is required with the control token", {
+      details: [{ path: "/user_id", message: "is required" }],
+    });
+  const r = await c.send("claim_legacy", { user_id: userId });
+  return res.json(200, { status: "claimed", app: c.app, owner: userId, claimed: r.result?.claimed });
+};

@@ -1,0 +1,166 @@
+import { createHash, createHmac, randomBytes, scrypt as scryptCb, timingSafeEqual } from "node:crypto";
+import type { Bus, Vault } from "../store/mod.js";
+import { AUTH_SIGNING_SECRET, check, SCRYPT, secretAad, VaultEntrySchema } from "../proto/mod.js";
+
+/**
+ * The gateway's credentials of identity (docs/identity.md): scrypt password
+ * hashes with their parameters, access tokens signed with the app's key and
+ * checked without a lookup, and the directory of the apps' signing keys that
+ * a data gateway follows so that a user's token is a principal on any route.
+ */
+
+export const sha256 = (s: string) => createHash("sha256").update(s).digest("hex");
+
+function scrypt(
+  password: string,
+  salt: Buffer,
+  n: number,
+  r: number,
+  p: number,
+  len: number,
+): Promise<Buffer> {
+  return new Promise((resolve, reject) =>
+    scryptCb(
+      password.normalize("NFKC"),
+      salt,
+      len,
+      { N: n, r, p, maxmem: 256 * n * r + 1024 * 1024 },
+      (e, k) => (e ? reject(e) : resolve(k)),
+    ),
+  );
+}
+
+/** `scrypt$<N>$<r>$<p>$<salt b64url>$<hash b64url>`: the parameters are kept with the hash. */
+export async function hashPassword(password: string): Promise<string> {
+  const salt = randomBytes(SCRYPT.saltlen);
+  const k = await scrypt(password, salt, SCRYPT.N, SCRYPT.r, SCRYPT.p, SCRYPT.keylen);
+  return `scrypt$${SCRYPT.N}$${SCRYPT.r}$${SCRYPT.p}$${salt.toString("base64url")}$${k.toString("base64url")}`;
+}
+
+/** Checks a password against a stored hash with the hash's own parameters. */
+export async function checkPassword(password: string, stored: string): Promise<boolean> {
+  const [kind, n, r, p, salt, hash] = stored.split("$");
+  if (kind !== "scrypt" || !n || !r || !p || salt === undefined || hash === undefined) return false;
+  const want = Buffer.from(hash, "base64url");
+  const got = await scrypt(
+    password,
+    Buffer.from(salt, "base64url"),
+    Number(n),
+    Number(r),
+    Number(p),
+    want.length,
+  );
+  return got.length === want.length && timingSafeEqual(got, want);
+}
+
+/** A hash of nothing anyone knows: an unknown email costs the same scrypt as a wrong password. */
+let dummy: Promise<string> | undefined;
+export const dummyHash = () => (dummy ??= hashPassword(randomBytes(32).toString("base64url")));
+
+const b64 = (v: Buffer | string) => Buffer.from(v).toString("base64url");
+
+/** Claims of an access token. */
+export interface AccessClaims {
+  app: string;
+  sub: string;
+  sid: string;
+  iat: number;
+  exp: number;
+  /** Random: two tokens are never the same. */
+  jti: string;
+}
+
+/** `v1.<claims b64url>.<HMAC-SHA256 b64url>`, signed with the app's key. */
+export function signAccessToken(claims: AccessClaims, key: Buffer): string {
+  const body = `v1.${b64(JSON.stringify(claims))}`;
+  return `${body}.${createHmac("sha256", key).update(body).digest("base64url")}`;
+}
+
+/** True for text shaped like an access token (then it is never looked up as an app token). */
+export function isAccessTokenShape(token: string): boolean {
+  return token.startsWith("v1.") && token.split(".").length === 3;
+}
+
+/** The app an access token names, unchecked (to find its key), or undefined. */
+export function claimedApp(token: string): string | undefined {
+  const parts = token.split(".");
+  if (parts.length !== 3 || parts[0] !== "v1" || parts[1]!.length > 2048) return undefined;
+  try {
+    const c = JSON.parse(Buffer.from(parts[1]!, "base64url").toString("utf8")) as { app?: unknown };
+    return typeof c.app === "string" && c.app.length <= 63 ? c.app : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The claims of a valid, unexpired access token of `app`, or undefined: no lookup. */
+export function verifyAccessToken(
+  token: string,
+  key: Buffer,
+  app: string,
+  nowS = Math.floor(Date.now() / 1000),
+): AccessClaims | undefined {
+  const parts = token.split(".");
+  if (parts.length !== 3 || parts[0] !== "v1") return undefined;
+  const want = createHmac("sha256", key).update(`${parts[0]}.${parts[1]}`).digest();
+  const got = Buffer.from(parts[2]!, "base64url");
+  if (got.length !== want.length || !timingSafeEqual(got, want)) return undefined;
+  try {
+    const c = JSON.parse(Buffer.from(parts[1]!, "base64url").toString("utf8")) as AccessClaims;
+    if (
+      c.app !== app ||
+      typeof c.exp !== "number" ||
+      c.exp <= nowS ||
+      typeof c.sub !== "string" ||
+      typeof c.sid !== "string"
+    )
+      return undefined;
+    return c;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The apps' access-token signing keys, opened, from a watch on the vault
+ * entries `<app>.SLIPWAY_AUTH_SIGNING_KEY` (made once per app by its actor).
+ * A gateway that answered a login learns its app's key from the answer at once.
+ */
+export class SigningKeys {
+  private readonly keys = new Map<string, Buffer>();
+  private stopFn: (() => void) | undefined;
+
+  constructor(private readonly vault: Vault) {}
+
+  async follow(bus: Bus, log: (m: string) => void = () => {}): Promise<void> {
+    const w = await bus.kv.vault.watch({ key: `*.${AUTH_SIGNING_SECRET}` });
+    this.stopFn = () => w.stop();
+    (async () => {
+      for await (const e of w) {
+        const app = e.key.slice(0, e.key.length - AUTH_SIGNING_SECRET.length - 1);
+        if (e.operation !== "PUT") {
+          this.keys.delete(app);
+          continue;
+        }
+        try {
+          const entry = check(VaultEntrySchema, e.json(), `vault ${e.key}`);
+          this.keys.set(app, this.vault.open(entry.sealed, secretAad(app, AUTH_SIGNING_SECRET)));
+        } catch (err) {
+          log(`signing keys: skipped ${e.key}: ${String(err)}`);
+        }
+      }
+    })().catch(() => {});
+  }
+
+  put(app: string, key: Buffer): void {
+    this.keys.set(app, key);
+  }
+
+  get(app: string): Buffer | undefined {
+    return this.keys.get(app);
+  }
+
+  stop(): void {
+    this.stopFn?.();
+  }
+}
