@@ -1,6 +1,8 @@
 import {
   acceptedOn,
   ALL_CAPABILITIES,
+  AUTH_BODIES,
+  type AuthRoute,
   PLATFORM_MODEL,
   CapabilityResponseSchema,
   ErrorBodySchema,
@@ -166,6 +168,95 @@ function readPaths(): Record<string, unknown> {
   return paths;
 }
 
+/** The identity routes (docs/identity.md): method, path, body, who calls, what it does. */
+const IDENTITY_DOC: ReadonlyArray<[string, string, AuthRoute | null, string, string]> = [
+  ["get", "/auth/config", null, "app or user", "how users sign in (DESIGN §9)"],
+  ["get", "/auth/me", null, "user", "the user and session of an access token (checked without a lookup)"],
+  [
+    "post",
+    "/auth/signup",
+    "signup",
+    "app",
+    "sign up; a verification mail goes out (202, the same for a taken address)",
+  ],
+  ["post", "/auth/verify", "verify", "app", "verify the address with the mail's token"],
+  ["post", "/auth/login", "login", "app", "log in: tokens, or twofa_required with a challenge id"],
+  ["post", "/auth/refresh", "refresh", "app", "rotate the refresh token (reuse revokes the family)"],
+  ["post", "/auth/logout", "logout", "app", "revoke the session"],
+  ["post", "/auth/password/reset-request", "reset_request", "app", "mail a reset link (202 either way)"],
+  [
+    "post",
+    "/auth/password/reset",
+    "reset",
+    "app",
+    "a new password by the mail's token; every session revoked",
+  ],
+  ["post", "/auth/password/change", "change", "user", "a new password; every session revoked"],
+  ["post", "/auth/2fa/enroll", "twofa_enroll", "user", "start TOTP: the otpauth URI"],
+  ["post", "/auth/2fa/confirm", "twofa_confirm", "user", "turn TOTP on with a code: 10 recovery codes"],
+  [
+    "post",
+    "/auth/2fa/challenge",
+    "twofa_challenge",
+    "app",
+    "complete a login with a code or a recovery code",
+  ],
+  ["post", "/auth/2fa/disable", "twofa_disable", "user", "turn TOTP off with the password and a code"],
+  ["delete", "/auth/users/{id}", null, "app, or the user itself", "delete a user; its sessions revoked"],
+  [
+    "post",
+    "/auth/admin/seed-owner",
+    "seed_owner",
+    "app (data) or operator (control)",
+    "the app's first owner (409 once)",
+  ],
+  [
+    "post",
+    "/owner/claim-legacy",
+    "claim_legacy",
+    "the owner (data) or operator (control)",
+    "re-own legacy records, once",
+  ],
+  ["get", "/auth/groups", null, "user (its groups) or app (all)", "list groups"],
+  ["post", "/auth/groups", "group_create", "user", "create a group (its creator is admin)"],
+  ["get", "/auth/groups/{id}", null, "member or app", "read a group"],
+  ["delete", "/auth/groups/{id}", null, "admin or app", "tear a group down (membership.removed per member)"],
+  ["post", "/auth/groups/{id}/members", "group_add", "admin or app", "add a member"],
+  [
+    "delete",
+    "/auth/groups/{id}/members/{user_id}",
+    null,
+    "admin or app",
+    "remove a member (membership.removed)",
+  ],
+  ["post", "/auth/groups/{id}/leave", null, "member", "leave (membership.removed, via self-leave)"],
+];
+
+/** The identity routes of a plane (the data plane's; seed-owner and claim-legacy on both). */
+function identityPaths(plane: "control" | "data"): Record<string, Record<string, unknown>> {
+  const paths: Record<string, Record<string, unknown>> = {};
+  for (const [method, path, route, who, summary] of IDENTITY_DOC) {
+    if (plane === "control" && route !== "seed_owner" && route !== "claim_legacy") continue;
+    const params = [...path.matchAll(/\{(\w+)\}/g)].map((m) => ({
+      name: m[1],
+      in: "path",
+      required: true,
+      schema: { type: "string" },
+    }));
+    paths[path] ??= {};
+    paths[path]![method] = {
+      summary,
+      description: `Who calls: ${who}. Errors in the ErrorBody shape; 429 rate_limited with Retry-After.`,
+      parameters: [...params, ...(method === "get" ? [] : actorHeaders.slice(0, 2))],
+      ...(route
+        ? { requestBody: { content: { "application/json": { schema: plain(AUTH_BODIES[route]) } } } }
+        : {}),
+      responses: { "200": { description: "done" }, ...errorResponses },
+    };
+  }
+  return paths;
+}
+
 function eventStreamOperation(): Record<string, unknown> {
   return {
     summary: "tail platform events oldest to newest (WebSocket, or SSE with Accept: text/event-stream)",
@@ -209,7 +300,7 @@ export function openApiDocument(plane: "control" | "data"): Record<string, unkno
     CapabilityResponse: plain(CapabilityResponseSchema),
     ErrorBody: plain(ErrorBodySchema),
   };
-  const paths = { ...capabilityPaths(plane, schemas), ...readPaths() };
+  const paths = { ...capabilityPaths(plane, schemas), ...readPaths(), ...identityPaths(plane) };
   return {
     openapi: "3.1.0",
     info: {
