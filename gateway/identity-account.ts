@@ -81,14 +81,27 @@ export const deleteUser: Handler = async (c, res, path) => {
 };
 
 export const seedOwner: Handler = async (c, res) => {
-  const { user_id, email } = c.body as { user_id?: string; email?: string };
+  const { user_id, email, password } = c.body as { user_id?: string; email?: string; password?: string };
   if ((user_id === undefined) === (email === undefined))
     throw new PlatformError("invalid_input", "give one of user_id and email", {
       details: [{ path: "/user_id", message: "give user_id or email, not both or neither" }],
     });
-  const target = user_id ?? userIdOf(c.d, c.app, fold(email!));
-  await c.send("seed_owner", { user_id: target });
-  return res.json(200, { status: "seeded", app: c.app, owner: target });
+  if (password !== undefined && email === undefined)
+    throw new PlatformError("invalid_input", "password: goes with email (the account to make)", {
+      details: [{ path: "/password", message: "goes with email" }],
+    });
+  const folded = email !== undefined ? fold(email) : undefined;
+  const target = user_id ?? userIdOf(c.d, c.app, folded!);
+  // the operator's bootstrap: the account is made with this password when it does not exist
+  const made =
+    password !== undefined
+      ? {
+          email: folded,
+          password: c.d.vault.seal(await hashPassword(password), userPasswordAad(c.app, target)),
+        }
+      : {};
+  const r = await c.send("seed_owner", { user_id: target, ...made });
+  return res.json(200, { status: "seeded", app: c.app, owner: target, created: r.result?.created === true });
 };
 
 export const claimLegacy: Handler = async (c, res) => {
@@ -98,10 +111,16 @@ export const claimLegacy: Handler = async (c, res) => {
       throw new PlatformError("forbidden", "a user claims for itself: leave user_id out");
     userId = c.user;
   } else if (typeof c.body.user_id === "string") userId = c.body.user_id;
+  else if (typeof c.body.owner === "string")
+    userId = c.body.owner.includes("@") ? userIdOf(c.d, c.app, fold(c.body.owner)) : c.body.owner;
   else
-    throw new PlatformError("invalid_input", "user_id: is required with the control token", {
-      details: [{ path: "/user_id", message: "is required" }],
-    });
+    throw new PlatformError(
+      "invalid_input",
+      "owner: is required with the control token (a user id or an email)",
+      {
+        details: [{ path: "/user_id", message: "is required" }],
+      },
+    );
   const r = await c.send("claim_legacy", { user_id: userId });
   return res.json(200, { status: "claimed", app: c.app, owner: userId, claimed: r.result?.claimed });
 };

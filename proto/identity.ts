@@ -116,14 +116,20 @@ export const AUTH_BODIES = {
       app: Type.Optional(AppName),
       user_id: Type.Optional(UserId),
       email: Type.Optional(Email),
+      /**
+       * With `email`: the password of the owner's account when it does not exist yet (the
+       * operator's bootstrap: the account is made verified). Never used for an existing one.
+       */
+      password: Type.Optional(Password),
     },
     { additionalProperties: false },
   ),
   claim_legacy: Type.Object(
     {
-      /** Control plane only: the app and the owner (a user id) who claims. */
+      /** Control plane only: the app and the owner who claims (a user id, or an email). */
       app: Type.Optional(AppName),
       user_id: Type.Optional(UserId),
+      owner: Type.Optional(Type.String({ minLength: 1, maxLength: 254 })),
     },
     { additionalProperties: false },
   ),
@@ -234,7 +240,15 @@ export const AUTH_COMMANDS = {
     { user_id: Type.String(), by: Type.Union([Type.Literal("app"), Type.Literal("self")]) },
     { additionalProperties: false },
   ),
-  seed_owner: Type.Object({ user_id: Type.String() }, { additionalProperties: false }),
+  seed_owner: Type.Object(
+    {
+      user_id: Type.String(),
+      /** Only to make the account when it does not exist: its address and sealed hash. */
+      email: Type.Optional(Type.String()),
+      password: Type.Optional(Sealed),
+    },
+    { additionalProperties: false },
+  ),
   claim_legacy: Type.Object({ user_id: Type.String() }, { additionalProperties: false }),
   group_create: Type.Object(
     { group_id: Type.String(), name: Type.String(), owner: Type.String() },

@@ -144,7 +144,35 @@ async function seedOwner(ctx: HandlerContext, raw: Record<string, unknown>): Pro
   fromGateway(ctx);
   const input = inputOf("seed_owner", raw);
   await requireApp(ctx);
-  const user = await userOr404(ctx, input.user_id);
+  let user = await ctx.state.getResource("User", input.user_id);
+  let created = false;
+  if (!user) {
+    if (input.password === undefined || input.email === undefined)
+      throw new PlatformError("not_found", "no such user");
+    // the operator's bootstrap of the first owner: an account made verified, no mail
+    user = ctx.resource(
+      "User",
+      "succeeded",
+      {
+        email: input.email,
+        email_verified: true,
+        roles: ["owner", "member"],
+        password: input.password,
+        credential_version: 1,
+        verify_hash: null,
+        verify_expires_at: null,
+      },
+      { id: input.user_id, created_at: ctx.now.toISOString() },
+    );
+    ctx.putResource(user);
+    ctx.emit("UserSignedUp", user, {
+      user_id: user.id,
+      email: maskAddress(input.email),
+      idp: "password",
+      via: "seed-owner",
+    });
+    created = true;
+  }
   const prev = await ctx.state.getResource("AppOwnership", ownershipId(ctx.app));
   if (typeof prev?.owner_user_id === "string") {
     const owner = await ctx.state.getResource("User", prev.owner_user_id);
@@ -164,10 +192,10 @@ async function seedOwner(ctx: HandlerContext, raw: Record<string, unknown>): Pro
   );
   ctx.putResource(ownership, prev);
   const roles = [...new Set(["owner", ...((user.roles as string[] | undefined) ?? ["member"])])];
-  const next = updated(ctx, user, { roles });
-  ctx.emit("OwnerSeeded", next, { user_id: user.id, ownership_id: ownership.id });
-  ctx.log(ownership.id, `${user.id} is the owner of ${ctx.app}`);
-  return { status: "succeeded", resource: next, result: { outcome: "seeded", user_id: user.id } };
+  const next = created ? user : updated(ctx, user, { roles });
+  ctx.emit("OwnerSeeded", next, { user_id: user.id, ownership_id: ownership.id, created });
+  ctx.log(ownership.id, `${user.id} is the owner of ${ctx.app}${created ? " (account made)" : ""}`);
+  return { status: "succeeded", resource: next, result: { outcome: "seeded", user_id: user.id, created } };
 }
 
 async function claimLegacy(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {

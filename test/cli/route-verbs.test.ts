@@ -1,4 +1,5 @@
 import test, { type ExecutionContext } from "ava";
+import { PLANNED_ROUTES } from "../../proto/catalogue.js";
 import {
   type FakePlatform,
   notImplementedBody,
@@ -259,7 +260,7 @@ test("cli: route verbs go to the data plane with --plane data", async (t) => {
 test("cli: a route that answers 501 not_implemented exits 4; --json prints the error body", async (t) => {
   const p = await platform(t);
   // The fake platform answers the planned routes as the gateway does today: 501.
-  for (const c of CASES) {
+  for (const c of CASES.filter((x) => PLANNED_ROUTES.some((r) => r.test(x.path)))) {
     const name = c.argv.join(" ");
     const human = await runAgainst(p, c.argv, ENV);
     t.is(human.code, 4, name);

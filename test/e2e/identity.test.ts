@@ -805,6 +805,46 @@ test.serial(
   },
 );
 
+test.serial(
+  "the operator bootstraps an app's first owner on the control plane (account made, verified) and claims for it",
+  async (t) => {
+    const { p } = t.context;
+    const app = `own-${randomUUID().slice(0, 8)}`;
+    const init = await call(p.controlUrl, "initialize-app", { name: app });
+    t.is(init.status, 200, init.text);
+    const email = `root.${randomUUID().slice(0, 6)}@example.com`;
+    const password = `pw-${randomUUID()}`;
+    SECRETS.push(password);
+    const ctl = (path: string, body: unknown) =>
+      fetch(`${p.controlUrl}${path}`, {
+        method: "POST",
+        headers: { "content-type": "application/json", ...ACTOR },
+        body: JSON.stringify(body),
+      }).then(async (r) => ({ status: r.status, body: (await r.json()) as any }));
+    const noApp = await ctl("/auth/admin/seed-owner", { email, password });
+    t.is(noApp.status, 400, "the control plane names the app");
+    const seeded = await ctl("/auth/admin/seed-owner", { app, email, password });
+    t.is(seeded.status, 200, JSON.stringify(seeded.body));
+    t.true(seeded.body.created);
+    const login = await fetch(`${p.dataUrl}/auth/login`, {
+      method: "POST",
+      headers: {
+        "content-type": "application/json",
+        authorization: `Bearer ${init.body.result.token}`,
+        ...ACTOR,
+      },
+      body: JSON.stringify({ email, password }),
+    });
+    const lb = (await login.json()) as any;
+    t.is(login.status, 200, JSON.stringify(lb));
+    SECRETS.push(lb.access_token, lb.refresh_token);
+    const claim = await ctl("/owner/claim-legacy", { app, owner: email });
+    t.is(claim.status, 200, JSON.stringify(claim.body));
+    t.deepEqual(claim.body.claimed, { AgentTask: 0, Artifact: 0 });
+    t.is((await ctl("/owner/claim-legacy", { app, owner: email })).status, 409);
+  },
+);
+
 function* files(dir: string): Generator<string> {
   for (const name of readdirSync(dir)) {
     const f = join(dir, name);
