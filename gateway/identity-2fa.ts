@@ -2,7 +2,14 @@ import { createHash, randomBytes } from "node:crypto";
 import { generateSecret, generateURI, verifySync } from "otplib";
 import { PlatformError, RECOVERY_CODES, type Sealed, TOTP, userTotpAad } from "../proto/mod.js";
 import type { Res } from "./http.js";
-import { type AuthCall, freshResource, newRefresh, passwordVerdict, tokens } from "./identity.js";
+import {
+  type AuthCall,
+  freshResource,
+  newRefresh,
+  passwordVerdict,
+  throttleIdOf,
+  tokens,
+} from "./identity.js";
 import { sha256 } from "./identity-tokens.js";
 
 /**
@@ -110,17 +117,16 @@ export async function twofaChallenge(c: AuthCall, res: Res): Promise<void> {
   if (!m) throw new PlatformError("unauthenticated", "the challenge is not valid or has expired");
   const sessionId = m[1]!;
   let step: number | null = null;
-  if (code !== undefined) {
-    const session = await freshResource(c.d, c.app, "Session", sessionId);
-    const user =
-      typeof session?.user_id === "string"
-        ? await freshResource(c.d, c.app, "User", session.user_id)
-        : undefined;
-    const sealed = user?.twofa_secret as Sealed | null | undefined;
-    if (user && sealed) step = totpStep(openSecret(c, user.id, sealed), code);
-  }
+  const session = await freshResource(c.d, c.app, "Session", sessionId);
+  const user =
+    typeof session?.user_id === "string"
+      ? await freshResource(c.d, c.app, "User", session.user_id)
+      : undefined;
+  const sealed = user?.twofa_secret as Sealed | null | undefined;
+  if (code !== undefined && user && sealed) step = totpStep(openSecret(c, user.id, sealed), code);
   const refresh = newRefresh(sessionId);
   const r = await c.send("twofa_challenge", {
+    throttle_id: typeof user?.email === "string" ? throttleIdOf(c.d, c.app, user.email) : null,
     session_id: sessionId,
     challenge_hash: sha256(challenge_id),
     step,

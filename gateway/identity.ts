@@ -118,7 +118,7 @@ export const LINK_TOKEN = /^(usr_[A-Za-z0-9_-]+)\.([A-Za-z0-9_-]{43})$/;
 export function userIdOf(d: CapabilityDeps, app: string, email: string): string {
   return `usr_${d.vault.mac(`auth/user\n${app}\n${email}`).slice(0, 26)}`;
 }
-function throttleIdOf(d: CapabilityDeps, app: string, email: string): string {
+export function throttleIdOf(d: CapabilityDeps, app: string, email: string): string {
   return `thr_${d.vault.mac(`auth/throttle\n${app}\n${email}`).slice(0, 26)}`;
 }
 export const fold = (email: string) => email.trim().toLowerCase();

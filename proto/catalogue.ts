@@ -47,5 +47,4 @@ export { declarationOf };
 export const PLANNED_ROUTES: readonly RegExp[] = [
   /^\/mcp\/(tools|instructions|proactive)$/,
   /^\/policies$/,
-  /^\/status\/incidents(\/(update|resolve))?$/,
 ];

@@ -219,6 +219,8 @@ export const AUTH_COMMANDS = {
   ),
   twofa_challenge: Type.Object(
     {
+      /** The login throttle of the session's user's email (wrong codes count as failed logins). */
+      throttle_id: Type.Union([Type.String(), Type.Null()]),
       session_id: Type.String(),
       challenge_hash: Hash,
       step: Type.Union([Type.Integer(), Type.Null()]),

@@ -19,6 +19,7 @@ export * from "./ids.js";
 export * from "./inputs.js";
 export * from "./logs.js";
 export * from "./identity.js";
+export * from "./incidents.js";
 export * from "./names.js";
 export * from "./records.js";
 export { refineInput } from "./refine.js";

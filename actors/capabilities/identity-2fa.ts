@@ -8,6 +8,7 @@ import {
   later,
   revoke,
   signingKey,
+  throttleOf,
   updated,
   userOr404,
 } from "./identity-common.js";
@@ -84,6 +85,9 @@ async function challenge(ctx: HandlerContext, raw: Record<string, unknown>): Pro
   const user = await ctx.state.getResource("User", String(session.user_id));
   if (user?.twofa_enabled !== true) return failed(revoke(ctx, session, "user_gone"), "invalid");
 
+  const throttle = input.throttle_id !== null ? await throttleOf(ctx, input.throttle_id) : undefined;
+  const locked = throttle?.locked();
+  if (locked) return locked;
   const recovery = (user.recovery_hashes as string[] | undefined) ?? [];
   let method: "totp" | "recovery" | undefined;
   if (freshStep(user, input.step)) method = "totp";
@@ -96,9 +100,11 @@ async function challenge(ctx: HandlerContext, raw: Record<string, unknown>): Pro
       failures,
       method: input.recovery_hash !== null ? "recovery" : "totp",
     });
+    throttle?.fail();
     if (failures >= CHALLENGE.tries) return failed(revoke(ctx, session, "twofa_failed"), "invalid");
     return failed(updated(ctx, session, { challenge_failures: failures }), "invalid");
   }
+  throttle?.clear();
   const left = method === "recovery" ? recovery.filter((h) => h !== input.recovery_hash) : recovery;
   updated(ctx, user, {
     ...(method === "totp" ? { twofa_last_step: input.step } : {}),

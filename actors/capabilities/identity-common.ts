@@ -9,6 +9,7 @@ import {
   check,
   CodecError,
   keys,
+  LOGIN_LOCK,
   NO_GATEWAY,
   PlatformError,
   type Resource,
@@ -139,4 +140,44 @@ export async function userOr404(ctx: HandlerContext, id: string): Promise<Resour
   const user = await ctx.state.getResource("User", id);
   if (!user) throw new PlatformError("not_found", "no such user");
   return user;
+}
+
+/**
+ * An email's login throttle (docs/identity.md): failed logins and failed two-factor codes
+ * within the window; 10 lock it for the lock time.
+ */
+export async function throttleOf(ctx: HandlerContext, id: string) {
+  const now = ctx.now.getTime();
+  const prev = await ctx.state.getResource("LoginThrottle", id);
+  const recent = ((prev?.failures as string[] | undefined) ?? []).filter(
+    (t) => Date.parse(t) > now - LOGIN_LOCK.windowS * 1000,
+  );
+  const lockedUntil = typeof prev?.locked_until === "string" ? Date.parse(prev.locked_until) : 0;
+  const write = (failures: string[], locked: string | null) => {
+    const doc = ctx.resource(
+      "LoginThrottle",
+      "succeeded",
+      { failures, locked_until: locked },
+      prev ?? { id, created_at: ctx.now.toISOString() },
+    );
+    ctx.putResource(doc, prev);
+    return doc;
+  };
+  return {
+    /** The refusal while locked, or undefined. */
+    locked: (): Effect | undefined =>
+      lockedUntil > now
+        ? failed(prev!, "locked", { retry_after: Math.ceil((lockedUntil - now) / 1000) })
+        : undefined,
+    /** Counts a failure (the 10th locks): the throttle written. */
+    fail: (): Resource => {
+      const failures = [...recent, ctx.now.toISOString()];
+      const lock = failures.length >= LOGIN_LOCK.failures ? later(ctx, LOGIN_LOCK.lockS) : null;
+      return write(lock ? [] : failures, lock);
+    },
+    /** Forgets the failures after a success. */
+    clear: (): void => {
+      if (prev && (recent.length > 0 || prev.locked_until)) write([], null);
+    },
+  };
 }

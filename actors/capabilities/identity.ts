@@ -4,7 +4,6 @@ import {
   authCommand,
   CHALLENGE,
   commandFieldAad,
-  LOGIN_LOCK,
   PlatformError,
   REFRESH_TTL_S,
   ROTATED_KEPT,
@@ -20,6 +19,7 @@ import {
   revoke,
   signingKey,
   stripCommon,
+  throttleOf,
   updated,
   withSession,
 } from "./identity-common.js";
@@ -117,35 +117,15 @@ async function verify(ctx: HandlerContext, raw: Record<string, unknown>): Promis
 async function login(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
   fromDataGateway(ctx);
   const input = inputOf("login", raw);
-  const now = ctx.now.getTime();
-  const prev = await ctx.state.getResource("LoginThrottle", input.throttle_id);
-  const recent = ((prev?.failures as string[] | undefined) ?? []).filter(
-    (t) => Date.parse(t) > now - LOGIN_LOCK.windowS * 1000,
-  );
-  const lockedUntil = typeof prev?.locked_until === "string" ? Date.parse(prev.locked_until) : 0;
-  const throttle = (failures: string[], locked: string | null) => {
-    const doc = ctx.resource(
-      "LoginThrottle",
-      "succeeded",
-      { failures, locked_until: locked },
-      prev ?? { id: input.throttle_id, created_at: ctx.now.toISOString() },
-    );
-    ctx.putResource(doc, prev);
-    return doc;
-  };
-  if (lockedUntil > now)
-    return failed(prev!, "locked", { retry_after: Math.ceil((lockedUntil - now) / 1000) });
-
+  const throttle = await throttleOf(ctx, input.throttle_id);
+  const locked = throttle.locked();
+  if (locked) return locked;
   const user = await ctx.state.getResource("User", input.user_id);
   const ok = input.password_ok && user !== undefined && user.credential_version === input.credential_version;
-  if (!ok) {
-    const failures = [...recent, ctx.now.toISOString()];
-    const lock = failures.length >= LOGIN_LOCK.failures ? later(ctx, LOGIN_LOCK.lockS) : null;
-    const doc = throttle(lock ? [] : failures, lock);
-    return failed(doc, "invalid");
-  }
+  if (!ok) return failed(throttle.fail(), "invalid");
   if (user.email_verified !== true) return failed(user, "unverified");
-  if (prev && (recent.length > 0 || prev.locked_until)) throttle([], null);
+  // with two-factor on, the failures are forgotten only once the code is right too
+  if (user.twofa_enabled !== true) throttle.clear();
   if (await ctx.state.getResource("Session", input.session_id))
     throw new PlatformError("conflict", "this session id is taken");
   const twofa = user.twofa_enabled === true;

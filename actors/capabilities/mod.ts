@@ -5,6 +5,7 @@ import { explainFailure } from "./explain-failure.js";
 import { generateFeaturePlan } from "./generate-feature-plan.js";
 import { initializeApp } from "./initialize-app.js";
 import { AUTH_HANDLERS } from "./identity.js";
+import { INCIDENT_HANDLERS } from "./incidents.js";
 import { inspect } from "./inspect.js";
 import { installDependencies } from "./install-dependencies.js";
 import { productionize } from "./productionize.js";
@@ -58,6 +59,8 @@ export const INTERNAL_HANDLERS: Readonly<Record<string, InternalHandler>> = {
   [JOB_RAN]: jobRan,
   // the /auth routes of the data plane (docs/identity.md): sent only by a data-plane gateway
   ...AUTH_HANDLERS,
+  // the /status/incidents routes (docs/incidents.md): sent only by a gateway, of either plane
+  ...INCIDENT_HANDLERS,
 };
 
 export { INTERNAL_FACTS } from "./identity.js";

@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { jetstreamManager } from "@nats-io/jetstream";
 import anyTest, { type TestFn } from "ava";
 import { verifyAccessToken } from "../../gateway/identity.js";
+import { SigningKeys } from "../../gateway/identity-tokens.js";
 import { AUTH_SIGNING_SECRET, keys, secretAad } from "../../proto/mod.js";
 import {
   ACTOR,
@@ -557,6 +558,57 @@ test.serial(
       "TwofaDisabled",
       "TwofaEnabled",
     ]);
+  },
+);
+
+test.serial(
+  "wrong two-factor codes count as failed logins: 10 lock the email, the right password then gets 429",
+  async (t) => {
+    const u = await verifiedUser(t, "brute");
+    const s = await loginOk(t, u);
+    const en = await req(t, "POST", "/auth/2fa/enroll", undefined, s.access);
+    const secret = en.body.secret as string;
+    SECRETS.push(secret);
+    await awayFromStepEdge();
+    const conf = await req(t, "POST", "/auth/2fa/confirm", { code: totp(secret) }, s.access);
+    t.is(conf.status, 200, JSON.stringify(conf.body));
+    SECRETS.push(...(conf.body.recovery_codes as string[]));
+    const wrong = (c: string) => String((Number(c) + 500_000) % 1_000_000).padStart(6, "0");
+    let failures = 0;
+    for (let round = 0; round < 2; round++) {
+      const l = await auth(t, "login", { email: u.email, password: u.password });
+      t.is(l.body.status, "twofa_required", JSON.stringify(l.body));
+      SECRETS.push(l.body.challenge_id);
+      for (let i = 0; i < 5; i++) {
+        const r = await auth(t, "2fa/challenge", {
+          challenge_id: l.body.challenge_id,
+          code: wrong(totp(secret)),
+        });
+        t.is(r.status, 401);
+        failures++;
+      }
+    }
+    t.is(failures, 10);
+    const locked = await auth(t, "login", { email: u.email, password: u.password });
+    t.is(locked.status, 429, JSON.stringify(locked.body));
+    t.truthy(locked.headers.get("retry-after"));
+  },
+);
+
+test.serial(
+  "a data gateway learns the apps' signing keys from the vault: a token checks on a gateway that did not make it",
+  async (t) => {
+    const { p, app } = t.context;
+    const keys = new SigningKeys(p.vault);
+    await keys.follow(p.bus);
+    try {
+      const u = await verifiedUser(t, "keys");
+      const s = await loginOk(t, u);
+      const key = await eventually(async () => keys.get(app));
+      t.is(verifyAccessToken(s.access, key, app)?.sub, u.id);
+    } finally {
+      keys.stop();
+    }
   },
 );
 
