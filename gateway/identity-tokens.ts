@@ -1,10 +1,11 @@
 import { createHash, createHmac, randomBytes, scrypt as scryptCb, timingSafeEqual } from "node:crypto";
+import * as argon2 from "@node-rs/argon2";
 import type { Bus, Vault } from "../store/mod.js";
-import { AUTH_SIGNING_SECRET, check, SCRYPT, secretAad, VaultEntrySchema } from "../proto/mod.js";
+import { ARGON2, AUTH_SIGNING_SECRET, check, SCRYPT, secretAad, VaultEntrySchema } from "../proto/mod.js";
 
 /**
- * The gateway's credentials of identity (docs/identity.md): scrypt password
- * hashes with their parameters, access tokens signed with the app's key and
+ * The gateway's credentials of identity (docs/identity.md): argon2id password
+ * hashes with their parameters (older scrypt ones still checked), access tokens signed with the app's key and
  * checked without a lookup, and the directory of the apps' signing keys that
  * a data gateway follows so that a user's token is a principal on any route.
  */
@@ -30,15 +31,30 @@ function scrypt(
   );
 }
 
-/** `scrypt$<N>$<r>$<p>$<salt b64url>$<hash b64url>`: the parameters are kept with the hash. */
+/**
+ * An argon2id PHC string (`$argon2id$v=19$m=19456,t=2,p=1$<salt>$<hash>`): the parameters are
+ * kept with the hash. Hashed on libuv's pool by the native addon, never on the event loop.
+ */
 export async function hashPassword(password: string): Promise<string> {
+  return argon2.hash(password.normalize("NFKC"), { algorithm: argon2.Algorithm.Argon2id, ...ARGON2 });
+}
+
+/** The scrypt form of hashes made before argon2id: `scrypt$<N>$<r>$<p>$<salt>$<hash>` (tests, migration). */
+export async function hashPasswordScrypt(password: string): Promise<string> {
   const salt = randomBytes(SCRYPT.saltlen);
   const k = await scrypt(password, salt, SCRYPT.N, SCRYPT.r, SCRYPT.p, SCRYPT.keylen);
   return `scrypt$${SCRYPT.N}$${SCRYPT.r}$${SCRYPT.p}$${salt.toString("base64url")}$${k.toString("base64url")}`;
 }
 
-/** Checks a password against a stored hash with the hash's own parameters. */
+/** Checks a password against a stored hash (argon2id, or the older scrypt) with the hash's own parameters. */
 export async function checkPassword(password: string, stored: string): Promise<boolean> {
+  if (stored.startsWith("$argon2id$")) {
+    try {
+      return await argon2.verify(stored, password.normalize("NFKC"));
+    } catch {
+      return false;
+    }
+  }
   const [kind, n, r, p, salt, hash] = stored.split("$");
   if (kind !== "scrypt" || !n || !r || !p || salt === undefined || hash === undefined) return false;
   const want = Buffer.from(hash, "base64url");

@@ -9,7 +9,12 @@ import { SealedSchema } from "./command.js";
  * internal command `_auth_<route>`, accepted only from a data-plane gateway.
  */
 
-/** scrypt parameters of new password hashes (stored with each hash). */
+/**
+ * argon2id parameters of new password hashes (OWASP's minimum: 19 MiB, 2 passes, 1 lane; kept
+ * in each PHC string, so a change applies to new hashes only).
+ */
+export const ARGON2 = { memoryCost: 19_456, timeCost: 2, parallelism: 1, outputLen: 32 } as const;
+/** scrypt parameters of the hashes made before argon2id (still checked with their own). */
 export const SCRYPT = { N: 2 ** 15, r: 8, p: 1, keylen: 32, saltlen: 16 } as const;
 /** Access tokens live 15 minutes. */
 export const ACCESS_TTL_S = 15 * 60;

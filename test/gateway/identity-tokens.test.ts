@@ -1,20 +1,29 @@
 import { randomBytes, scryptSync } from "node:crypto";
 import test from "ava";
 import { checkPassword, hashPassword, signAccessToken, verifyAccessToken } from "../../gateway/identity.js";
+import { hashPasswordScrypt } from "../../gateway/identity-tokens.js";
 
-/** The gateway's side of identity without a bus (docs/identity.md): scrypt hashes and access tokens. */
+/** The gateway's side of identity without a bus (docs/identity.md): password hashes and access tokens. */
 
-test("a password hash keeps its parameters (N=2^15, r=8, p=1) and checks only the right password", async (t) => {
+test("a password hash is argon2id with its parameters (m=19 MiB, t=2, p=1) and checks only the right password", async (t) => {
   const h = await hashPassword("correct horse battery");
-  const [kind, n, r, p, salt, hash] = h.split("$");
-  t.deepEqual([kind, n, r, p], ["scrypt", "32768", "8", "1"]);
-  t.is(Buffer.from(salt!, "base64url").length, 16);
-  t.is(Buffer.from(hash!, "base64url").length, 32);
+  t.regex(h, /^\$argon2id\$v=19\$m=19456,t=2,p=1\$[A-Za-z0-9+/]{22}\$[A-Za-z0-9+/]{43}$/);
   t.false(h.includes("correct horse"));
   t.true(await checkPassword("correct horse battery", h));
   t.false(await checkPassword("correct horse batterY", h));
   t.not(await hashPassword("correct horse battery"), h, "a new salt each time");
   t.false(await checkPassword("x", "not-a-hash"));
+  t.false(await checkPassword("x", "$argon2id$v=19$m=19456,t=2,p=1$broken"));
+});
+
+test("a scrypt hash of before argon2id still checks (N=2^15, r=8, p=1)", async (t) => {
+  const h = await hashPasswordScrypt("correct horse battery");
+  const [kind, n, r, p, salt, hash] = h.split("$");
+  t.deepEqual([kind, n, r, p], ["scrypt", "32768", "8", "1"]);
+  t.is(Buffer.from(salt!, "base64url").length, 16);
+  t.is(Buffer.from(hash!, "base64url").length, 32);
+  t.true(await checkPassword("correct horse battery", h));
+  t.false(await checkPassword("correct horse batterY", h));
 });
 
 test("a hash made with other parameters is checked with its own", async (t) => {
