@@ -1,5 +1,5 @@
 import { type ChildProcess, execFile, spawn } from "node:child_process";
-import { randomBytes, randomUUID } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import { mkdtemp, readFile, rm, symlink, writeFile } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -7,15 +7,19 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import anyTest, { type TestFn } from "ava";
+import { runVerification } from "../../effects/verify.js";
 import { PlatformError } from "../../proto/errors.js";
+import { AUTH_CONFIG } from "../../proto/identity.js";
 import { newServiceKey, signServiceToken } from "../../proto/service-token.js";
 import { renderStarter, starterTemplateDir, writeStarter } from "../../starter/mod.js";
+import { type FakeDataPlane, startFakeDataPlane } from "./fake-data-plane.js";
 
 interface Context {
   dir: string;
   base: string;
   app: string;
   key: string;
+  platform: FakeDataPlane;
   child: ChildProcess;
   output: () => string;
 }
@@ -60,6 +64,7 @@ test.before(async (t) => {
   await writeStarter(dir, { app, platform: "node", framework: "node-http" });
   const port = await freePort();
   const key = newServiceKey();
+  const platform = await startFakeDataPlane(app);
   let out = "";
   const child = spawn(process.execPath, [`--import=${tsxLoader}`, join(dir, "src", "server.ts")], {
     cwd: dir,
@@ -69,7 +74,8 @@ test.before(async (t) => {
       HOST: "127.0.0.1",
       SLIPWAY_APP: app,
       SLIPWAY_SERVICE_KEY: key,
-      SESSION_SECRET: randomBytes(32).toString("base64url"),
+      SLIPWAY_DATA_URL: platform.url,
+      SLIPWAY_TOKEN: platform.token,
     },
     stdio: ["ignore", "pipe", "pipe"],
   });
@@ -80,12 +86,12 @@ test.before(async (t) => {
     out += d.toString();
   });
   const base = `http://127.0.0.1:${port}`;
-  t.context = { dir, base, app, key, child, output: () => out };
+  t.context = { dir, base, app, key, platform, child, output: () => out };
   await waitForHealth(base, child, () => out);
 });
 
 test.after.always(async (t) => {
-  const { child, dir } = (t.context ?? {}) as Partial<Context>;
+  const { child, dir, platform } = (t.context ?? {}) as Partial<Context>;
   if (child && child.exitCode === null && child.signalCode === null) {
     const exited = new Promise((r) => child.once("exit", r));
     child.kill("SIGTERM");
@@ -93,8 +99,26 @@ test.after.always(async (t) => {
     await exited;
     clearTimeout(timer);
   }
+  await platform?.close();
   if (dir) await rm(dir, { recursive: true, force: true });
 });
+
+/** POSTs JSON to the starter. */
+function post(base: string, path: string, body: unknown, headers: Record<string, string> = {}) {
+  return fetch(`${base}${path}`, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...headers },
+    body: JSON.stringify(body),
+  });
+}
+
+/** The `name=value` pairs of an answer's cookies, as a `Cookie` header. */
+function cookiesOf(res: Response): string {
+  return res.headers
+    .getSetCookie()
+    .map((c) => c.split(";")[0])
+    .join("; ");
+}
 
 test("starter: the template folder is found next to the module", (t) => {
   t.is(starterTemplateDir(), join(repoRoot, "starter", "template"));
@@ -196,17 +220,48 @@ test("starter server: the API answers 401 without a session", async (t) => {
   t.is(forged.status, 401);
 });
 
-test("starter server: a session from signing up opens the API", async (t) => {
-  const signup = await fetch(`${t.context.base}/auth/signup`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({ email: "ada@example.com", password: "correct horse" }),
-  });
-  t.is(signup.status, 201);
-  const cookie = (signup.headers.get("set-cookie") ?? "").split(";")[0] ?? "";
-  const me = await fetch(`${t.context.base}/api/me`, { headers: { cookie } });
+test("starter server: sign-up, the mailed link and login go through the platform, and its session opens the API", async (t) => {
+  const { base, platform } = t.context;
+  const email = "ada@example.com";
+  const password = "correct horse";
+  const signup = await post(base, "/auth/signup", { email, password });
+  t.is(signup.status, 202);
+  t.like(await signup.json(), { status: "accepted" });
+  const early = await post(base, "/auth/login", { email, password });
+  t.is(early.status, 403, "not verified yet");
+  t.like(await early.json(), { status: "error", error: { code: "forbidden" } });
+  t.is((await post(base, "/auth/verify", { token: platform.mail.get(email) })).status, 200);
+  const login = await post(base, "/auth/login", { email, password });
+  t.is(login.status, 200);
+  const body = (await login.json()) as { user: { id: string }; access_token: string };
+  const cookie = cookiesOf(login);
+  t.regex(cookie, /^session=v1\.[^;]+; refresh=ses_/);
+  const me = await fetch(`${base}/api/me`, { headers: { cookie } });
   t.is(me.status, 200);
-  t.deepEqual(await me.json(), { user: { email: "ada@example.com" } });
+  t.deepEqual(await me.json(), { user: { id: body.user.id } });
+  const bearer = await fetch(`${base}/api/me`, { headers: { authorization: `Bearer ${body.access_token}` } });
+  t.is(bearer.status, 200);
+  // every POST carried the app's token and the actor headers: the fake refuses any other
+  t.true(platform.calls.includes("POST /auth/login"));
+});
+
+test("starter server: a session's cookies refresh as verify's check_refresh sends them", async (t) => {
+  const { base, platform } = t.context;
+  const email = "grace@example.com";
+  const password = "another horse";
+  await post(base, "/auth/signup", { email, password });
+  await post(base, "/auth/verify", { token: platform.mail.get(email) });
+  const login = await post(base, "/auth/login", { email, password });
+  // as verify does: every cookie of the answer, an empty JSON body
+  const r = await post(base, "/auth/refresh", {}, { cookie: cookiesOf(login) });
+  t.is(r.status, 200);
+  t.regex(cookiesOf(r), /^session=v1\.[^;]+; refresh=ses_/);
+  const renewed = (await r.json()) as Record<string, unknown>;
+  t.is(renewed.access_token, undefined, "a cookie client never sees its tokens");
+  t.is((await post(base, "/auth/refresh", {})).status, 401);
+  const out = await post(base, "/auth/logout", {}, { cookie: cookiesOf(r) });
+  t.is(out.status, 200);
+  t.is((await post(base, "/auth/refresh", {}, { cookie: cookiesOf(r) })).status, 401, "revoked");
 });
 
 test("starter server: /cron refuses a call without a token or with a forged, expired or other app's token", async (t) => {
@@ -242,10 +297,31 @@ test("starter server: /cron runs with a token signed by the platform's signer", 
   t.deepEqual(await res.json(), { ok: true, job: "cleanup", tick });
 });
 
-test("starter server: /auth/config describes password and email sign-in", async (t) => {
+test("starter server: /auth/config answers the platform's document", async (t) => {
   const res = await fetch(`${t.context.base}/auth/config`);
   t.is(res.status, 200);
-  t.deepEqual(await res.json(), { providers: ["password"], email: true, password_signup: true, idp: null });
+  t.deepEqual(await res.json(), AUTH_CONFIG);
+});
+
+test("starter server: verify's assertions pass against it; check_refresh without the platform's probe session says why it has none", async (t) => {
+  const quick = { readiness_timeout_ms: 5000, readiness_interval_ms: 100, timeout_ms: 3000 };
+  const o = await runVerification({
+    base: t.context.base,
+    ...quick,
+    api_paths: ["/api/me", "/api/anything"],
+    expect_password_signup: true,
+  });
+  t.true(o.ok, JSON.stringify(o.assertions, null, 1));
+  // the fallback of an app without the platform's identity: sign-up here mails a link and starts no
+  // session (docs/verify.md); the platform's verify sends a probe session instead (test/e2e/verify.test.ts)
+  const refresh = await runVerification({ base: t.context.base, ...quick, check_refresh: true });
+  t.like(
+    refresh.assertions.find((a) => a.name === "refresh"),
+    {
+      ok: false,
+      actual: "no fresh session: POST /auth/signup answered 202 without a session cookie",
+    },
+  );
 });
 
 test("starter server: an unknown route answers 404 JSON", async (t) => {

@@ -5,7 +5,9 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import test from "ava";
+import { AUTH_CONFIG } from "../../proto/identity.js";
 import { writeStarter } from "../../starter/mod.js";
+import { startFakeDataPlane } from "./fake-data-plane.js";
 
 /**
  * The slow one: a rendered starter in a temp folder, with its own lock file,
@@ -87,6 +89,7 @@ test("starter toolchain: npm ci, build, test and lint pass in a rendered app, an
 
     // The built server (npm start runs `node dist/src/server.js`) answers the verify contract.
     const port = await freePort();
+    const platform = await startFakeDataPlane("shop");
     let out = "";
     const child = spawn(process.execPath, ["dist/src/server.js"], {
       cwd: dir,
@@ -95,7 +98,8 @@ test("starter toolchain: npm ci, build, test and lint pass in a rendered app, an
         HOST: "127.0.0.1",
         SLIPWAY_APP: "shop",
         SLIPWAY_SERVICE_KEY: randomBytes(32).toString("base64url"),
-        SESSION_SECRET: randomBytes(32).toString("base64url"),
+        SLIPWAY_DATA_URL: platform.url,
+        SLIPWAY_TOKEN: platform.token,
       }),
       stdio: ["ignore", "pipe", "pipe"],
     });
@@ -126,7 +130,7 @@ test("starter toolchain: npm ci, build, test and lint pass in a rendered app, an
       t.is((await fetch(`${base}/cron/ping`, { method: "POST" })).status, 403);
       const config = await fetch(`${base}/auth/config`);
       t.is(config.status, 200);
-      t.like(await config.json(), { providers: ["password"], email: true, password_signup: true });
+      t.deepEqual(await config.json(), AUTH_CONFIG);
       t.regex(out, new RegExp(`shop listening on http://127\\.0\\.0\\.1:${port}`));
     } finally {
       const exited = new Promise((r) => child.once("exit", r));
@@ -134,6 +138,7 @@ test("starter toolchain: npm ci, build, test and lint pass in a rendered app, an
       const timer = setTimeout(() => child.kill("SIGKILL"), 5000);
       await exited;
       clearTimeout(timer);
+      await platform.close();
     }
   } finally {
     await rm(dir, { recursive: true, force: true });

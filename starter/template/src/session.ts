@@ -1,59 +1,46 @@
-import { createHmac, timingSafeEqual } from "node:crypto";
-
 /**
- * Session tokens: `<base64url(JSON {sub, exp})>.<base64url(HMAC-SHA256(secret, payload))>`,
- * kept in the `session` cookie (HttpOnly, SameSite=Lax). Stateless: the
- * secret (`SESSION_SECRET`) is all the server needs to check one.
+ * The session cookies. The platform's identity (the data plane's `/auth`
+ * routes) makes, refreshes and revokes sessions; the app only keeps the two
+ * tokens it is given in HttpOnly cookies, so a page's script never reads them:
+ *
+ * - `session`: the access token (15 minutes), sent with every request; the
+ *   `/api/*` check reads it;
+ * - `refresh`: the refresh token (30 days), sent only to `/auth/*`, where
+ *   refresh and logout read it.
  */
 
-/** Lifetime of a session, in seconds (7 days). */
-export const SESSION_TTL_SECONDS = 7 * 24 * 60 * 60;
-
-/** Name of the session cookie. */
+/** Name of the cookie that holds the access token. */
 export const SESSION_COOKIE = "session";
 
-/** What a session carries. */
-export interface Session {
-  /** The signed-in user (their email address). */
-  sub: string;
-  /** Expiry, unix seconds. */
-  exp: number;
+/** Name of the cookie that holds the refresh token. */
+export const REFRESH_COOKIE = "refresh";
+
+/** Lifetime of a refresh token on the platform, in seconds (30 days). */
+export const REFRESH_TTL_SECONDS = 30 * 24 * 60 * 60;
+
+/** What a login, a 2FA challenge or a refresh answers (docs of the platform's identity). */
+export interface TokenPair {
+  access_token: string;
+  refresh_token: string;
+  /** Seconds the access token lives. */
+  expires_in: number;
 }
 
-function sign(secret: string, payload: string): Buffer {
-  return createHmac("sha256", secret).update(payload).digest();
+/** Tokens are base64url parts joined by dots; anything else never goes into a header. */
+const TOKEN = /^[A-Za-z0-9._-]{1,4096}$/;
+
+/** True when `token` can be a platform token (and so can go into a header at all). */
+export function looksLikeToken(token: string): boolean {
+  return TOKEN.test(token);
 }
 
-/** A new signed session token for `sub`. */
-export function createSessionToken(
-  secret: string,
-  sub: string,
-  now = Date.now(),
-  ttlSeconds = SESSION_TTL_SECONDS,
-): string {
-  const session: Session = { sub, exp: Math.floor(now / 1000) + ttlSeconds };
-  const payload = Buffer.from(JSON.stringify(session), "utf8").toString("base64url");
-  return `${payload}.${sign(secret, payload).toString("base64url")}`;
-}
-
-/** The session in `token`, or `undefined` if it is forged, expired or garbage. Never throws. */
-export function readSessionToken(secret: string, token: string, now = Date.now()): Session | undefined {
-  try {
-    const dot = token.indexOf(".");
-    if (dot <= 0 || token.length > 4096) return undefined;
-    const payload = token.slice(0, dot);
-    const sig = Buffer.from(token.slice(dot + 1), "base64url");
-    const expected = sign(secret, payload);
-    if (sig.length !== expected.length || !timingSafeEqual(sig, expected)) return undefined;
-    const s: unknown = JSON.parse(Buffer.from(payload, "base64url").toString("utf8"));
-    if (typeof s !== "object" || s === null) return undefined;
-    const { sub, exp } = s as Record<string, unknown>;
-    if (typeof sub !== "string" || typeof exp !== "number") return undefined;
-    if (Math.floor(now / 1000) >= exp) return undefined;
-    return { sub, exp };
-  } catch {
-    return undefined;
-  }
+/** The token pair of a platform answer, or `undefined` when it holds none. */
+export function tokenPair(body: Record<string, unknown>): TokenPair | undefined {
+  const { access_token, refresh_token, expires_in } = body;
+  if (typeof access_token !== "string" || !TOKEN.test(access_token)) return undefined;
+  if (typeof refresh_token !== "string" || !TOKEN.test(refresh_token)) return undefined;
+  const ttl = typeof expires_in === "number" && expires_in > 0 ? Math.floor(expires_in) : 900;
+  return { access_token, refresh_token, expires_in: ttl };
 }
 
 /** The value of cookie `name` in a `Cookie` header. */
@@ -62,13 +49,25 @@ export function getCookie(header: string | undefined, name: string): string | un
   for (const part of header.split(";")) {
     const eq = part.indexOf("=");
     if (eq < 0) continue;
-    if (part.slice(0, eq).trim() === name) return part.slice(eq + 1).trim();
+    if (part.slice(0, eq).trim() === name) return part.slice(eq + 1).trim() || undefined;
   }
   return undefined;
 }
 
-/** A `Set-Cookie` value that stores `token` (or clears the cookie when `token` is empty). */
-export function sessionCookie(token: string, secure: boolean): string {
-  const maxAge = token ? SESSION_TTL_SECONDS : 0;
-  return `${SESSION_COOKIE}=${token}; Path=/; HttpOnly; SameSite=Lax; Max-Age=${maxAge}${secure ? "; Secure" : ""}`;
+function cookie(name: string, value: string, path: string, maxAge: number, secure: boolean): string {
+  return `${name}=${value}; Path=${path}; HttpOnly; SameSite=Lax; Max-Age=${maxAge}${secure ? "; Secure" : ""}`;
+}
+
+/** The `Set-Cookie` values that keep a token pair. */
+export function sessionCookies(pair: TokenPair, secure: boolean): string[] {
+  return [
+    cookie(SESSION_COOKIE, pair.access_token, "/", pair.expires_in, secure),
+    // only the /auth routes need the long-lived token: it travels with nothing else
+    cookie(REFRESH_COOKIE, pair.refresh_token, "/auth", REFRESH_TTL_SECONDS, secure),
+  ];
+}
+
+/** The `Set-Cookie` values that clear both cookies. */
+export function clearedCookies(secure: boolean): string[] {
+  return [cookie(SESSION_COOKIE, "", "/", 0, secure), cookie(REFRESH_COOKIE, "", "/auth", 0, secure)];
 }
