@@ -32,6 +32,11 @@ export interface VerifyOptions {
   expect_email?: boolean;
   expect_password_signup?: boolean;
   check_refresh?: boolean;
+  /**
+   * With check_refresh: the refresh token of a fresh session the platform's identity made for the
+   * app's verify probe (docs/verify.md). Without it the check signs a throwaway user up instead.
+   */
+  refresh_token?: string;
   check_billing_mode?: string;
   billing_app_name?: string;
   timeout_ms?: number;
@@ -256,6 +261,62 @@ function fieldAssertion(
   return { name, expected, actual, ok: has && actual === expected, ms: 0 };
 }
 
+/**
+ * expect_idp: the document's `idp` is that provider, or a list holding it (the platform's identity
+ * answers `["password"]`).
+ */
+function idpAssertion(want: string, doc: Record<string, unknown> | undefined): VerifyAssertion {
+  const name = "auth-config idp";
+  const expected = `idp is ${JSON.stringify(want)} or lists it`;
+  if (!doc) return { name, expected, actual: "not read (see the line above)", ok: false, ms: 0 };
+  const idp = doc.idp;
+  const ok = idp === want || (Array.isArray(idp) && idp.includes(want));
+  return { name, expected, actual: Object.hasOwn(doc, "idp") ? JSON.stringify(idp) : "absent", ok, ms: 0 };
+}
+
+/**
+ * expect_email: whether email sign-in is on. `email` counts as on when it is `true` or an object
+ * (the platform's identity answers `{"verification":"required"}`), off when `false`, `null` or absent.
+ */
+function emailAssertion(want: boolean, doc: Record<string, unknown> | undefined): VerifyAssertion {
+  const name = "auth-config email";
+  const expected = want ? "email sign-in on (true or a settings object)" : "email sign-in off";
+  if (!doc) return { name, expected, actual: "not read (see the line above)", ok: false, ms: 0 };
+  const email = doc.email;
+  const on = email === true || (typeof email === "object" && email !== null);
+  return {
+    name,
+    expected,
+    actual: Object.hasOwn(doc, "email") ? JSON.stringify(email) : "absent",
+    ok: on === want,
+    ms: 0,
+  };
+}
+
+/**
+ * check_refresh with the platform's identity: the probe's fresh session (made by the platform for
+ * this check) is refreshed through the host's `POST /auth/refresh`; 200 with a new session (a
+ * Set-Cookie, or a new `refresh_token` in JSON) passes. The token is never logged or kept.
+ */
+async function probeRefreshAssertion(t: Target, token: string): Promise<VerifyAssertion> {
+  const name = "refresh";
+  const expected =
+    "POST /auth/refresh with a fresh session of the platform's identity -> 200 and a new session";
+  const started = Date.now();
+  const r = await send(t, "POST", "/auth/refresh", {
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ refresh_token: token }),
+  });
+  const j = jsonOf(r);
+  const renewed =
+    cookiesOf(r).length > 0 ||
+    (!("error" in j) && typeof j.value.refresh_token === "string" && j.value.refresh_token !== token);
+  const ok = r.status === 200 && renewed;
+  const actual =
+    r.status === 200 ? (renewed ? "200 with a new session" : "200 without a new session") : statusText(r);
+  return { name, expected, actual, ok, ms: Date.now() - started };
+}
+
 /** GET a JSON document: its assertion (200 JSON with `fields`), and the document when it passed. */
 async function jsonDocument(
   t: Target,
@@ -385,14 +446,18 @@ async function contractAssertions(t: Target, o: VerifyOptions, push: (a: VerifyA
   push(statusAssertion("cron", cron, 403, await send(t, "GET", cron)));
   const auth = await jsonDocument(t, "auth-config", "/auth/config", ["idp", "email", "password_signup"]);
   push(auth.assertion);
-  if (o.expect_idp !== undefined) push(fieldAssertion("auth-config idp", o.expect_idp, auth.doc, "idp"));
-  if (o.expect_email !== undefined)
-    push(fieldAssertion("auth-config email", o.expect_email, auth.doc, "email"));
+  if (o.expect_idp !== undefined) push(idpAssertion(o.expect_idp, auth.doc));
+  if (o.expect_email !== undefined) push(emailAssertion(o.expect_email, auth.doc));
   if (o.expect_password_signup !== undefined)
     push(
       fieldAssertion("auth-config password_signup", o.expect_password_signup, auth.doc, "password_signup"),
     );
-  if (o.check_refresh) push(await refreshAssertion(t));
+  if (o.check_refresh)
+    push(
+      o.refresh_token !== undefined
+        ? await probeRefreshAssertion(t, o.refresh_token)
+        : await refreshAssertion(t),
+    );
   if (o.check_billing_mode !== undefined || o.billing_app_name !== undefined) {
     const billing = await jsonDocument(t, "billing-config", "/billing/config", ["mode", "app_name"]);
     push(billing.assertion);

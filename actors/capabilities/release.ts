@@ -10,6 +10,7 @@ import {
   servingImage,
 } from "../production/release-plan.js";
 import { releaseTask } from "../tasks/release.js";
+import { probeRefreshToken } from "./verify-probe.js";
 import { requireApp, sealedSecrets } from "./workspace.js";
 
 /** The Release's fields for a plan (never an env value). */
@@ -79,6 +80,8 @@ async function start(
       failedDeployments: [...failed],
       previous_image_ref: previous,
       sealed: await sealedSecrets(ctx),
+      // check_refresh: a fresh session of the platform's identity for the host to refresh
+      ...(plan.verify.check_refresh ? { refresh_token: await probeRefreshToken(ctx) } : {}),
       image_ref: plan.resume?.image_ref ?? null,
       repinned_from: plan.resume?.repinned_from ?? null,
     }),

@@ -1,6 +1,7 @@
 import { defineHandler } from "../context.js";
 import { PlatformError } from "../../proto/mod.js";
 import { type VerifyChecks, verifyTask } from "../tasks/verify.js";
+import { probeRefreshToken } from "./verify-probe.js";
 import { requireApp } from "./workspace.js";
 
 /** The input fields that say what to check, as the effect takes them. */
@@ -50,6 +51,12 @@ export const verify = defineHandler("verify", {
     });
     ctx.putResource(resource);
     ctx.log(resource.id, `verifying ${base}`);
-    return { status: "running", resource, task: verifyTask({ base, checks }) };
+    // check_refresh: a fresh session of the platform's identity for the host to refresh
+    const refreshToken = checks.check_refresh ? await probeRefreshToken(ctx) : undefined;
+    return {
+      status: "running",
+      resource,
+      task: verifyTask({ base, checks, ...(refreshToken !== undefined ? { refreshToken } : {}) }),
+    };
   },
 });

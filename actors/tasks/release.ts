@@ -29,6 +29,8 @@ export interface ReleaseTaskInput {
   /** The image production runs now (rolled back to when verify fails), or null on the first release. */
   previous_image_ref: string | null;
   sealed: ReadonlyArray<[string, VaultEntry]>;
+  /** check_refresh: the refresh token of the probe's fresh session (memory only, never stored). */
+  refresh_token?: string;
   /** What a resumed release had done already: its pin and what repin replaced. */
   image_ref: string | null;
   repinned_from: string | null;
@@ -86,6 +88,7 @@ async function verify(r: Run): Promise<VerifyOutcome> {
   await r.t.log(`verify: ${v.base}${via ? ` through the platform's edge at ${via.host}:${via.port}` : ""}`);
   return runVerification({
     ...v,
+    ...(r.o.refresh_token !== undefined ? { refresh_token: r.o.refresh_token } : {}),
     ...(via ? { via } : {}),
     signal: r.t.signal,
     onLine: (line) => void r.t.log(line),

@@ -12,9 +12,9 @@ import type { TaskSpec } from "./types.js";
  */
 
 /** What the call asked to check (the input's fields, defaults left to the effect). */
-export type VerifyChecks = Omit<VerifyOptions, "base" | "via" | "signal" | "onLine">;
+export type VerifyChecks = Omit<VerifyOptions, "base" | "via" | "signal" | "onLine" | "refresh_token">;
 
-export function verifyTask(o: { base: string; checks: VerifyChecks }): TaskSpec {
+export function verifyTask(o: { base: string; checks: VerifyChecks; refreshToken?: string }): TaskSpec {
   return {
     onSuccess: "VerificationCompleted",
     onFailure: "VerificationCompleted",
@@ -28,6 +28,7 @@ export function verifyTask(o: { base: string; checks: VerifyChecks }): TaskSpec 
       };
       const out = await runVerification({
         ...o.checks,
+        ...(o.refreshToken !== undefined ? { refresh_token: o.refreshToken } : {}),
         base: o.base,
         ...(via ? { via } : {}),
         signal: t.signal,

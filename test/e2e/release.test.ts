@@ -114,10 +114,15 @@ test.serial(
   "an app's first release runs assess, publish, repin, deploy and verify; the proxy serves the commit; its image is pinned by digest",
   async (t) => {
     const { p, app, ws, host, registry } = t.context;
-    t.is((await call(p.controlUrl, "initialize-app", { name: app })).status, 200);
+    const init = await call(p.controlUrl, "initialize-app", { name: app });
+    t.is(init.status, 200);
     const prod = await call(p.controlUrl, "productionize", { app, host });
     t.is(prod.status, 200, JSON.stringify(prod.body));
-    writeFileSync(join(ws, ".env.prod"), "SESSION_SECRET=a-session-secret-of-the-release-test\n");
+    // the starter's /auth routes are the platform's identity: its data plane and the app's token
+    writeFileSync(
+      join(ws, ".env.prod"),
+      `SESSION_SECRET=a-session-secret-of-the-release-test\nSLIPWAY_DATA_URL=${p.dataUrl}\nSLIPWAY_TOKEN=${init.body.result.token}\n`,
+    );
     const commit = gitIn(ws, "rev-parse", "HEAD");
 
     // a dry run answers the plan and changes nothing

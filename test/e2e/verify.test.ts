@@ -40,7 +40,7 @@ interface Ctx {
 const test = anyTest as TestFn<Ctx>;
 const tsxLoader = import.meta.resolve("tsx");
 
-async function startStarter(app: string): Promise<Ctx["starter"]> {
+async function startStarter(app: string, dataUrl: string, token: string): Promise<Ctx["starter"]> {
   const dir = await mkdtemp(join(tmpdir(), "slipway-verify-starter-"));
   await writeStarter(dir, { app, platform: "node", framework: "node-http" });
   const port = await freePort();
@@ -54,6 +54,9 @@ async function startStarter(app: string): Promise<Ctx["starter"]> {
       SLIPWAY_APP: app,
       SLIPWAY_SERVICE_KEY: newServiceKey(),
       SESSION_SECRET: randomBytes(32).toString("base64url"),
+      // the starter's users and sessions are the platform's identity (docs/starter.md)
+      SLIPWAY_DATA_URL: dataUrl,
+      SLIPWAY_TOKEN: token,
     },
     stdio: ["ignore", "pipe", "pipe"],
   });
@@ -91,7 +94,7 @@ test.before(async (t) => {
   const app = `vfy-${randomUUID().slice(0, 8)}`;
   const init = await call(p.controlUrl, "initialize-app", { name: app });
   if (init.status !== 200) throw new Error(`initialize-app: ${init.text}`);
-  const starter = await startStarter(app);
+  const starter = await startStarter(app, p.dataUrl, init.body.result.token);
   const broken = await startBroken();
   t.context = { nats, p, app, token: init.body.result.token, starter, broken };
   await eventually(async () => (await fetch(`${starter.base}/health`)).ok, 20_000, 100).catch((e) => {
@@ -155,6 +158,7 @@ test("verify: the starter, run as it is, passes every assertion on the control p
   const { doc, events } = await verifyAndWait(t, {
     host: starter.base,
     api_paths: ["/api/me", "/api/anything"],
+    expect_idp: "password",
     expect_email: true,
     expect_password_signup: true,
     check_refresh: true,
@@ -177,6 +181,7 @@ test("verify: the starter, run as it is, passes every assertion on the control p
       "api /api/anything",
       "cron",
       "auth-config",
+      "auth-config idp",
       "auth-config email",
       "auth-config password_signup",
       "refresh",
@@ -188,13 +193,61 @@ test("verify: the starter, run as it is, passes every assertion on the control p
   for (const a of doc.assertions) t.true(a.ok && typeof a.expected === "string" && a.ms >= 0, a.name);
   t.like(
     doc.assertions.find((a: { name: string }) => a.name === "refresh"),
-    { actual: "200 with a new session cookie" },
+    { actual: "200 with a new session" },
   );
+  // the refresh went through the starter to the platform's identity: the probe's session rotated
+  const probe = await eventually(async () => {
+    const r = await get(t.context.p.controlUrl, `/resources?app_id=${app}&type=Session`);
+    return (r.body.items as Array<Record<string, any>>).find((x) => x.probe === true && x.generation === 2);
+  });
+  t.is(probe.user_id, `usr_probe-${app}`);
   const completed = events.filter((e) => e.type === "VerificationCompleted");
   t.is(completed.length, 1);
-  t.like(completed[0]!.data, { status: "succeeded", ok: true, failed: 0, total: 13, host: starter.base });
+  t.like(completed[0]!.data, { status: "succeeded", ok: true, failed: 0, total: 14, host: starter.base });
   const logs = await get(t.context.p.controlUrl, `/logs/${doc.id}`);
   t.regex(logs.text, /ok +api \/api\/me: GET \/api\/me -> 401/);
+});
+
+test("the starter's /auth and /api go through the platform's identity: a user's access token opens /api/me, none or a forged one is 401", async (t) => {
+  const { starter, app, p } = t.context;
+  // the operator bootstraps a user on the control plane (no mail needed), who logs in through the starter
+  const email = `owner.${randomUUID().slice(0, 6)}@example.com`;
+  const password = `pw-${randomUUID()}`;
+  const seeded = await fetch(`${p.controlUrl}/auth/admin/seed-owner`, {
+    method: "POST",
+    headers: {
+      "content-type": "application/json",
+      "x-platform-actor-type": "cli",
+      "x-platform-actor-id": "test",
+    },
+    body: JSON.stringify({ app, email, password }),
+  });
+  t.is(seeded.status, 200, await seeded.text());
+  const login = await fetch(`${starter.base}/auth/login`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ email, password }),
+  });
+  const lb = (await login.json()) as Record<string, any>;
+  t.is(login.status, 200, JSON.stringify(lb));
+  t.truthy(lb.access_token);
+  const me = await fetch(`${starter.base}/api/me`, {
+    headers: { authorization: `Bearer ${lb.access_token}` },
+  });
+  t.is(me.status, 200);
+  t.like(await me.json(), { user: { id: lb.user.id } });
+  t.is((await fetch(`${starter.base}/api/me`)).status, 401);
+  const forged = `${String(lb.access_token).slice(0, -3)}AAA`;
+  t.is(
+    (await fetch(`${starter.base}/api/me`, { headers: { authorization: `Bearer ${forged}` } })).status,
+    401,
+  );
+  const wrong = await fetch(`${starter.base}/auth/login`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ email, password: "not-the-password" }),
+  });
+  t.is(wrong.status, 401, "the platform's answer passed through");
 });
 
 test("verify: a broken app fails the assertion it breaks, the CLI prints it and exits 1, explain-failure names it", async (t) => {

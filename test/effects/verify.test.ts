@@ -52,8 +52,12 @@ async function startApp(
   const server: Server = createServer((req, res) => {
     const path = (req.url ?? "/").split("?")[0]!;
     hits.push({ method: req.method ?? "", path, host: req.headers.host ?? "" });
-    req.resume();
+    let body = "";
+    req.on("data", (c: Buffer) => {
+      body += c.toString();
+    });
     req.on("end", () => {
+      (req as { body?: string }).body = body;
       const route = routes[`${req.method} ${path}`];
       if (route) route(req, res);
       else json(res, 404, { error: "not found" });
@@ -149,12 +153,56 @@ test("verify: each broken answer is a failed assertion naming what was expected 
     "billing mode",
   ]);
   t.like(named(o, "api /api/me"), { expected: "GET /api/me -> 401", actual: "200" });
-  t.like(named(o, "auth-config idp"), { expected: '"okta"', actual: '"google"' });
-  t.like(named(o, "auth-config email"), { expected: "true", actual: "false" });
+  t.like(named(o, "auth-config idp"), { expected: 'idp is "okta" or lists it', actual: '"google"' });
+  t.like(named(o, "auth-config email"), {
+    expected: "email sign-in on (true or a settings object)",
+    actual: "false",
+  });
   t.like(named(o, "refresh"), { actual: "401" });
   t.like(named(o, "billing mode"), { expected: '"test"', actual: '"live"' });
   t.true(named(o, "health")!.ok);
   t.true(lines.some((l) => l.startsWith("FAIL  api /api/me: expected GET /api/me -> 401, got 200")));
+});
+
+test("verify: the platform identity's /auth/config shape passes idp and email; a probe's refresh token is refreshed once", async (t) => {
+  const seen: string[] = [];
+  const app = await startApp(t, {
+    "GET /auth/config": (_q, r) =>
+      json(r, 200, { idp: ["password"], email: { verification: "required" }, password_signup: true }),
+    "POST /auth/refresh": (q, r) => {
+      const body = (q as { body?: string }).body ?? "{}";
+      const tok = (JSON.parse(body) as { refresh_token?: string }).refresh_token ?? "";
+      seen.push(tok);
+      if (tok === "ses_probe.good") json(r, 200, { refresh_token: "ses_probe.next", access_token: "a" });
+      else json(r, 401, {});
+    },
+  });
+  const ok = await runVerification({
+    base: app.base,
+    ...fast,
+    expect_idp: "password",
+    expect_email: true,
+    check_refresh: true,
+    refresh_token: "ses_probe.good",
+  });
+  t.true(named(ok, "auth-config idp")!.ok);
+  t.true(named(ok, "auth-config email")!.ok);
+  t.like(named(ok, "refresh"), { ok: true, actual: "200 with a new session" });
+  const off = await runVerification({ base: app.base, ...fast, expect_email: false, expect_idp: "google" });
+  t.false(named(off, "auth-config email")!.ok);
+  t.false(named(off, "auth-config idp")!.ok);
+  const stale = await runVerification({
+    base: app.base,
+    ...fast,
+    check_refresh: true,
+    refresh_token: "ses_probe.old",
+  });
+  t.like(named(stale, "refresh"), { ok: false, actual: "401" });
+  t.deepEqual(seen, ["ses_probe.good", "ses_probe.old"]);
+  t.false(
+    stale.assertions.some((a) => JSON.stringify(a).includes("ses_probe.old")),
+    "the token is never shown",
+  );
 });
 
 test("verify: /auth/config that is missing, not JSON, or without a field fails auth-config", async (t) => {
