@@ -37,6 +37,10 @@ test("kill -9 of the node during publish: release again with the same commit ski
   c.onClose(() => proxy.close());
   await c.spawnNode("n1");
   const control = c.gw.controlUrl;
+  // the cluster's gateway is the control plane's: the starter's /auth routes need a data plane
+  const dataGw = await startTestPlatform(c.nats.url, { role: "gateway", plane: "data" });
+  c.onClose(() => dataGw.close());
+  const data = dataGw.dataUrl;
   const app = `k${randomUUID().slice(0, 8)}`;
   const host = `${app}.example.com`;
   const ws = join(c.workspace, "apps", app);
@@ -50,9 +54,14 @@ test("kill -9 of the node during publish: release again with the same commit ski
       ms,
       500,
     );
-  t.is((await call(control, "initialize-app", { name: app })).status, 200);
+  const init = await call(control, "initialize-app", { name: app });
+  t.is(init.status, 200);
   t.is((await call(control, "productionize", { app, host })).status, 200);
-  writeFileSync(join(ws, ".env.prod"), "SESSION_SECRET=a-session-secret-of-the-resume-test\n");
+  // the starter's /auth routes are the platform's identity: its data plane and the app's token
+  writeFileSync(
+    join(ws, ".env.prod"),
+    `SESSION_SECRET=a-session-secret-of-the-resume-test\nSLIPWAY_DATA_URL=${data}\nSLIPWAY_TOKEN=${init.body.result.token}\n`,
+  );
   const first = await call(control, "release", { app, publish_mode: "local" });
   t.is(first.status, 202, JSON.stringify(first.body));
   const v1 = await ended(first.body.resource.id);
