@@ -109,7 +109,7 @@ export const ROUTE_VERBS: readonly VerbSpec[] = [
   routeVerb("status incident list", HttpMethod.get, "/status/incidents", {
     summary: "list the app's incidents",
     flags: [APP_FLAG],
-    columns: ["id", "title", "status", "severity", "created_at"],
+    columns: ["id", "title", "incident_status", "severity", "created_at"],
   }),
   routeVerb("auth seed-owner", HttpMethod.post, "/auth/admin/seed-owner", {
     summary: "seed the app's owner account; the password comes only from an environment variable",

@@ -8,6 +8,7 @@ const STATUS_TEXT: Record<number, string> = {
   200: "OK",
   202: "Accepted",
   204: "No Content",
+  304: "Not Modified",
   400: "Bad Request",
   401: "Unauthorized",
   403: "Forbidden",

@@ -3,6 +3,7 @@ import {
   ALL_CAPABILITIES,
   AUTH_BODIES,
   type AuthRoute,
+  INCIDENT_BODIES,
   PLATFORM_MODEL,
   CapabilityResponseSchema,
   ErrorBodySchema,
@@ -232,6 +233,48 @@ const IDENTITY_DOC: ReadonlyArray<[string, string, AuthRoute | null, string, str
   ["post", "/auth/groups/{id}/leave", null, "member", "leave (membership.removed, via self-leave)"],
 ];
 
+/** The status incident routes (docs/incidents.md), both planes; the public page on the data plane. */
+function incidentPaths(plane: "control" | "data"): Record<string, Record<string, unknown>> {
+  const op = (summary: string, body?: unknown) => ({
+    summary,
+    parameters: actorHeaders.slice(0, 2),
+    ...(body ? { requestBody: { content: { "application/json": { schema: plain(body) } } } } : {}),
+    responses: { "200": { description: "done" }, ...errorResponses },
+  });
+  const paths: Record<string, Record<string, unknown>> = {
+    "/status/incidents": {
+      post: op(
+        "open an incident (IncidentOpened); notify mails the incident-update template",
+        INCIDENT_BODIES.open,
+      ),
+      get: {
+        summary: "list incidents, newest first",
+        parameters: [
+          q("app"),
+          q("status", { type: "string", enum: ["open", "resolved"] }),
+          q("limit", { type: "integer" }),
+        ],
+        responses: { "200": { description: "page of Incident resources" }, ...errorResponses },
+      },
+    },
+    "/status/incidents/update": { post: op("post an update (IncidentUpdated)", INCIDENT_BODIES.update) },
+    "/status/incidents/resolve": { post: op("resolve (IncidentResolved)", INCIDENT_BODIES.resolve) },
+  };
+  if (plane === "data")
+    paths["/status/page/{app}"] = {
+      get: {
+        summary: "the app's public status page (HTML, no token, cacheable 30 s, ETag)",
+        parameters: [{ name: "app", in: "path", required: true, schema: { type: "string" } }],
+        responses: {
+          "200": { description: "text/html" },
+          "304": { description: "not modified" },
+          "404": errorResponses["404"],
+        },
+      },
+    };
+  return paths;
+}
+
 /** The identity routes of a plane (the data plane's; seed-owner and claim-legacy on both). */
 function identityPaths(plane: "control" | "data"): Record<string, Record<string, unknown>> {
   const paths: Record<string, Record<string, unknown>> = {};
@@ -300,7 +343,12 @@ export function openApiDocument(plane: "control" | "data"): Record<string, unkno
     CapabilityResponse: plain(CapabilityResponseSchema),
     ErrorBody: plain(ErrorBodySchema),
   };
-  const paths = { ...capabilityPaths(plane, schemas), ...readPaths(), ...identityPaths(plane) };
+  const paths = {
+    ...capabilityPaths(plane, schemas),
+    ...readPaths(),
+    ...identityPaths(plane),
+    ...incidentPaths(plane),
+  };
   return {
     openapi: "3.1.0",
     info: {

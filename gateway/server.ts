@@ -17,6 +17,7 @@ import { CommandClient } from "./command-client.js";
 import { CONNECT_ROUTE, type ConnectDeps, connectRoute } from "./connect.js";
 import { guard, type GuardOptions } from "./guard.js";
 import { identityRoute, isIdentityRoute, type IdentityDeps } from "./identity.js";
+import { incidentRoute, isIncidentRoute, type IncidentDeps } from "./incidents.js";
 import { SigningKeys } from "./identity-tokens.js";
 import { takeBody, type Res } from "./http.js";
 import { openApiDocument } from "./openapi.js";
@@ -166,6 +167,7 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
 
   const connect: ConnectDeps = { caps, bus, vault, apps };
   const identity: IdentityDeps = { ...caps, ...(userKeys ? { userKeys } : {}) };
+  const incidents: IncidentDeps = { ...caps, apps };
 
   /** One router for every HTTP request; the guard answers whatever it throws. */
   const route = (req: Req, res: Res): void | Promise<void> => {
@@ -180,6 +182,8 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
     const kn = CONNECT_ROUTE.exec(path);
     if (kn) return connectRoute(connect, req, res, kn, takeBody(req, res), methodNotAllowed);
     if (isIdentityRoute(path)) return identityRoute(identity, req, res, takeBody(req, res), methodNotAllowed);
+    if (isIncidentRoute(path))
+      return incidentRoute(incidents, req, res, takeBody(req, res), methodNotAllowed);
     if (PLANNED_ROUTES.some((r) => r.test(path))) {
       if (!bus.connected()) throw busUnavailable();
       throw new PlatformError(

@@ -207,7 +207,7 @@ test("501 not_implemented names the capability or the route of the contract not 
   });
   isError(t, r, "not_implemented");
   t.regex(r.body.error.message, /provision-monitoring/);
-  for (const path of ["/mcp/tools", "/policies", "/status/incidents"]) {
+  for (const path of ["/mcp/tools", "/policies"]) {
     const g = await get(p.controlUrl, path);
     isError(t, g, "not_implemented");
     t.true(g.body.error.message.includes(path));
