@@ -9,11 +9,11 @@
  *    verified through `POST /auth/verify`;
  * 1. logins per second at saturation: a few clients, closed loop, right
  *    passwords only (10 failures would lock an email), bounded in count and
- *    time; for reference, the raw scrypt checks per second of this machine
+ *    time; for reference, the raw password checks per second of this machine
  *    with the same parameters (N=2^15, r=8, p=1) and as many in flight;
  * 2. login latency at an open-loop 20 logins/s for 15 s (request k leaves at
  *    t0 + k/rate whatever the answers do), then at 10/s for 10 s (a rate
- *    this 2-core machine's scrypt carries without a queue);
+ *    this 2-core machine's password hashing carries without a queue);
  * 3. refreshes at saturation: one session per client, each refresh with the
  *    refresh_token of the previous answer (every refresh rotates it); then
  *    one client, one refresh at a time (the latency without a queue);
@@ -29,7 +29,9 @@
  * started is stopped at the end, on an error or a signal too.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { randomBytes, scrypt } from "node:crypto";
+import { randomBytes } from "node:crypto";
+import { checkPassword, hashPassword } from "../gateway/identity-tokens.js";
+import { ARGON2 } from "../proto/identity.js";
 import { existsSync, mkdtempSync, rmSync, statSync } from "node:fs";
 import { Agent, request } from "node:http";
 import { createRequire } from "node:module";
@@ -60,7 +62,7 @@ import {
 } from "./common.js";
 
 const USERS = Number(process.env.BENCH_USERS ?? 40);
-/** (1) login at saturation: clients (libuv's default pool runs 4 scrypts at once), at most this many, this long. */
+/** (1) login at saturation: clients (libuv's default pool runs 4 checks at once), at most this many, this long. */
 const LOGIN_CLIENTS = 4;
 const LOGIN_MAX = 600;
 const LOGIN_SECONDS = 10;
@@ -77,7 +79,7 @@ const REFRESH_SEQ_SECONDS = 4;
 /** (4) GET /healthz. */
 const HEALTH_MAX = 500_000;
 const HEALTH_SECONDS = 5;
-/** Raw scrypt reference: at most this many, this long. */
+/** Raw password-check reference: at most this many, this long. */
 const SCRYPT_MAX = 300;
 const SCRYPT_SECONDS = 4;
 const REQUEST_TIMEOUT_MS = 30_000;
@@ -337,16 +339,14 @@ async function closedLoop(
   );
 }
 
-/** Raw scrypt checks of this process, `inFlight` at a time: the floor of a login on this machine. */
+/** Raw password checks of this process (the gateway's own argon2id check), `inFlight` at a time: the floor of a login here. */
 async function rawScrypt(inFlight: number): Promise<{ rate: number; p50: number; p99: number }> {
-  const salt = randomBytes(16);
-  const one = () =>
-    new Promise<number>((resolve, reject) => {
-      const t0 = performance.now();
-      scrypt("bench-password", salt, 32, { N: 2 ** 15, r: 8, p: 1, maxmem: 64 * 1024 * 1024 }, (e) =>
-        e ? reject(e) : resolve(performance.now() - t0),
-      );
-    });
+  const stored = await hashPassword("bench-password");
+  const one = async () => {
+    const t0 = performance.now();
+    if (!(await checkPassword("bench-password", stored))) throw new Error("the raw check failed");
+    return performance.now() - t0;
+  };
   const lat: number[] = [];
   const t0 = performance.now();
   const end = t0 + SCRYPT_SECONDS * 1000;
@@ -558,7 +558,7 @@ async function loginPhases(
   progress(`   ${sat.rate.toFixed(1)} logins/s`);
   const pacedAgent = agent(64);
   const paced = await pacedLogins(LOGIN_RATE, LOGIN_PACED_SECONDS, pids, () => loginOf(pacedAgent));
-  // at half the rate (about half of what scrypt allows on 2 cores): the latency without a queue
+  // at half the rate: the latency without a queue
   const half = await pacedLogins(LOGIN_RATE / 2, LOGIN_HALF_SECONDS, pids, () => loginOf(pacedAgent));
   return { sat, paced, half };
 }
@@ -646,12 +646,12 @@ function printReport(r: Report): void {
     [
       `Machine: ${m.cores} cores (${m.cpu}), ${m.memGiB.toFixed(0)} GiB, Node ${m.node}, ${m.natsServer}; nats-server, slipwayd up and this client all share them.`,
       `Platform: slipwayd up as a process, ${r.platform}.`,
-      `${r.users} users signed up in ${r.setup.signupSeconds.toFixed(1)} s, all mails in ${r.setup.mailsSeconds.toFixed(1)} s, verified. Passwords: scrypt N=2^15, r=8, p=1.`,
+      `${r.users} users signed up in ${r.setup.signupSeconds.toFixed(1)} s, all mails in ${r.setup.mailsSeconds.toFixed(1)} s, verified. Passwords: argon2id m=${ARGON2.memoryCost} KiB, t=${ARGON2.timeCost}, p=${ARGON2.parallelism}.`,
       "",
       table([
         ["phase", "per s", "p50 ms", "p99 ms", "max ms", "ok", "failed"],
         [
-          `raw scrypt check, ${LOGIN_CLIENTS} in flight (this process)`,
+          `raw password check, ${LOGIN_CLIENTS} in flight (this process)`,
           r.rawScrypt.rate.toFixed(1),
           ms(r.rawScrypt.p50),
           ms(r.rawScrypt.p99),
@@ -689,7 +689,7 @@ function printReport(r: Report): void {
       "(CPU in percent of one core; machine busy in percent of all cores.)",
       `RSS after the run: slipwayd up ${r.rssMiB.platform?.toFixed(0) ?? "?"} MiB, nats-server ${r.rssMiB.nats?.toFixed(0) ?? "?"} MiB.`,
       "",
-      `logins/s at saturation are ${(r.ratios.loginsOfRawScrypt * 100).toFixed(0)} % of this machine's raw scrypt checks/s`,
+      `logins/s at saturation are ${(r.ratios.loginsOfRawScrypt * 100).toFixed(0)} % of this machine's raw password checks/s`,
       `refreshes/s at saturation are ${(r.ratios.refreshOfHealthz * 100).toFixed(1)} % of the gateway's GET /healthz rate`,
       "",
       table([
@@ -768,7 +768,9 @@ async function main(): Promise<void> {
     progress("slipwayd up ready");
     const { dp, signupS, mailS } = await prepare(p, mailbox, agent(8));
 
-    progress(`raw scrypt (N=2^15, r=8, p=1), ${LOGIN_CLIENTS} in flight, ${SCRYPT_SECONDS} s`);
+    progress(
+      `raw password check (argon2id, the gateway's own), ${LOGIN_CLIENTS} in flight, ${SCRYPT_SECONDS} s`,
+    );
     const raw = await rawScrypt(LOGIN_CLIENTS);
     const login = await loginPhases(dp, pids, agent);
     const refresh = await refreshPhases(dp, pids, agent);
