@@ -142,6 +142,11 @@ export class AppDirectory {
     return this.apps.has(app);
   }
 
+  /** The app's registry record (base URL, sealed service key), as last seen. */
+  record(app: string): AppRecord | undefined {
+    return this.apps.get(app);
+  }
+
   stop(): void {
     this.stopFn?.();
   }

@@ -31,6 +31,25 @@ export interface CapabilityDeps {
   otherPort: () => number;
   /** The data plane's token buckets per app and capability (docs/app-events.md). */
   limiter?: { limiter: RateLimiter; limits: RateLimitConfig };
+  /**
+   * The app's policies (gateway/policy.ts): throws 403 policy_denied, answers the body of a staged
+   * action (202 pending_approval), or undefined when the action may run.
+   */
+  authorize?: (r: AuthorizeRequest) => Promise<Record<string, unknown> | undefined>;
+}
+
+/** One action to authorize (docs/policies.md). */
+export interface AuthorizeRequest {
+  app: string;
+  /** `capability:<name>`, `mcp:<tool>` or `route:<METHOD> <path>`. */
+  action: string;
+  /** The acting owner: a user's id, or the owner the input names; none for the app itself. */
+  owner: string | undefined;
+  high_risk: boolean;
+  actor: Actor;
+  requestId: string;
+  /** What runs once a staged action is approved; none: staging is refused (the action is denied). */
+  replay?: { kind: string; [k: string]: unknown };
 }
 
 export const ACTOR_TYPES = ["builder", "cli", "app", "service", "operator"] as const;
@@ -149,6 +168,20 @@ async function capabilityCall(
   }
   if (principal.kind === "app") requireScope(principal, decl.app_less ? undefined : target);
   if (!d.bus.connected()) throw busUnavailable();
+  // the app's policies (docs/policies.md): data-plane calls only; a staged call waits for approval
+  if (d.plane === "data" && d.authorize) {
+    const owner = userOf(principal) ?? (typeof input.owner === "string" ? input.owner : undefined);
+    const staged = await d.authorize({
+      app: target,
+      action: `capability:${name}`,
+      owner,
+      high_risk: false,
+      actor,
+      requestId: req.requestId,
+      replay: { kind: "capability", name, input, prefer: preferencesOf(req.headers.prefer) },
+    });
+    if (staged) return res.json(202, staged);
+  }
 
   // command id: random, or derived from Idempotency-Key (scoped to the app)
   const idemKey = req.headers["idempotency-key"];
@@ -169,30 +202,57 @@ async function capabilityCall(
     id = newId("cmd");
   }
   const prefer = preferencesOf(req.headers.prefer);
+  const reply = await sendCapabilityCommand(d, {
+    id,
+    name,
+    app: target,
+    input,
+    actor,
+    requestId: req.requestId,
+    ...(bodyHash ? { bodyHash } : {}),
+    prefer,
+  });
+  answer(res, reply);
+}
+
+/** One capability command built (its sensitive fields sealed), sent to the app's actor, its reply learnt. */
+export async function sendCapabilityCommand(
+  d: CapabilityDeps,
+  c: {
+    id: string;
+    name: string;
+    app: string;
+    input: Record<string, unknown>;
+    actor: Actor;
+    requestId: string;
+    bodyHash?: string;
+    prefer?: string[];
+  },
+): Promise<Reply> {
   // seal sensitive fields before the command leaves the gateway
-  const clean: Record<string, unknown> = { ...input };
+  const clean: Record<string, unknown> = { ...c.input };
   const sealed: NonNullable<Command["sealed"]> = {};
-  for (const f of sensitiveFields(name as CapabilityName)) {
+  for (const f of sensitiveFields(c.name as CapabilityName)) {
     if (typeof clean[f] === "string") {
-      sealed[f] = d.vault.seal(clean[f] as string, commandFieldAad(id, f));
+      sealed[f] = d.vault.seal(clean[f] as string, commandFieldAad(c.id, f));
       delete clean[f];
     }
   }
   const cmd: Command = {
-    id,
-    capability: name,
-    app: target,
+    id: c.id,
+    capability: c.name,
+    app: c.app,
     input: clean,
     ...(Object.keys(sealed).length ? { sealed } : {}),
-    actor,
+    actor: c.actor,
     plane: d.plane,
     gateway_id: d.client.gatewayId,
-    request_id: req.requestId,
+    request_id: c.requestId,
     received_at: new Date().toISOString(),
-    ...(bodyHash ? { body_hash: bodyHash } : {}),
-    ...(prefer.length ? { prefer } : {}),
+    ...(c.bodyHash ? { body_hash: c.bodyHash } : {}),
+    ...(c.prefer?.length ? { prefer: c.prefer } : {}),
   };
   const reply = await d.client.send(cmd);
   await d.learn(reply);
-  answer(res, reply);
+  return reply;
 }

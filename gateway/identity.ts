@@ -1,23 +1,19 @@
 import { randomBytes } from "node:crypto";
 import { busUnavailable, publishAppEvent } from "../store/mod.js";
 import {
-  ACCESS_TTL_S,
   AUTH_BODIES,
   AUTH_CONFIG,
-  AUTH_SIGNING_SECRET,
   type AuthRoute,
   authCommand,
   CHALLENGE,
   type Command,
   commandFieldAad,
-  keys,
   newId,
   newResourceId,
   PlatformError,
   type Reply,
   type Resource,
   type Sealed,
-  secretAad,
   userPasswordAad,
   validateBody,
 } from "../proto/mod.js";
@@ -34,14 +30,7 @@ import {
   seedOwner,
 } from "./identity-account.js";
 import { groupRoute, GROUP_PATH } from "./identity-groups.js";
-import {
-  checkPassword,
-  dummyHash,
-  hashPassword,
-  sha256,
-  signAccessToken,
-  type SigningKeys,
-} from "./identity-tokens.js";
+import { hashPassword, sha256, type SigningKeys } from "./identity-tokens.js";
 import type { Req } from "./request.js";
 
 export {
@@ -195,6 +184,17 @@ export async function identityRoute(
   const body = validateBody(AUTH_BODIES[route], raw) as Record<string, unknown>;
   const call = callOf(d, req, principal, body);
   if (d.limiter) d.limiter.limiter.take(call.app, `auth/${route}`, d.limiter.limits.capability);
+  // the app's policies on the routes that change data (docs/policies.md): allow or deny (an identity
+  // route carries credentials that are never kept, so it cannot wait for an approval)
+  if (d.authorize && def.method !== "GET")
+    await d.authorize({
+      app: call.app,
+      action: `route:${def.method} ${path}`,
+      owner: call.user,
+      high_risk: false,
+      actor: actorOf(req.headers, principal),
+      requestId: req.requestId,
+    });
   return ROUTE_HANDLERS[route](call, res, path);
 }
 
@@ -325,87 +325,8 @@ function invalidMessage(route: AuthRoute): string {
   }
 }
 
-/**
- * A resource of the app as fresh as this gateway knows it: the KV value or the read index's
- * (which holds this gateway's own answers at once), the later of the two.
- */
-export async function freshResource(
-  d: CapabilityDeps,
-  app: string,
-  type: string,
-  id: string,
-): Promise<Resource | undefined> {
-  const [e, idx] = await Promise.all([
-    d.bus.kv.resources.get(keys.resource(app, type, id)),
-    d.index.getResource(id),
-  ]);
-  const kv = e && e.operation === "PUT" ? (e.json() as Resource) : undefined;
-  const ix = idx && idx.app_id === app && idx.type === type ? idx : undefined;
-  if (!kv) return ix;
-  if (!ix) return kv;
-  return ix.updated_at > kv.updated_at ? ix : kv;
-}
-
-/** Opens a user's stored password hash and checks `password` (one scrypt, even without a user). */
-export async function passwordVerdict(
-  d: CapabilityDeps,
-  app: string,
-  user: Resource | undefined,
-  password: string,
-): Promise<{ ok: boolean; version: number | null }> {
-  let stored: string | undefined;
-  let version: number | null = null;
-  const sealed = user?.password as Sealed | undefined;
-  if (user && sealed) {
-    stored = d.vault.openString(sealed, userPasswordAad(app, user.id));
-    version = typeof user.credential_version === "number" ? user.credential_version : null;
-  }
-  const ok = await checkPassword(password, stored ?? (await dummyHash()));
-  return { ok: ok && stored !== undefined, version };
-}
-
-/** Caches opened signing keys by their sealed text (the key never changes once made). */
-const keyCache = new Map<string, Buffer>();
-
-/** The answer of a session made or refreshed: an access token signed with the app's key and the refresh token. */
-export function tokens(
-  d: IdentityDeps,
-  app: string,
-  r: Settled,
-  sessionId: string,
-  refresh: string,
-): Record<string, unknown> {
-  const sealed = r.result?.signing_key as Sealed;
-  const cacheKey = `${app}/${sealed.ct}`;
-  let key = keyCache.get(cacheKey);
-  if (!key) {
-    key = d.vault.open(sealed, secretAad(app, AUTH_SIGNING_SECRET));
-    keyCache.set(cacheKey, key);
-  }
-  d.userKeys?.put(app, key);
-  const iat = Math.floor(Date.now() / 1000);
-  const userId = String(r.result?.user_id);
-  return {
-    token_type: "Bearer",
-    access_token: signAccessToken(
-      {
-        app,
-        sub: userId,
-        sid: sessionId,
-        iat,
-        exp: iat + ACCESS_TTL_S,
-        jti: randomBytes(9).toString("base64url"),
-      },
-      key,
-    ),
-    expires_in: ACCESS_TTL_S,
-    refresh_token: refresh,
-    user: { id: userId, email: r.result?.email },
-  };
-}
-
-/** A new refresh token of a session: `<session id>.<32 random bytes>`. */
-export const newRefresh = (sessionId: string) => `${sessionId}.${randomBytes(32).toString("base64url")}`;
+export { freshResource, newRefresh, passwordVerdict, tokens } from "./identity-session.js";
+import { freshResource, newRefresh, passwordVerdict, tokens } from "./identity-session.js";
 
 export type Handler = (c: AuthCall, res: Res, path: string) => Promise<void>;
 

@@ -4,6 +4,7 @@ import {
   AUTH_BODIES,
   type AuthRoute,
   INCIDENT_BODIES,
+  MCP_BODIES,
   PLATFORM_MODEL,
   CapabilityResponseSchema,
   ErrorBodySchema,
@@ -275,6 +276,52 @@ function incidentPaths(plane: "control" | "data"): Record<string, Record<string,
   return paths;
 }
 
+/** The MCP registry routes of both planes and the data plane's MCP endpoint (docs/mcp.md). */
+function mcpPaths(plane: "control" | "data"): Record<string, Record<string, unknown>> {
+  const write = (summary: string, body?: unknown, params: unknown[] = []) => ({
+    summary,
+    description: "The app's token or the operator; a user's access token is 403.",
+    parameters: [...params, ...actorHeaders.slice(0, 2)],
+    ...(body ? { requestBody: { content: { "application/json": { schema: plain(body) } } } } : {}),
+    responses: { "200": { description: "the McpRegistry" }, ...errorResponses },
+  });
+  const read = (summary: string) => ({
+    summary,
+    description: "The app's token, a user's access token of the app, or the operator.",
+    parameters: [q("app")],
+    responses: { "200": { description: summary }, ...errorResponses },
+  });
+  const paths: Record<string, Record<string, unknown>> = {
+    "/mcp/tools": {
+      get: read("the app's MCP tools ({items, next_cursor})"),
+      post: write("register or replace a tool (by name); its input_schema must compile", MCP_BODIES.tool_set),
+      delete: write("remove a tool", undefined, [q("app"), q("name")]),
+    },
+    "/mcp/instructions": {
+      get: read("the instructions of the app's MCP server"),
+      post: write("set the instructions (at most 10,000 characters)", MCP_BODIES.instructions_set),
+    },
+    "/mcp/proactive": {
+      get: read("the proactive settings"),
+      post: write("replace the proactive settings (each tool registered)", MCP_BODIES.proactive_set),
+    },
+  };
+  if (plane === "data")
+    paths["/mcp"] = {
+      post: {
+        summary: "the app's MCP endpoint (Streamable HTTP, stateless, JSON answers): JSON-RPC messages",
+        description:
+          "The app's token or a user's access token (calls as that owner). tools/call: arguments checked against the tool's schema, then the app's policies, then proxied to the app with a service token; each call writes the app event mcp.tool_call.",
+        responses: {
+          "200": { description: "JSON-RPC answer" },
+          "202": { description: "notifications only" },
+          ...errorResponses,
+        },
+      },
+    };
+  return paths;
+}
+
 /** The identity routes of a plane (the data plane's; seed-owner and claim-legacy on both). */
 function identityPaths(plane: "control" | "data"): Record<string, Record<string, unknown>> {
   const paths: Record<string, Record<string, unknown>> = {};
@@ -348,6 +395,7 @@ export function openApiDocument(plane: "control" | "data"): Record<string, unkno
     ...readPaths(),
     ...identityPaths(plane),
     ...incidentPaths(plane),
+    ...mcpPaths(plane),
   };
   return {
     openapi: "3.1.0",

@@ -18,9 +18,12 @@ import { CONNECT_ROUTE, type ConnectDeps, connectRoute } from "./connect.js";
 import { guard, type GuardOptions } from "./guard.js";
 import { identityRoute, isIdentityRoute, type IdentityDeps } from "./identity.js";
 import { incidentRoute, isIncidentRoute, type IncidentDeps } from "./incidents.js";
+import { isMcpRoute, mcpDeps, mcpRoute } from "./mcp.js";
 import { SigningKeys } from "./identity-tokens.js";
 import { takeBody, type Res } from "./http.js";
 import { openApiDocument } from "./openapi.js";
+import { approvalTtlFromEnv } from "../proto/mod.js";
+import { authorizer, POLICY_PATH, type PolicyDeps, PolicyDirectory, policyRoute } from "./policy.js";
 import { DEFAULT_ORIGIN_POLICY, type OriginPolicy } from "./origin.js";
 import { decodeComponent, type Req } from "./request.js";
 import { READ_ROUTES, readRoute, type ReadDeps } from "./reads.js";
@@ -29,6 +32,8 @@ import { TailLimiter, wsTail } from "./tails.js";
 
 export interface GatewayOptions {
   plane: "control" | "data";
+  /** How long a staged action waits for approval, in seconds (default: SLIPWAY_APPROVAL_TTL_S, else 1 hour). */
+  approvalTtlS?: number;
   bus: Bus;
   vault: Vault;
   index: ReadIndex;
@@ -101,6 +106,55 @@ function answerLearner(opts: GatewayOptions, log: (msg: string) => void) {
   };
 }
 
+/** The deps of each family of routes. */
+interface RouteDeps {
+  plane: "control" | "data";
+  bus: Bus;
+  caps: CapabilityDeps;
+  appEvents: AppEventDeps;
+  connect: ConnectDeps;
+  identity: IdentityDeps;
+  policyDeps: PolicyDeps;
+  incidents: IncidentDeps;
+  mcp: ReturnType<typeof mcpDeps>;
+  reads: ReadDeps;
+}
+
+/** One router for every HTTP request; the guard answers whatever it throws. */
+function router(r: RouteDeps): (req: Req, res: Res) => void | Promise<void> {
+  const { bus, caps, appEvents, connect, identity, policyDeps, incidents, mcp, reads } = r;
+  return (req, res) => {
+    const path = req.url;
+    const cm = /^\/capabilities\/([^/]+)$/.exec(path);
+    if (cm) {
+      const name = decodeComponent(cm[1]!, "capability name");
+      return capabilityRoute(caps, req, res, name, takeBody(req, res), methodNotAllowed);
+    }
+    if (APP_EVENT_ROUTE.test(path))
+      return appEventsRoute(appEvents, req, res, takeBody(req, res), methodNotAllowed);
+    const kn = CONNECT_ROUTE.exec(path);
+    if (kn) return connectRoute(connect, req, res, kn, takeBody(req, res), methodNotAllowed);
+    if (isIdentityRoute(path)) return identityRoute(identity, req, res, takeBody(req, res), methodNotAllowed);
+    if (POLICY_PATH.test(path))
+      return policyRoute(policyDeps, req, res, takeBody(req, res), methodNotAllowed);
+    if (isIncidentRoute(path))
+      return incidentRoute(incidents, req, res, takeBody(req, res), methodNotAllowed);
+    if (isMcpRoute(path)) return mcpRoute(mcp, req, res, takeBody(req, res), methodNotAllowed);
+    if (PLANNED_ROUTES.some((r) => r.test(path))) {
+      if (!bus.connected()) throw busUnavailable();
+      throw new PlatformError(
+        "not_implemented",
+        `${req.method} ${path} is part of the contract but not implemented yet`,
+      );
+    }
+    if (READ_ROUTES.some((r) => r.test(path))) {
+      if (req.method !== "GET" && req.method !== "HEAD") throw methodNotAllowed(["GET"]);
+      return readRoute(reads, req, res);
+    }
+    throw new PlatformError("not_found", `no route ${req.method.slice(0, 16)} ${path.slice(0, 200)}`);
+  };
+}
+
 /** Starts one plane's gateway. */
 export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle> {
   const { plane, bus, vault, index, apps } = opts;
@@ -165,38 +219,22 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
     ...(limiter ? { limiter } : {}),
   };
 
+  // the apps' policies, compiled in memory from a watch (docs/policies.md); data-plane calls are evaluated
+  const policies = new PolicyDirectory();
+  await policies.follow(bus, log);
+  const policyDeps: PolicyDeps = {
+    ...caps,
+    policies,
+    approvalTtlS: opts.approvalTtlS ?? approvalTtlFromEnv(),
+  };
+  if (plane === "data") caps.authorize = authorizer(policyDeps);
+
   const connect: ConnectDeps = { caps, bus, vault, apps };
   const identity: IdentityDeps = { ...caps, ...(userKeys ? { userKeys } : {}) };
   const incidents: IncidentDeps = { ...caps, apps };
+  const mcp = mcpDeps({ ...caps, apps, policy: policyDeps });
 
-  /** One router for every HTTP request; the guard answers whatever it throws. */
-  const route = (req: Req, res: Res): void | Promise<void> => {
-    const path = req.url;
-    const cm = /^\/capabilities\/([^/]+)$/.exec(path);
-    if (cm) {
-      const name = decodeComponent(cm[1]!, "capability name");
-      return capabilityRoute(caps, req, res, name, takeBody(req, res), methodNotAllowed);
-    }
-    if (APP_EVENT_ROUTE.test(path))
-      return appEventsRoute(appEvents, req, res, takeBody(req, res), methodNotAllowed);
-    const kn = CONNECT_ROUTE.exec(path);
-    if (kn) return connectRoute(connect, req, res, kn, takeBody(req, res), methodNotAllowed);
-    if (isIdentityRoute(path)) return identityRoute(identity, req, res, takeBody(req, res), methodNotAllowed);
-    if (isIncidentRoute(path))
-      return incidentRoute(incidents, req, res, takeBody(req, res), methodNotAllowed);
-    if (PLANNED_ROUTES.some((r) => r.test(path))) {
-      if (!bus.connected()) throw busUnavailable();
-      throw new PlatformError(
-        "not_implemented",
-        `${req.method} ${path} is part of the contract but not implemented yet`,
-      );
-    }
-    if (READ_ROUTES.some((r) => r.test(path))) {
-      if (req.method !== "GET" && req.method !== "HEAD") throw methodNotAllowed(["GET"]);
-      return readRoute(reads, req, res);
-    }
-    throw new PlatformError("not_found", `no route ${req.method.slice(0, 16)} ${path.slice(0, 200)}`);
-  };
+  const route = router({ plane, bus, caps, appEvents, connect, identity, policyDeps, incidents, mcp, reads });
 
   const app = uWS.App();
   wsTail(app, reads);
@@ -223,6 +261,7 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
       // every request in flight write its answer before the connections close
       uWS.us_listen_socket_close(token);
       userKeys?.stop();
+      policies.stop();
       for (const s of [...open]) s();
       await client.close();
       let t: NodeJS.Timeout | undefined;

@@ -44,4 +44,4 @@ export const BUILT_INSPECT_TYPES: ReadonlySet<string> = new Set(
 export { declarationOf };
 
 /** Routes of spec 4.2 that are part of the contract but not built yet (answer 501). */
-export const PLANNED_ROUTES: readonly RegExp[] = [/^\/mcp\/(tools|instructions|proactive)$/, /^\/policies$/];
+export const PLANNED_ROUTES: readonly RegExp[] = [];

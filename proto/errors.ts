@@ -9,6 +9,8 @@ export const ERROR_STATUS = {
   unauthenticated: 401,
   forbidden: 403,
   wrong_plane: 403,
+  /** A policy rule of the app denies the action (docs/policies.md); `details` names the rule. */
+  policy_denied: 403,
   not_found: 404,
   unknown_capability: 404,
   unknown_app: 404,

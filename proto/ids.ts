@@ -97,6 +97,9 @@ const PREFIX: Record<string, string> = {
   LoginThrottle: "thr",
   Group: "grp",
   AppOwnership: "own",
+  McpRegistry: "mcp",
+  PolicySet: "pol",
+  Approval: "apr",
 };
 
 /** A new resource id for a resource type. */

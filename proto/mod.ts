@@ -20,6 +20,8 @@ export * from "./inputs.js";
 export * from "./logs.js";
 export * from "./identity.js";
 export * from "./incidents.js";
+export * from "./mcp.js";
+export * from "./policies.js";
 export * from "./names.js";
 export * from "./records.js";
 export { refineInput } from "./refine.js";

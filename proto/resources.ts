@@ -154,6 +154,9 @@ export const RESOURCE_TYPES = [
   "LoginThrottle",
   "Group",
   "AppOwnership",
+  "McpRegistry",
+  "PolicySet",
+  "Approval",
 ] as const;
 export type ResourceType = (typeof RESOURCE_TYPES)[number];
 const resourceTypeSet = new Set<string>(RESOURCE_TYPES);

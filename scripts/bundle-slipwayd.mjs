@@ -22,7 +22,15 @@ export const SLIPWAYD_BUNDLE_OPTIONS = {
   platform: "node",
   format: "esm",
   target: "node20",
-  external: ["uWebSockets.js", "level", "classic-level", "@node-rs/argon2", "dockerode", "@anthropic-ai/sdk", "esbuild"],
+  external: [
+    "uWebSockets.js",
+    "level",
+    "classic-level",
+    "@node-rs/argon2",
+    "dockerode",
+    "@anthropic-ai/sdk",
+    "esbuild",
+  ],
   // CommonJS packages inside an ES module bundle still call require()
   banner: {
     js: "import { createRequire as __slipwayRequire } from 'node:module';\nconst require = __slipwayRequire(import.meta.url);",

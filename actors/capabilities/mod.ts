@@ -6,6 +6,8 @@ import { generateFeaturePlan } from "./generate-feature-plan.js";
 import { initializeApp } from "./initialize-app.js";
 import { AUTH_HANDLERS } from "./identity.js";
 import { INCIDENT_HANDLERS } from "./incidents.js";
+import { MCP_HANDLERS } from "./mcp.js";
+import { POLICY_HANDLERS } from "./policies.js";
 import { inspect } from "./inspect.js";
 import { installDependencies } from "./install-dependencies.js";
 import { productionize } from "./productionize.js";
@@ -61,6 +63,10 @@ export const INTERNAL_HANDLERS: Readonly<Record<string, InternalHandler>> = {
   ...AUTH_HANDLERS,
   // the /status/incidents routes (docs/incidents.md): sent only by a gateway, of either plane
   ...INCIDENT_HANDLERS,
+  // the /mcp registry routes (docs/mcp.md): sent only by a gateway, of either plane
+  ...MCP_HANDLERS,
+  // the /policies routes and staged actions (docs/policies.md): sent only by a gateway
+  ...POLICY_HANDLERS,
 };
 
 export { INTERNAL_FACTS } from "./identity.js";

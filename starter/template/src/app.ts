@@ -1,11 +1,12 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { authRoutes } from "./auth-routes.js";
-import { bearer, HttpError, type Routes, redirect, sendError, sendHtml, sendJson } from "./http.js";
+import { bearer, HttpError, readBody, type Routes, redirect, sendError, sendHtml, sendJson } from "./http.js";
 import { type AccessCheck, createIdentity, type Identity, PlatformUnavailable } from "./identity.js";
 import { type BillingConfig, billingFromEnv, type VersionInfo, versionFromEnv } from "./meta.js";
 import { loginPage } from "./pages.js";
 import { verifyServiceToken } from "./service-token.js";
 import { getCookie, looksLikeToken, SESSION_COOKIE } from "./session.js";
+import { runTool, TOOL_PATH } from "./tools.js";
 
 /** Where the platform's data plane listens when `SLIPWAY_DATA_URL` is unset (as the `slipway` client). */
 export const DEFAULT_DATA_URL = "http://127.0.0.1:3718";
@@ -121,6 +122,22 @@ export function createHandler(
       if (!result?.ok) return sendError(res, 403, "forbidden", "a valid service token is required");
       // Put the job's work here, keyed by path; the Idempotency-Key header is `<job>:<tick>`.
       return sendJson(res, 200, { ok: true, job: result.claims.job, tick: result.claims.tick });
+    }
+
+    if (under(path, "/tools")) {
+      // The targets of the app's MCP tools: the platform calls `/tools/<name>` with a service token
+      // whose job is `mcp:<name>` (docs/mcp.md); the arguments are the JSON body (GET: the query).
+      const name = TOOL_PATH.exec(path)?.[1];
+      const token = bearer(req);
+      const result =
+        token && config.serviceKey && config.app
+          ? verifyServiceToken(token, config.serviceKey, { app: config.app })
+          : undefined;
+      if (!result?.ok || name === undefined || result.claims.job !== `mcp:${name}`)
+        return sendError(res, 403, "forbidden", "a valid service token for this tool is required");
+      const args =
+        method === "GET" || method === "DELETE" ? Object.fromEntries(url.searchParams) : await readBody(req);
+      return sendJson(res, 200, runTool(name, args));
     }
 
     if (under(path, "/api")) {

@@ -276,6 +276,44 @@ describe("{{APP}}", () => {
   });
 });
 
+describe("{{APP}}: MCP tool targets", () => {
+  it("runs /tools/<name> only for a service token of this app whose job is mcp:<name>", async () => {
+    const tool = (name: string, body: unknown, token?: string) =>
+      fetch(`${base}/tools/${name}`, {
+        method: "POST",
+        headers: {
+          "content-type": "application/json",
+          ...(token ? { authorization: `Bearer ${token}` } : {}),
+        },
+        body: JSON.stringify(body),
+      });
+    const tick = new Date().toISOString();
+    assert.equal((await tool("echo", { a: 1 })).status, 403);
+    assert.equal((await tool("echo", {}, serviceToken({ app: APP, job: "cleanup", tick }))).status, 403);
+    assert.equal((await tool("echo", {}, serviceToken({ app: APP, job: "mcp:other", tick }))).status, 403);
+    assert.equal(
+      (await tool("echo", {}, serviceToken({ app: "other-app", job: "mcp:echo", tick }))).status,
+      403,
+    );
+    const echo = await tool("echo", { a: 1 }, serviceToken({ app: APP, job: "mcp:echo", tick }));
+    assert.equal(echo.status, 200);
+    assert.deepEqual(await echo.json(), { tool: "echo", arguments: { a: 1 }, ok: true });
+    const count = await tool(
+      "word_count",
+      { text: "one two\nthree" },
+      serviceToken({ app: APP, job: "mcp:word_count", tick }),
+    );
+    assert.equal(count.status, 200);
+    assert.deepEqual(await count.json(), {
+      tool: "word_count",
+      ok: true,
+      words: 3,
+      characters: 13,
+      lines: 2,
+    });
+  });
+});
+
 describe("{{APP}}: sign-in through the platform", () => {
   it("refuses /api without a session and serves it with the platform's access token", async () => {
     assert.equal((await fetch(`${base}/api/me`)).status, 401);

@@ -1,0 +1,415 @@
+import { createHash } from "node:crypto";
+import { type Bus, busUnavailable, publishAppEvent } from "../store/mod.js";
+import {
+  type Actor,
+  type AuthzDecision,
+  approvalAad,
+  check,
+  type CompiledRule,
+  type Command,
+  compileRules,
+  evaluate,
+  newId,
+  newResourceId,
+  NO_OWNER,
+  PlatformError,
+  POLICY_BODIES,
+  type PolicyRoute,
+  PolicyRuleSchema,
+  type PolicyRule,
+  policyCommand,
+  type Reply,
+  type Resource,
+  type Sealed,
+  validateBody,
+  validateInput,
+  type CapabilityName,
+  declarationOf,
+} from "../proto/mod.js";
+import { type Principal, userOf } from "./auth.js";
+import {
+  actorOf,
+  type AuthorizeRequest,
+  type CapabilityDeps,
+  sendCapabilityCommand,
+} from "./capability-route.js";
+import { isJsonContentType, parseJsonObject, type Res } from "./http.js";
+import { appParam, intParam } from "./params.js";
+import type { Req } from "./request.js";
+
+/**
+ * Policies in the gateways (docs/policies.md, DESIGN §10): each gateway
+ * follows the apps' rules (a KV watch on their PolicySet resources) and keeps
+ * them compiled in memory, so an evaluation is a loop over regular
+ * expressions, with no I/O before its decision. Every evaluation of an app
+ * that has rules writes the app event `authz.decision`; a staged action
+ * becomes an Approval through the app's actor (its replay sealed to it) and
+ * answers 202 `pending_approval`; `POST /policies/approvals/<id>` approves it
+ * once, runs the replay and writes `authz.approval`. The routes
+ * `GET/POST/DELETE /policies` write rules through the app's actor.
+ */
+
+/** The apps' rules, compiled, from a watch on `<app>.PolicySet.*`. */
+export class PolicyDirectory {
+  private readonly rules = new Map<string, CompiledRule[]>();
+  private stopFn: (() => void) | undefined;
+
+  async follow(bus: Bus, log: (m: string) => void = () => {}): Promise<void> {
+    const w = await bus.kv.resources.watch({ key: "*.PolicySet.*" });
+    this.stopFn = () => w.stop();
+    (async () => {
+      for await (const e of w) {
+        const app = e.key.slice(0, e.key.indexOf("."));
+        if (e.operation !== "PUT") {
+          this.rules.delete(app);
+          continue;
+        }
+        try {
+          const doc = e.json() as { rules?: unknown[] };
+          this.put(
+            app,
+            (doc.rules ?? []).map((r) => check(PolicyRuleSchema, r, `rule of ${app}`)),
+          );
+        } catch (err) {
+          log(`policies: skipped ${e.key}: ${String(err)}`);
+        }
+      }
+    })().catch(() => {});
+  }
+
+  /** Learns an app's rules at once (from this gateway's own answer). */
+  put(app: string, rules: readonly PolicyRule[]): void {
+    if (rules.length === 0) this.rules.delete(app);
+    else this.rules.set(app, compileRules(rules));
+  }
+
+  get(app: string): readonly CompiledRule[] | undefined {
+    return this.rules.get(app);
+  }
+
+  stop(): void {
+    this.stopFn?.();
+  }
+}
+
+export interface PolicyDeps extends CapabilityDeps {
+  policies: PolicyDirectory;
+  /** How long a staged action waits for its approval, in seconds. */
+  approvalTtlS: number;
+}
+
+/** The outcome of {@link authorize}: the decision, and a staged action's approval. */
+export interface AuthzOutcome extends AuthzDecision {
+  approval_id?: string;
+  expires_at?: string;
+  /** A stage rule matched an action that cannot wait for approval (it was denied). */
+  unstageable?: true;
+}
+
+/** What an approved replay of a kind runs, in the gateway that approves it. */
+export type ReplayExecutor = (
+  d: PolicyDeps,
+  ctx: { app: string; actor: Actor; requestId: string; owner: string | undefined },
+  replay: Record<string, unknown>,
+) => Promise<{ ok: boolean; result: unknown }>;
+
+const executors = new Map<string, ReplayExecutor>();
+
+/** Registers what approving a staged action of `kind` runs (capability calls are built in; MCP registers its own). */
+export function registerReplay(kind: string, run: ReplayExecutor): void {
+  executors.set(kind, run);
+}
+
+/**
+ * Evaluates an action against the app's rules. An app without rules is not evaluated (allowed,
+ * nothing written). Otherwise the decision is written as the app event `authz.decision`, and a
+ * staged action becomes an Approval (through the app's actor) whose id comes back. A stage
+ * without a replay (an identity route: its credentials are never kept) is a deny.
+ */
+export async function authorize(d: PolicyDeps, r: AuthorizeRequest): Promise<AuthzOutcome> {
+  const rules = d.policies.get(r.app);
+  if (!rules) return { decision: "allow", rule: null, high_risk: r.high_risk, action: r.action };
+  let out: AuthzOutcome = evaluate(rules, r.action, r.owner, r.high_risk);
+  if (out.decision === "stage" && !r.replay) out = { ...out, decision: "deny", unstageable: true };
+  if (out.decision === "stage") {
+    const approvalId = newResourceId("Approval");
+    const replay = d.vault.seal(JSON.stringify(r.replay), approvalAad(r.app, approvalId));
+    const answer = await sendPolicy(d, r.app, "stage", r.actor, r.requestId, {
+      approval_id: approvalId,
+      action: r.action,
+      owner: r.owner ?? null,
+      rule: out.rule,
+      high_risk: r.high_risk,
+      replay,
+      replay_digest: createHash("sha256").update(replay.ct).digest("hex"),
+      ttl_s: d.approvalTtlS,
+    });
+    out = { ...out, approval_id: approvalId, expires_at: String(answer.result?.expires_at) };
+  }
+  await publishAppEvent(d.bus, {
+    app: r.app,
+    owner: r.owner ?? NO_OWNER,
+    type: "authz.decision",
+    subject: r.action.slice(0, 200),
+    data: { decision: out.decision, rule: out.rule, high_risk: out.high_risk, action: out.action },
+    actor: r.actor,
+  });
+  return out;
+}
+
+/**
+ * {@link authorize} as the capability and identity routes use it: a deny is `403 policy_denied`
+ * naming the rule, a stage the body of the 202 `pending_approval` answer, an allow undefined.
+ */
+export function authorizer(
+  d: PolicyDeps,
+): (r: AuthorizeRequest) => Promise<Record<string, unknown> | undefined> {
+  return async (r) => {
+    const o = await authorize(d, r);
+    if (o.decision === "deny")
+      throw new PlatformError(
+        "policy_denied",
+        `${r.action} is denied by policy rule ${o.rule}${o.unstageable ? " (a stage rule: this action cannot wait for an approval)" : ""}`,
+        { details: [{ path: "/rule", message: String(o.rule) }] },
+      );
+    if (o.decision === "stage")
+      return {
+        status: "pending_approval",
+        approval_id: o.approval_id,
+        expires_at: o.expires_at,
+        rule: o.rule,
+        action: r.action,
+        message: "a policy rule stages this action: it runs once approved (POST /policies/approvals/<id>)",
+      };
+    return undefined;
+  };
+}
+
+/** Sends a policy command to the app's actor; its answer, or its error as the route's. */
+async function sendPolicy(
+  d: CapabilityDeps,
+  app: string,
+  route: PolicyRoute,
+  actor: Actor,
+  requestId: string,
+  input: Record<string, unknown>,
+): Promise<{ result: Record<string, unknown> | undefined; resource: Resource | undefined; status: string }> {
+  if (!d.bus.connected()) throw busUnavailable();
+  const cmd: Command = {
+    id: newId("cmd"),
+    capability: policyCommand(route),
+    app,
+    input,
+    actor,
+    plane: d.plane,
+    gateway_id: d.client.gatewayId,
+    request_id: requestId,
+    received_at: new Date().toISOString(),
+  };
+  const reply: Reply = await d.client.send(cmd);
+  await d.learn(reply);
+  if (!reply.ok || !reply.body) {
+    const err = reply.error ?? { code: "internal", message: "internal error" };
+    throw new PlatformError(err.code as never, err.message, err.details ? { details: err.details } : {});
+  }
+  const result = reply.body.result as Record<string, unknown> | undefined;
+  const list = result?.app_events;
+  if (Array.isArray(list)) {
+    let i = 0;
+    for (const ev of list as {
+      owner: string;
+      type: string;
+      subject?: string;
+      data: Record<string, unknown>;
+    }[])
+      await publishAppEvent(d.bus, { app, ...ev, actor }, { msgId: `${cmd.id}:${i++}` });
+  }
+  return { result, resource: reply.body.resource as Resource | undefined, status: reply.body.status };
+}
+
+// ---- routes ----
+
+export const POLICY_PATH = /^\/policies(?:\/approvals(?:\/(apr_[A-Za-z0-9]{1,64}))?)?$/;
+
+/** The app of a policy call: the token's (data plane), or the one named (control plane). */
+function appOf(d: CapabilityDeps, p: Principal, named: string | undefined): string {
+  if (p.kind === "app") {
+    if (named !== undefined && named !== p.app)
+      throw new PlatformError("forbidden", `this token belongs to app ${p.app}, not ${named}`);
+    return p.app;
+  }
+  if (named === undefined)
+    throw new PlatformError("invalid_input", `app: is required on the ${d.plane} plane`, {
+      details: [{ path: "/app", message: "is required" }],
+    });
+  return named;
+}
+
+function onlyApp(p: Principal, what: string): void {
+  if (userOf(p) !== undefined)
+    throw new PlatformError(
+      "forbidden",
+      `${what} needs the app's token or the operator, not a user's access token`,
+    );
+}
+
+/** `GET/POST/DELETE /policies`, `GET /policies/approvals`, `POST /policies/approvals/<id>`. */
+export async function policyRoute(
+  d: PolicyDeps,
+  req: Req,
+  res: Res,
+  bodyP: Promise<Buffer> | undefined,
+  methodNotAllowed: (allow: string[]) => PlatformError,
+): Promise<void> {
+  const m = POLICY_PATH.exec(req.url)!;
+  const approvals = req.url.startsWith("/policies/approvals");
+  const approvalId = m[1];
+  const principal = d.auth(req.headers);
+  const readBody = async () => {
+    if (!bodyP) throw methodNotAllowed(["POST"]);
+    if (!isJsonContentType(req.headers["content-type"]))
+      throw new PlatformError("unsupported_media_type", "send the body as Content-Type: application/json");
+    return parseJsonObject(await bodyP);
+  };
+  if (approvalId !== undefined) {
+    if (req.method !== "POST") throw methodNotAllowed(["POST"]);
+    req.query.only([], "POST /policies/approvals/<id>");
+    return approve(d, req, res, principal, approvalId, await readBody());
+  }
+  if (approvals) {
+    if (req.method !== "GET" && req.method !== "HEAD") throw methodNotAllowed(["GET"]);
+    req.query.only(["app", "status", "limit"], "GET /policies/approvals");
+    const app = appOf(d, principal, appParam(req.query, "app"));
+    const status = req.query.get("status") ?? undefined;
+    if (status !== undefined && status !== "pending" && status !== "approved" && status !== "expired")
+      throw new PlatformError("invalid_input", "status: must be pending, approved or expired", {
+        details: [{ path: "/status", message: "must be pending, approved or expired" }],
+      });
+    const user = userOf(principal);
+    const page = await d.index.listResources({
+      app_id: app,
+      type: "Approval",
+      limit: intParam(req.query, "limit", 50, 1, 500),
+    });
+    const want = { pending: "running", approved: "succeeded", expired: "cancelled" } as const;
+    const items = page.items
+      .filter(
+        (a) =>
+          (user === undefined || a.owner === user) && (status === undefined || a.status === want[status]),
+      )
+      .map(({ replay: _r, ...shown }) => shown);
+    return res.json(200, { items, next_cursor: null });
+  }
+  if (req.method === "GET" || req.method === "HEAD") {
+    req.query.only(["app"], "GET /policies");
+    onlyApp(principal, "GET /policies");
+    const app = appOf(d, principal, appParam(req.query, "app"));
+    const e = await d.index.getResource(`pol_${app}`);
+    return res.json(200, { items: (e?.rules as PolicyRule[] | undefined) ?? [], next_cursor: null });
+  }
+  if (req.method === "POST") {
+    req.query.only([], "POST /policies");
+    onlyApp(principal, "POST /policies");
+    const body = validateBody(POLICY_BODIES.set, await readBody());
+    const app = appOf(d, principal, body.app);
+    if (d.limiter) d.limiter.limiter.take(app, "policies", d.limiter.limits.capability);
+    const { app: _a, ...rule } = body;
+    const r = await sendPolicy(d, app, "set", actorOf(req.headers, principal), req.requestId, { rule });
+    d.policies.put(app, ((r.resource?.rules as PolicyRule[] | undefined) ?? []) as PolicyRule[]);
+    return res.json(200, {
+      status: "succeeded",
+      rule,
+      replaced: r.result?.replaced === true,
+      resource: r.resource,
+    });
+  }
+  if (req.method === "DELETE") {
+    req.query.only(["app", "id"], "DELETE /policies");
+    onlyApp(principal, "DELETE /policies");
+    const app = appOf(d, principal, appParam(req.query, "app"));
+    const id = req.query.get("id");
+    if (id === null)
+      throw new PlatformError("invalid_input", "id: is required", {
+        details: [{ path: "/id", message: "is required" }],
+      });
+    const r = await sendPolicy(d, app, "remove", actorOf(req.headers, principal), req.requestId, {
+      id: id.slice(0, 64),
+    });
+    d.policies.put(app, ((r.resource?.rules as PolicyRule[] | undefined) ?? []) as PolicyRule[]);
+    return res.json(200, { status: "removed", rule: r.result?.rule });
+  }
+  throw methodNotAllowed(["GET", "POST", "DELETE"]);
+}
+
+/**
+ * Approves a staged action: the operator (control plane) any, a user (its access token on the
+ * data plane) only its own; the app's own token never (an agent does not approve itself). The
+ * actor marks the Approval approved once (a second approval is 409; an expired one runs nothing,
+ * 409); then the replay runs here and `authz.approval` is written.
+ */
+async function approve(
+  d: PolicyDeps,
+  req: Req,
+  res: Res,
+  principal: Principal,
+  approvalId: string,
+  raw: Record<string, unknown>,
+): Promise<void> {
+  const body = validateBody(POLICY_BODIES.approve, raw);
+  const user = userOf(principal);
+  let by: string;
+  if (principal.kind === "app") {
+    if (user === undefined)
+      throw new PlatformError(
+        "forbidden",
+        "an app's token cannot approve a staged action: the user (its access token) or the operator does",
+      );
+    by = user;
+  } else by = "operator";
+  const app = appOf(d, principal, body.app);
+  const actor = actorOf(req.headers, principal);
+  const r = await sendPolicy(d, app, "approve", actor, req.requestId, { approval_id: approvalId, by });
+  if (r.status === "failed")
+    throw new PlatformError("conflict", `approval ${approvalId} expired: nothing ran`);
+  const res0 = r.result!;
+  const replay = JSON.parse(d.vault.openString(res0.replay as Sealed, approvalAad(app, approvalId))) as {
+    kind: string;
+    [k: string]: unknown;
+  };
+  const owner = typeof res0.owner === "string" ? res0.owner : undefined;
+  await publishAppEvent(d.bus, {
+    app,
+    owner: owner ?? NO_OWNER,
+    type: "authz.approval",
+    subject: String(res0.action).slice(0, 200),
+    data: {
+      decision: "approved",
+      rule: res0.rule,
+      high_risk: res0.high_risk,
+      action: res0.action,
+      approval_id: approvalId,
+    },
+    actor,
+  });
+  const run = replay.kind === "capability" ? runCapability : executors.get(replay.kind);
+  if (!run) throw new PlatformError("unavailable", `this gateway cannot run a staged ${replay.kind} action`);
+  const out = await run(d, { app, actor, requestId: req.requestId, owner }, replay);
+  return res.json(200, { status: "approved", approval_id: approvalId, action: res0.action, ran: out });
+}
+
+/** A staged capability call, run once approved: the same command as asked, checked again. */
+const runCapability: ReplayExecutor = async (d, ctx, replay) => {
+  const name = String(replay.name);
+  if (!declarationOf(name)) throw new PlatformError("internal", `the staged capability ${name} is unknown`);
+  const input = validateInput(name as CapabilityName, replay.input as Record<string, unknown>);
+  const reply = await sendCapabilityCommand(d, {
+    id: newId("cmd"),
+    name,
+    app: ctx.app,
+    input,
+    actor: ctx.actor,
+    requestId: ctx.requestId,
+    prefer: (replay.prefer as string[] | undefined) ?? [],
+  });
+  return { ok: reply.ok, result: reply.ok ? reply.body : { error: reply.error } };
+};
