@@ -137,6 +137,7 @@ test("starter: rendering substitutes every placeholder and keeps the scripts", (
     "bin/slipway.mjs",
     "src/server.ts",
     "src/service-token.ts",
+    "src/tools.ts",
     "test/server.test.ts",
     ".claude/skills/provision-app/SKILL.md",
     ".claude/skills/add-a-feature/SKILL.md",
@@ -295,6 +296,48 @@ test("starter server: /cron runs with a token signed by the platform's signer", 
   });
   t.is(res.status, 200);
   t.deepEqual(await res.json(), { ok: true, job: "cleanup", tick });
+});
+
+test("starter server: /tools/<name> runs for the platform's service token of mcp:<name> only", async (t) => {
+  const { base, app, key } = t.context;
+  const tool = (name: string, args: unknown, token?: string) =>
+    fetch(`${base}/tools/${name}`, {
+      method: "POST",
+      headers: {
+        "content-type": "application/json",
+        ...(token === undefined ? {} : { authorization: `Bearer ${token}` }),
+      },
+      body: JSON.stringify(args),
+    });
+  const tick = new Date().toISOString();
+  t.is((await tool("word_count", { text: "a b" })).status, 403, "no token");
+  t.is(
+    (await tool("word_count", {}, signServiceToken(key, { app, job: "cleanup", tick }))).status,
+    403,
+    "a cron job's token",
+  );
+  t.is(
+    (await tool("word_count", {}, signServiceToken(key, { app, job: "mcp:echo", tick }))).status,
+    403,
+    "another tool's token",
+  );
+  t.is(
+    (await tool("word_count", {}, signServiceToken(newServiceKey(), { app, job: "mcp:word_count", tick })))
+      .status,
+    403,
+    "another key",
+  );
+  const count = await tool(
+    "word_count",
+    { text: "to be or not" },
+    signServiceToken(key, { app, job: "mcp:word_count", tick }),
+  );
+  t.is(count.status, 200);
+  t.deepEqual(await count.json(), { tool: "word_count", ok: true, words: 4, characters: 12, lines: 1 });
+  const echo = await fetch(`${base}/tools/echo?x=1`, {
+    headers: { authorization: `Bearer ${signServiceToken(key, { app, job: "mcp:echo", tick })}` },
+  });
+  t.deepEqual(await echo.json(), { tool: "echo", arguments: { x: "1" }, ok: true });
 });
 
 test("starter server: /auth/config answers the platform's document", async (t) => {

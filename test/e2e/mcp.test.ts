@@ -1,0 +1,537 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import { existsSync, readFileSync } from "node:fs";
+import { createServer, request as httpRequest, type Server } from "node:http";
+import { join } from "node:path";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import anyTest, { type TestFn } from "ava";
+import { verifyServiceToken } from "../../proto/service-token.js";
+import {
+  ACTOR,
+  call,
+  eventually,
+  freePort,
+  startTestNats,
+  startTestPlatform,
+  type TestNats,
+  type TestPlatform,
+  tempDir,
+} from "../helpers/infra.js";
+
+/**
+ * MCP end to end (docs/mcp.md): a real platform, the starter itself running
+ * (its server on a loopback port, no container) behind a small counting
+ * proxy that is the app's base_url, and the official MCP client of
+ * `@modelcontextprotocol/sdk` talking to the app's endpoint on the data plane.
+ */
+
+interface Seen {
+  method: string;
+  url: string;
+  authorization: string | undefined;
+  body: string;
+}
+interface Ctx {
+  nats: TestNats;
+  p: TestPlatform;
+  app: string;
+  token: string;
+  other: { app: string; token: string };
+  starter: { child: ChildProcess; output: () => string };
+  front: { server: Server; seen: Seen[]; base: string };
+  serviceKey: string;
+}
+const test = anyTest as TestFn<Ctx>;
+const tsxLoader = import.meta.resolve("tsx");
+
+/** The app's base_url: forwards to the starter, keeping what it saw (was a call proxied?). */
+async function startFront(port: number, to: () => number): Promise<Ctx["front"]> {
+  const seen: Seen[] = [];
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () => {
+      const body = Buffer.concat(chunks);
+      seen.push({
+        method: req.method ?? "",
+        url: req.url ?? "",
+        authorization: req.headers.authorization,
+        body: body.toString(),
+      });
+      const out = httpRequest(
+        { host: "127.0.0.1", port: to(), method: req.method, path: req.url, headers: req.headers },
+        (r) => {
+          res.writeHead(r.statusCode ?? 502, r.headers);
+          r.pipe(res);
+        },
+      );
+      out.on("error", () => {
+        res.writeHead(502);
+        res.end();
+      });
+      out.end(body);
+    });
+  });
+  await new Promise<void>((r) => server.listen(port, "127.0.0.1", r));
+  return { server, seen, base: `http://127.0.0.1:${port}` };
+}
+
+async function http(
+  method: string,
+  url: string,
+  body?: unknown,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; body: any; text: string }> {
+  const r = await fetch(url, {
+    method,
+    headers: {
+      ...(body !== undefined ? { "content-type": "application/json" } : {}),
+      ...ACTOR,
+      ...headers,
+    },
+    ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+  });
+  const text = await r.text();
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    parsed = undefined;
+  }
+  return { status: r.status, body: parsed, text };
+}
+
+const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
+
+/** The official MCP client on the app's endpoint with this token. */
+async function mcpClient(dataUrl: string, token: string): Promise<Client> {
+  const client = new Client({ name: "slipway-test", version: "1.0.0" });
+  const transport = new StreamableHTTPClientTransport(new URL(`${dataUrl}/mcp`), {
+    requestInit: { headers: bearer(token) },
+  });
+  await client.connect(transport);
+  return client;
+}
+
+/** The app's `mcp.tool_call` events, newest first (the operator reads them on the control plane). */
+async function toolCalls(p: TestPlatform, app: string): Promise<any[]> {
+  const r = await http("GET", `${p.controlUrl}/app-events?app=${app}&type=mcp.tool_call&limit=500`);
+  if (r.status !== 200) throw new Error(r.text);
+  return r.body.items;
+}
+
+test.before(async (t) => {
+  const nats = await startTestNats();
+  const dataDir = tempDir();
+  const p = await startTestPlatform(nats.url, { dataDir });
+  const app = `mcp-${randomUUID().slice(0, 8)}`;
+  const frontPort = await freePort();
+  const init = await call(p.controlUrl, "initialize-app", {
+    name: app,
+    base_url: `http://127.0.0.1:${frontPort}`,
+  });
+  if (init.status !== 200) throw new Error(`initialize-app: ${init.text}`);
+  const workspace = join(dataDir, "apps", init.body.resource.workspace as string);
+  const other = `mcp-${randomUUID().slice(0, 8)}`;
+  const init2 = await call(p.controlUrl, "initialize-app", { name: other });
+  if (init2.status !== 200) throw new Error(`initialize-app: ${init2.text}`);
+  // the starter as initialize-app wrote it, with the .env it wrote (its service key)
+  await eventually(
+    async () => existsSync(join(workspace, ".env")) && existsSync(join(workspace, "src", "server.ts")),
+  );
+  const env = Object.fromEntries(
+    readFileSync(join(workspace, ".env"), "utf8")
+      .split("\n")
+      .filter((l) => l.includes("="))
+      .map((l) => [l.slice(0, l.indexOf("=")), l.slice(l.indexOf("=") + 1)]),
+  ) as Record<string, string>;
+  const starterPort = await freePort();
+  let out = "";
+  const child = spawn(process.execPath, [`--import=${tsxLoader}`, join(workspace, "src", "server.ts")], {
+    cwd: workspace,
+    env: {
+      PATH: process.env.PATH ?? "",
+      PORT: String(starterPort),
+      HOST: "127.0.0.1",
+      SLIPWAY_DATA_URL: p.dataUrl,
+    },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  child.stdout?.on("data", (d: Buffer) => (out += d.toString()));
+  child.stderr?.on("data", (d: Buffer) => (out += d.toString()));
+  const front = await startFront(frontPort, () => starterPort);
+  t.context = {
+    nats,
+    p,
+    app,
+    token: init.body.result.token,
+    other: { app: other, token: init2.body.result.token },
+    starter: { child, output: () => out },
+    front,
+    serviceKey: env.SLIPWAY_SERVICE_KEY!,
+  };
+  await eventually(async () => (await fetch(`${front.base}/health`)).ok, 20_000, 100).catch((e) => {
+    throw new Error(`the starter did not start: ${String(e)}\n${out}`);
+  });
+  // the tools of these tests, registered by the operator on the control plane
+  const word = await http("POST", `${p.controlUrl}/mcp/tools`, {
+    app,
+    name: "word_count",
+    description: "Counts the words, characters and lines of a text",
+    input_schema: {
+      type: "object",
+      properties: { text: { type: "string", maxLength: 10_000 } },
+      required: ["text"],
+      additionalProperties: false,
+    },
+    target_path: "/tools/word_count",
+  });
+  if (word.status !== 200) throw new Error(`register: ${word.text}`);
+});
+
+test.after.always(async (t) => {
+  const { starter, front, p, nats } = (t.context ?? {}) as Partial<Ctx>;
+  if (starter && starter.child.exitCode === null) {
+    const exited = new Promise((r) => starter.child.once("exit", r));
+    starter.child.kill("SIGTERM");
+    await exited;
+  }
+  front?.server.closeAllConnections();
+  front?.server.close();
+  await p?.close();
+  await nats?.stop();
+});
+
+test.serial(
+  "the official MCP client lists the app's tools, gets its instructions and calls a tool that the starter answers",
+  async (t) => {
+    const { p, app, token, front, serviceKey } = t.context;
+    const set = await http(
+      "POST",
+      `${p.dataUrl}/mcp/instructions`,
+      { instructions: "Count words with word_count." },
+      bearer(token),
+    );
+    t.is(set.status, 200, set.text);
+    t.is(set.body.resource.type, "McpRegistry");
+    t.is(set.body.resource.id, `mcp_${app}`);
+    const echo = await http(
+      "POST",
+      `${p.dataUrl}/mcp/tools`,
+      {
+        name: "echo",
+        description: "Echoes its arguments",
+        input_schema: {
+          type: "object",
+          properties: { q: { type: "string", maxLength: 100 }, n: { type: "integer" } },
+        },
+        target_path: "/tools/echo",
+        method: "GET",
+        high_risk: false,
+      },
+      bearer(token),
+    );
+    t.is(echo.status, 200, echo.text);
+    t.deepEqual(echo.body.result, { tool: "echo", replaced: false });
+    const listed = await http("GET", `${p.controlUrl}/mcp/tools?app=${app}`);
+    t.deepEqual(
+      listed.body.items.map((x: any) => [x.name, x.method, x.high_risk]),
+      [
+        ["word_count", "POST", false],
+        ["echo", "GET", false],
+      ],
+    );
+
+    const client = await mcpClient(p.dataUrl, token);
+    t.teardown(() => client.close());
+    t.is(client.getInstructions(), "Count words with word_count.");
+    const { tools } = await client.listTools();
+    t.deepEqual(
+      tools.map((x) => x.name),
+      ["word_count", "echo"],
+    );
+    t.is(tools[0]!.inputSchema.type, "object");
+    t.deepEqual(tools[0]!.inputSchema.required, ["text"]);
+
+    const before = front.seen.length;
+    const r = await client.callTool({ name: "word_count", arguments: { text: "the quick brown fox" } });
+    t.falsy(r.isError, JSON.stringify(r));
+    t.deepEqual(r.structuredContent, { tool: "word_count", ok: true, words: 4, characters: 19, lines: 1 });
+    t.deepEqual(JSON.parse((r.content as any[])[0].text), r.structuredContent);
+    // proxied once, to the target, with a service token of the app for job mcp:word_count
+    const seen = front.seen.slice(before);
+    t.is(seen.length, 1);
+    t.is(seen[0]!.method, "POST");
+    t.is(seen[0]!.url, "/tools/word_count");
+    t.deepEqual(JSON.parse(seen[0]!.body), { text: "the quick brown fox" });
+    const v = verifyServiceToken(seen[0]!.authorization!.replace(/^Bearer /, ""), serviceKey, { app });
+    t.true(v.ok);
+    if (v.ok) t.is(v.claims.job, "mcp:word_count");
+
+    // GET: the arguments as the query
+    const e = await client.callTool({ name: "echo", arguments: { q: "hi", n: 2 } });
+    t.deepEqual(e.structuredContent, { tool: "echo", arguments: { q: "hi", n: "2" }, ok: true });
+
+    const events = await eventually(async () => {
+      const all = await toolCalls(p, app);
+      return all.length >= 2 ? all : undefined;
+    });
+    const ok = events.find((x) => x.subject === "word_count")!;
+    t.like(ok, { type: "mcp.tool_call", owner: "_app", subject: "word_count" });
+    t.like(ok.data, { tool: "word_count", ok: true, status: 200 });
+    t.regex(ok.data.host, /^127\.0\.0\.1:\d+$/);
+  },
+);
+
+test.serial(
+  "arguments that break the tool's schema are an error naming why; nothing is proxied or recorded as allowed",
+  async (t) => {
+    const { p, app, token, front } = t.context;
+    const client = await mcpClient(p.dataUrl, token);
+    t.teardown(() => client.close());
+    const before = front.seen.length;
+    const okBefore = (await toolCalls(p, app)).filter((x) => x.data.ok).length;
+    const r = await client.callTool({ name: "word_count", arguments: { text: 42, extra: true } });
+    t.true(r.isError);
+    const text = (r.content as any[])[0].text as string;
+    t.regex(text, /^invalid arguments: /);
+    t.regex(text, /\/text must be string/);
+    t.regex(text, /\/extra unknown field/);
+    const missing = await client.callTool({ name: "word_count", arguments: {} });
+    t.regex((missing.content as any[])[0].text, /\/text is required/);
+    t.is(front.seen.length, before, "nothing reached the app");
+    const events = await eventually(async () => {
+      const all = await toolCalls(p, app);
+      return all.filter((x) => x.data.reason?.startsWith("invalid arguments")).length >= 2 ? all : undefined;
+    });
+    t.is(events.filter((x) => x.data.ok).length, okBefore);
+    t.like(events[0].data, { tool: "word_count", ok: false });
+    // an unknown tool is a JSON-RPC error
+    await t.throwsAsync(() => client.callTool({ name: "nope", arguments: {} }), {
+      message: /unknown tool nope/,
+    });
+  },
+);
+
+test.serial("the registry refuses bad input with 400 naming why", async (t) => {
+  const { p, app } = t.context;
+  const base = { app, name: "t1", description: "d", target_path: "/tools/t1" };
+  const bad = async (body: Record<string, unknown>, re: RegExp) => {
+    const r = await http("POST", `${p.controlUrl}/mcp/tools`, body);
+    t.is(r.status, 400, r.text);
+    t.is(r.body.error.code, "invalid_input");
+    t.regex(r.body.error.message, re, r.text);
+  };
+  await bad({ ...base, input_schema: { type: "object", properties: 5 } }, /^input_schema: /);
+  await bad(
+    { ...base, input_schema: { type: "object", properties: { a: { type: "strin" } } } },
+    /^input_schema: /,
+  );
+  await bad({ ...base, input_schema: { type: "object", frobnicate: true } }, /^input_schema: .*frobnicate/);
+  await bad({ ...base, input_schema: { type: "array" } }, /^input_schema: must describe an object/);
+  await bad(
+    { ...base, input_schema: { type: "object", properties: { s: { type: "string", pattern: "^(a+)+$" } } } },
+    /safe/,
+  );
+  await bad({ ...base, name: "Bad Name" }, /^name: /);
+  await bad({ ...base, name: "9lives" }, /^name: /);
+  await bad({ ...base, target_path: "//evil.example/x" }, /^target_path: /);
+  await bad({ ...base, target_path: "http://evil.example/x" }, /^target_path: /);
+  await bad({ ...base, target_path: "tools/x" }, /^target_path: /);
+  await bad({ ...base, method: "TRACE" }, /^method: /);
+  await bad({ ...base, description: "" }, /^description: /);
+  await bad({ ...base, extra: 1 }, /extra/);
+  const long = await http("POST", `${p.controlUrl}/mcp/instructions`, {
+    app,
+    instructions: "x".repeat(10_001),
+  });
+  t.is(long.status, 400);
+  const unknown = await http("POST", `${p.controlUrl}/mcp/proactive`, {
+    app,
+    settings: { enabled: true, tools: ["nope"], interval_seconds: 600 },
+  });
+  t.is(unknown.status, 400, unknown.text);
+  t.regex(unknown.body.error.message, /nope is not a registered tool/);
+  const short = await http("POST", `${p.controlUrl}/mcp/proactive`, {
+    app,
+    settings: { enabled: true, tools: [], interval_seconds: 59 },
+  });
+  t.is(short.status, 400);
+  const tz = await http("POST", `${p.controlUrl}/mcp/proactive`, {
+    app,
+    settings: {
+      enabled: true,
+      tools: [],
+      interval_seconds: 60,
+      quiet_hours: { start: "22:00", end: "07:00", timezone: "Mars/Olympus" },
+    },
+  });
+  t.is(tz.status, 400);
+  t.is(
+    (await http("POST", `${p.controlUrl}/mcp/tools`, { ...base, app: undefined })).status,
+    400,
+    "app is required on the control plane",
+  );
+  t.is((await http("DELETE", `${p.controlUrl}/mcp/tools?app=${app}&name=nope`)).status, 404);
+  t.is((await http("GET", `${p.controlUrl}/mcp/tools?app=no-such-app`)).status, 404);
+  t.is((await http("PUT", `${p.controlUrl}/mcp/instructions`, { app })).status, 405);
+});
+
+test.serial(
+  "proactive settings name registered tools; a proactive tool cannot be deleted until taken out",
+  async (t) => {
+    const { p, app, token } = t.context;
+    const settings = {
+      enabled: true,
+      tools: ["word_count"],
+      interval_seconds: 900,
+      quiet_hours: { start: "22:00", end: "07:00", timezone: "Europe/Paris" },
+    };
+    const set = await http("POST", `${p.dataUrl}/mcp/proactive`, { settings }, bearer(token));
+    t.is(set.status, 200, set.text);
+    t.deepEqual((await http("GET", `${p.dataUrl}/mcp/proactive`, undefined, bearer(token))).body, {
+      app,
+      settings,
+    });
+    const del = await http("DELETE", `${p.dataUrl}/mcp/tools?name=word_count`, undefined, bearer(token));
+    t.is(del.status, 409, del.text);
+    const tmp = await http(
+      "POST",
+      `${p.dataUrl}/mcp/tools`,
+      { name: "tmp", description: "d", target_path: "/tools/tmp" },
+      bearer(token),
+    );
+    t.is(tmp.status, 200);
+    const gone = await http("DELETE", `${p.dataUrl}/mcp/tools?name=tmp`, undefined, bearer(token));
+    t.is(gone.status, 200, gone.text);
+    t.false(
+      (await http("GET", `${p.dataUrl}/mcp/tools`, undefined, bearer(token))).body.items.some(
+        (x: any) => x.name === "tmp",
+      ),
+    );
+  },
+);
+
+test.serial(
+  "a user's access token reads the registry and calls tools as its owner; writes need the app's token",
+  async (t) => {
+    const { p, app, token } = t.context;
+    const email = `owner.${randomUUID().slice(0, 6)}@example.com`;
+    const password = `pw-${randomUUID()}`;
+    const seeded = await http("POST", `${p.controlUrl}/auth/admin/seed-owner`, { app, email, password });
+    t.is(seeded.status, 200, seeded.text);
+    const login = await http("POST", `${p.dataUrl}/auth/login`, { email, password }, bearer(token));
+    t.is(login.status, 200, login.text);
+    const access = login.body.access_token as string;
+    const userId = login.body.user.id as string;
+    t.is((await http("GET", `${p.dataUrl}/mcp/tools`, undefined, bearer(access))).status, 200);
+    t.is((await http("GET", `${p.dataUrl}/mcp/instructions`, undefined, bearer(access))).status, 200);
+    const write = await http(
+      "POST",
+      `${p.dataUrl}/mcp/instructions`,
+      { instructions: "mine" },
+      bearer(access),
+    );
+    t.is(write.status, 403);
+    t.is((await http("DELETE", `${p.dataUrl}/mcp/tools?name=echo`, undefined, bearer(access))).status, 403);
+
+    const client = await mcpClient(p.dataUrl, access);
+    t.teardown(() => client.close());
+    const r = await client.callTool({ name: "word_count", arguments: { text: "a b c" } });
+    t.falsy(r.isError, JSON.stringify(r));
+    const ev = await eventually(async () => (await toolCalls(p, app)).find((x) => x.owner === userId));
+    t.like(ev, { subject: "word_count", owner: userId });
+    t.like(ev.data, { tool: "word_count", ok: true });
+  },
+);
+
+test.serial(
+  "another app's token is 403 on this app's registry and sees none of its tools; the endpoint is the data plane's and POST only",
+  async (t) => {
+    const { p, app, other, token } = t.context;
+    const o = bearer(other.token);
+    const write = await http(
+      "POST",
+      `${p.dataUrl}/mcp/tools`,
+      { app, name: "x", description: "d", target_path: "/x" },
+      o,
+    );
+    t.is(write.status, 403, write.text);
+    t.is((await http("GET", `${p.dataUrl}/mcp/tools?app=${app}`, undefined, o)).status, 403);
+    t.is((await http("DELETE", `${p.dataUrl}/mcp/tools?app=${app}&name=echo`, undefined, o)).status, 403);
+    const client = await mcpClient(p.dataUrl, other.token);
+    t.teardown(() => client.close());
+    t.deepEqual((await client.listTools()).tools, []);
+    await t.throwsAsync(() => client.callTool({ name: "word_count", arguments: { text: "x" } }), {
+      message: /unknown tool/,
+    });
+    // no token, the control plane, GET
+    t.is(
+      (await http("POST", `${p.dataUrl}/mcp`, { jsonrpc: "2.0", id: 1, method: "tools/list" })).status,
+      401,
+    );
+    t.is(
+      (await http("POST", `${p.controlUrl}/mcp`, { jsonrpc: "2.0", id: 1, method: "tools/list" })).status,
+      403,
+    );
+    const get = await http("GET", `${p.dataUrl}/mcp`, undefined, bearer(token));
+    t.is(get.status, 405);
+    t.is(get.body.jsonrpc, "2.0");
+  },
+);
+
+test.serial(
+  "policies: a deny rule fails the call naming the rule; a stage rule answers pending_approval and the approval runs it",
+  async (t) => {
+    const { p, app, token, front } = t.context;
+    const rule = async (body: Record<string, unknown>) => {
+      const r = await http("POST", `${p.dataUrl}/policies`, body, bearer(token));
+      t.is(r.status, 200, r.text);
+    };
+    await rule({ id: "no-echo", effect: "deny", action: "mcp:echo" });
+    await rule({ id: "hold-words", effect: "stage", action: "mcp:word_*" });
+    const client = await mcpClient(p.dataUrl, token);
+    t.teardown(() => client.close());
+    const before = front.seen.length;
+    const denied = await client.callTool({ name: "echo", arguments: { q: "x" } });
+    t.true(denied.isError);
+    t.is((denied.content as any[])[0].text, "denied by policy rule no-echo");
+    const staged = await client.callTool({ name: "word_count", arguments: { text: "later on" } });
+    t.falsy(staged.isError);
+    const pending = staged.structuredContent as Record<string, string>;
+    t.is(pending.status, "pending_approval");
+    t.regex(pending.approval_id!, /^apr_/);
+    t.truthy(pending.expires_at);
+    t.is(front.seen.length, before, "neither call reached the app");
+    const events = await eventually(async () => {
+      const all = await toolCalls(p, app);
+      return all.some((x) => x.data.reason?.startsWith("pending approval")) ? all : undefined;
+    });
+    t.like(events.find((x) => x.subject === "echo")!.data, {
+      ok: false,
+      reason: "policy: denied by no-echo",
+    });
+    t.like(events.find((x) => x.subject === "word_count")!.data, {
+      ok: false,
+      reason: `pending approval ${pending.approval_id}`,
+    });
+    // the operator approves: the call runs as it was asked
+    const approved = await http("POST", `${p.controlUrl}/policies/approvals/${pending.approval_id}`, { app });
+    t.is(approved.status, 200, approved.text);
+    t.is(front.seen.length, before + 1);
+    t.deepEqual(JSON.parse(front.seen.at(-1)!.body), { text: "later on" });
+    t.like(approved.body.ran, { ok: true });
+    t.deepEqual(approved.body.ran.result.structuredContent, {
+      tool: "word_count",
+      ok: true,
+      words: 2,
+      characters: 8,
+      lines: 1,
+    });
+    const replayed = await eventually(async () => (await toolCalls(p, app)).find((x) => x.data.replayed));
+    t.like(replayed.data, { tool: "word_count", ok: true, replayed: true });
+    for (const id of ["no-echo", "hold-words"])
+      t.is((await http("DELETE", `${p.dataUrl}/policies?id=${id}`, undefined, bearer(token))).status, 200);
+  },
+);
