@@ -1,5 +1,3 @@
-import { createRequire } from "node:module";
-import { Ajv, type ErrorObject } from "ajv";
 import type { TaskContext, TaskResult, TaskSpec } from "./types.js";
 import {
   agentCall,
@@ -9,10 +7,7 @@ import {
   NO_MODEL_MESSAGE,
   type ModelConfig,
 } from "../../effects/mod.js";
-import { type ErrorDetail, newResourceId, PlatformError } from "../../proto/mod.js";
-
-// read with require: a JSON import needs an import attribute that some bundle targets drop
-const secureMetaSchema = createRequire(import.meta.url)("ajv/dist/refs/json-schema-secure.json") as object;
+import { clip, compileObjectSchema, newResourceId, type SchemaCheck } from "../../proto/mod.js";
 
 /**
  * agent-run (docs/agent-run.md): the caller's JSON Schema, compiled with ajv
@@ -30,63 +25,8 @@ export const AGENT_SCHEMA_MAX_DEPTH = 32;
 export const AGENT_RESULT_MAX_BYTES = 65_536;
 /** Most validation problems kept on a failed AgentTask and its AgentRunFailed. */
 export const AGENT_MAX_DETAILS = 20;
-/** The JSON Schema dialect the schema is read as. */
-const DRAFT_07 = /^https?:\/\/json-schema\.org\/draft-07\/schema#?$/;
-
 /** A compiled answer check: [] when the value matches, else the problems by JSON pointer. */
-export type AnswerCheck = (value: unknown) => ErrorDetail[];
-
-let shared: { ajv: Ajv; secure: ReturnType<Ajv["compile"]> } | undefined;
-/** One ajv for the process (draft-07, strict keywords, formats not checked); compiled schemas are removed again. */
-function ajv() {
-  if (!shared) {
-    const a = new Ajv({
-      allErrors: true,
-      strict: true,
-      strictTypes: false,
-      strictTuples: false,
-      strictRequired: false,
-      validateFormats: false,
-      logger: false,
-    });
-    shared = { ajv: a, secure: a.compile(secureMetaSchema) };
-  }
-  return shared;
-}
-
-const clip = (s: string, max = 300) => (s.length > max ? `${s.slice(0, max)}...` : s);
-
-/** An ajv error as a detail: the JSON pointer of the value it is about, and what is wrong. */
-function detailOf(e: ErrorObject, prefix = ""): ErrorDetail {
-  const p = e.params as { missingProperty?: string; additionalProperty?: string };
-  if (e.keyword === "required" && p.missingProperty !== undefined)
-    return { path: clip(`${prefix}${e.instancePath}/${p.missingProperty}`, 200), message: "is required" };
-  if (e.keyword === "additionalProperties" && p.additionalProperty !== undefined)
-    return {
-      path: clip(`${prefix}${e.instancePath}/${p.additionalProperty}`, 200),
-      message: "unknown field",
-    };
-  return { path: clip(`${prefix}${e.instancePath}`, 200), message: clip(e.message ?? e.keyword, 200) };
-}
-
-function depthOf(v: unknown, depth = 0): number {
-  if (depth > AGENT_SCHEMA_MAX_DEPTH || v === null || typeof v !== "object") return depth;
-  let max = depth + 1;
-  for (const child of Object.values(v as object)) max = Math.max(max, depthOf(child, depth + 1));
-  return max;
-}
-
-function hasId(v: unknown): boolean {
-  if (v === null || typeof v !== "object") return false;
-  if (!Array.isArray(v) && Object.hasOwn(v, "$id")) return true;
-  return Object.values(v as object).some(hasId);
-}
-
-function refuse(message: string, details: ErrorDetail[] = []): never {
-  throw new PlatformError("invalid_input", `schema: ${message}`, {
-    details: details.length ? details.slice(0, AGENT_MAX_DETAILS) : [{ path: "/schema", message }],
-  });
-}
+export type AnswerCheck = SchemaCheck;
 
 /**
  * Compiles the caller's schema, or throws `400 invalid_input` naming why: it
@@ -96,34 +36,14 @@ function refuse(message: string, details: ErrorDetail[] = []): never {
  * meta-schema: `pattern` and `format` need `maxLength`, ...).
  */
 export function compileAnswerSchema(schema: Record<string, unknown>): AnswerCheck {
-  if (Buffer.byteLength(JSON.stringify(schema), "utf8") > AGENT_SCHEMA_MAX_BYTES)
-    refuse(`must be at most ${AGENT_SCHEMA_MAX_BYTES} bytes of JSON`);
-  if (depthOf(schema) > AGENT_SCHEMA_MAX_DEPTH)
-    refuse(`must be at most ${AGENT_SCHEMA_MAX_DEPTH} levels deep`);
-  if (schema.type !== "object")
-    refuse('must describe an object (`"type": "object"` at the top): it is the input of a tool', [
-      { path: "/schema/type", message: 'must be "object"' },
-    ]);
-  if (schema.$schema !== undefined && !(typeof schema.$schema === "string" && DRAFT_07.test(schema.$schema)))
-    refuse("$schema: only JSON Schema draft-07 is supported (leave $schema out)", [
-      { path: "/schema/$schema", message: "must be http://json-schema.org/draft-07/schema#" },
-    ]);
-  if (hasId(schema)) refuse("$id is not supported: use local references (#/definitions/...)");
-  const { ajv: a, secure } = ajv();
-  if (!secure(schema))
-    refuse(
-      `unsafe for untrusted answers: ${(secure.errors ?? []).map((e) => `${e.instancePath || "/"} ${e.message}`).join("; ")}`,
-      (secure.errors ?? []).map((e) => detailOf(e, "/schema")),
-    );
-  let validate: ReturnType<Ajv["compile"]>;
-  try {
-    validate = a.compile(schema);
-  } catch (e) {
-    refuse(clip(e instanceof Error ? e.message : String(e), 500));
-  } finally {
-    a.removeSchema(schema);
-  }
-  return (value) => (validate(value) ? [] : (validate.errors ?? []).map((e) => detailOf(e)));
+  return compileObjectSchema(schema, {
+    field: "schema",
+    maxBytes: AGENT_SCHEMA_MAX_BYTES,
+    maxDepth: AGENT_SCHEMA_MAX_DEPTH,
+    maxDetails: AGENT_MAX_DETAILS,
+    objectWhy: "it is the input of a tool",
+    safeFor: "untrusted answers",
+  });
 }
 
 /** What agent-run's task needs of the call (never the API key: the task reads the configuration). */
