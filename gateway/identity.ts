@@ -1,12 +1,10 @@
 import { randomBytes } from "node:crypto";
-import { busUnavailable, publishAppEvent } from "../store/mod.js";
 import {
   AUTH_BODIES,
   AUTH_CONFIG,
   type AuthRoute,
   authCommand,
   CHALLENGE,
-  type Command,
   commandFieldAad,
   newId,
   newResourceId,
@@ -31,6 +29,7 @@ import {
 } from "./identity-account.js";
 import { groupRoute, GROUP_PATH } from "./identity-groups.js";
 import { hashPassword, sha256, type SigningKeys } from "./identity-tokens.js";
+import { publishListedEvents, sendInternal } from "./internal-command.js";
 import type { Req } from "./request.js";
 
 export {
@@ -223,44 +222,21 @@ function callOf(d: IdentityDeps, req: Req, principal: Principal, body: Record<st
     app = body.app;
   } else throw new PlatformError("forbidden", "the /auth routes are per app: call them with the app's token");
   const user = userOf(principal);
-  const send: AuthCall["send"] = async (route, input, sealed, id = newId("cmd")) => {
-    if (!d.bus.connected()) throw busUnavailable();
-    const cmd: Command = {
-      id,
+  const send: AuthCall["send"] = async (route, input, sealed, id) => {
+    const { cmd, reply } = await sendInternal(d, {
       capability: authCommand(route),
       app,
       input,
       ...(sealed ? { sealed } : {}),
+      ...(id ? { id } : {}),
       actor: actorOf(req.headers, principal),
-      plane: d.plane,
-      gateway_id: d.client.gatewayId,
-      request_id: req.requestId,
-      received_at: new Date().toISOString(),
-    };
-    const reply = await d.client.send(cmd);
-    await d.learn(reply);
+      requestId: req.requestId,
+    });
     const s = settled(reply, route);
-    await publishResultEvents(d, app, cmd, s.result);
+    await publishListedEvents(d.bus, app, cmd, s.result);
     return s;
   };
   return { d, req, principal, app, user, body, send };
-}
-
-/**
- * The application events an answer lists (`result.app_events`: membership.removed of groups,
- * owner.legacy_claimed), published once each: their message ids come from the command.
- */
-async function publishResultEvents(
-  d: CapabilityDeps,
-  app: string,
-  cmd: Command,
-  result: Record<string, unknown> | undefined,
-): Promise<void> {
-  const list = result?.app_events;
-  if (!Array.isArray(list)) return;
-  let i = 0;
-  for (const ev of list as { owner: string; type: string; subject?: string; data: Record<string, unknown> }[])
-    await publishAppEvent(d.bus, { app, ...ev, actor: cmd.actor }, { msgId: `${cmd.id}:${i++}` });
 }
 
 function appOf(p: Principal): string {

@@ -7,7 +7,6 @@ import {
   isAppName,
   newId,
   PlatformError,
-  type Reply,
   type Resource,
   validateBody,
   validateInput,
@@ -15,6 +14,7 @@ import {
 import { type AppDirectory, notAsUser, type Principal } from "./auth.js";
 import { actorOf, type CapabilityDeps } from "./capability-route.js";
 import { isJsonContentType, parseJsonObject, type Res } from "./http.js";
+import { answerOf, appOfCall, sendInternal } from "./internal-command.js";
 import { appParam, cursorParam, intParam } from "./params.js";
 import type { Req } from "./request.js";
 import { STATUS_PAGE_PATH, statusPage } from "./status-page.js";
@@ -76,26 +76,20 @@ export async function incidentRoute(
     throw new PlatformError("unsupported_media_type", "send the body as Content-Type: application/json");
   const actor = actorOf(req.headers, principal);
   const body = validateBody(INCIDENT_BODIES[route], parseJsonObject(await bodyP)) as Record<string, unknown>;
-  const app = appOf(d, principal, body.app as string | undefined, "/app");
+  const app = appOfCall(d, principal, body.app as string | undefined, "/app");
   if (d.limiter) d.limiter.limiter.take(app, "status/incidents", d.limiter.limits.capability);
   if (!d.bus.connected()) throw busUnavailable();
 
   const { app: _a, notify, ...input } = body;
   if (route === "open") input.severity ??= "minor";
-  const cmd: Command = {
-    id: newId("cmd"),
+  const { cmd, reply } = await sendInternal(d, {
     capability: incidentCommand(route),
     app,
     input,
     actor,
-    plane: d.plane,
-    gateway_id: d.client.gatewayId,
-    request_id: req.requestId,
-    received_at: new Date().toISOString(),
-  };
-  const reply = await d.client.send(cmd);
-  await d.learn(reply);
-  const answer = settled(reply);
+    requestId: req.requestId,
+  });
+  const answer = answerOf(reply);
   if (Array.isArray(notify)) {
     const mail = await sendMails(
       d,
@@ -109,29 +103,6 @@ export async function incidentRoute(
     answer.result = { ...answer.result, mail };
   }
   return res.json(route === "open" ? 201 : 200, answer);
-}
-
-/** The app of a call: the token's (a body or query `app` must name it), or the operator's named one. */
-function appOf(d: CapabilityDeps, principal: Principal, named: string | undefined, at: string): string {
-  if (principal.kind === "app") {
-    if (named !== undefined && named !== principal.app)
-      throw new PlatformError("forbidden", `this token belongs to app ${principal.app}, not ${named}`);
-    return principal.app;
-  }
-  if (named === undefined)
-    throw new PlatformError("invalid_input", `${at.slice(1)}: is required on the ${d.plane} plane`, {
-      details: [{ path: at, message: "is required" }],
-    });
-  return named;
-}
-
-/** The actor's answer as the route's: a refusal as its HTTP error, else the capability answer shape. */
-function settled(reply: Reply): NonNullable<Reply["body"]> {
-  if (!reply.ok || !reply.body) {
-    const err = reply.error ?? { code: "internal", message: "internal error" };
-    throw new PlatformError(err.code as never, err.message, err.details ? { details: err.details } : {});
-  }
-  return reply.body;
 }
 
 interface MailOutcome {
@@ -202,7 +173,7 @@ async function sendMails(
 /** `GET /status/incidents`: the app's incidents, newest first; `status` open or resolved. */
 async function list(d: IncidentDeps, req: Req, res: Res, principal: Principal): Promise<void> {
   const q = req.query;
-  const app = appOf(d, principal, appParam(q, "app"), "/app");
+  const app = appOfCall(d, principal, appParam(q, "app"), "/app");
   const status = q.get("status");
   if (status !== null && status !== "open" && status !== "resolved")
     throw new PlatformError("invalid_input", "status: must be open or resolved", {

@@ -7,10 +7,8 @@ import {
   ListToolsRequestSchema,
   McpError,
 } from "@modelcontextprotocol/sdk/types.js";
-import { busUnavailable } from "../store/mod.js";
 import {
   type Actor,
-  type Command,
   isAppName,
   MCP_BODIES,
   MCP_EMPTY_INPUT_SCHEMA,
@@ -19,14 +17,13 @@ import {
   type McpTool,
   mcpCommand,
   mcpRegistryId,
-  newId,
   PlatformError,
-  type Reply,
   registryOf,
   validateBody,
 } from "../proto/mod.js";
 import { type AppDirectory, type Principal, userOf } from "./auth.js";
 import { actorOf, type CapabilityDeps } from "./capability-route.js";
+import { answerOf, appOfCall, sendInternal } from "./internal-command.js";
 import { isJsonContentType, parseJsonObject, type Res } from "./http.js";
 import {
   argumentProblems,
@@ -101,7 +98,7 @@ export async function mcpRoute(
     );
   if (isRead) return read(d, req, res, principal, what);
   if (isDelete) {
-    const app = appOf(d, principal, req.query.get("app") ?? undefined, "/app");
+    const app = appOfCall(d, principal, req.query.get("app") ?? undefined, "/app");
     const name = req.query.get("name");
     if (name === null)
       throw new PlatformError("invalid_input", "name: is required (DELETE /mcp/tools?name=<tool>)", {
@@ -115,7 +112,7 @@ export async function mcpRoute(
   const raw = parseJsonObject(await bodyP);
   if (what === "tools") {
     const body = validateBody(MCP_BODIES.tool_set, raw);
-    const app = appOf(d, principal, body.app, "/app");
+    const app = appOfCall(d, principal, body.app, "/app");
     const input_schema = body.input_schema ?? { ...MCP_EMPTY_INPUT_SCHEMA };
     compileInputSchema(input_schema); // 400 naming why, before anything is stored
     const tool: McpTool = {
@@ -130,11 +127,11 @@ export async function mcpRoute(
   }
   if (what === "instructions") {
     const body = validateBody(MCP_BODIES.instructions_set, raw);
-    const app = appOf(d, principal, body.app, "/app");
+    const app = appOfCall(d, principal, body.app, "/app");
     return send(d, req, res, principal, app, "instructions_set", { instructions: body.instructions });
   }
   const body = validateBody(MCP_BODIES.proactive_set, raw);
-  const app = appOf(d, principal, body.app, "/app");
+  const app = appOfCall(d, principal, body.app, "/app");
   const tz = body.settings.quiet_hours?.timezone;
   if (tz !== undefined) {
     try {
@@ -152,20 +149,6 @@ export async function mcpRoute(
   return send(d, req, res, principal, app, "proactive_set", { settings: body.settings });
 }
 
-/** The app of a call: the token's (a body or query `app` must name it), or the operator's named one. */
-function appOf(d: CapabilityDeps, principal: Principal, named: string | undefined, at: string): string {
-  if (principal.kind === "app") {
-    if (named !== undefined && named !== principal.app)
-      throw new PlatformError("forbidden", `this token belongs to app ${principal.app}, not ${named}`);
-    return principal.app;
-  }
-  if (named === undefined)
-    throw new PlatformError("invalid_input", `${at.slice(1)}: is required on the ${d.plane} plane`, {
-      details: [{ path: at, message: "is required" }],
-    });
-  return named;
-}
-
 /** One registry write through the app's actor; answered like a capability. */
 async function send(
   d: McpDeps,
@@ -178,30 +161,14 @@ async function send(
 ): Promise<void> {
   const actor = actorOf(req.headers, principal);
   if (d.limiter) d.limiter.limiter.take(app, "mcp/registry", d.limiter.limits.capability);
-  if (!d.bus.connected()) throw busUnavailable();
-  const cmd: Command = {
-    id: newId("cmd"),
+  const { reply } = await sendInternal(d, {
     capability: mcpCommand(route),
     app,
     input,
     actor,
-    plane: d.plane,
-    gateway_id: d.client.gatewayId,
-    request_id: req.requestId,
-    received_at: new Date().toISOString(),
-  };
-  const reply = await d.client.send(cmd);
-  await d.learn(reply);
-  return res.json(200, settled(reply));
-}
-
-/** The actor's answer as the route's: a refusal as its HTTP error, else the capability answer shape. */
-function settled(reply: Reply): NonNullable<Reply["body"]> {
-  if (!reply.ok || !reply.body) {
-    const err = reply.error ?? { code: "internal", message: "internal error" };
-    throw new PlatformError(err.code as never, err.message, err.details ? { details: err.details } : {});
-  }
-  return reply.body;
+    requestId: req.requestId,
+  });
+  return res.json(200, answerOf(reply));
 }
 
 /** An app's registry from the gateway's read index (the empty registry when it never wrote one). */
@@ -217,7 +184,7 @@ async function read(
   principal: Principal,
   what: "tools" | "instructions" | "proactive",
 ): Promise<void> {
-  const app = appOf(d, principal, req.query.get("app") ?? undefined, "/app");
+  const app = appOfCall(d, principal, req.query.get("app") ?? undefined, "/app");
   if (!isAppName(app) || !d.apps.has(app))
     throw new PlatformError("unknown_app", `app ${app} does not exist`);
   const r = await registry(d, app);

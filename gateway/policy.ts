@@ -1,12 +1,11 @@
 import { createHash } from "node:crypto";
-import { type Bus, busUnavailable, publishAppEvent } from "../store/mod.js";
+import { type Bus, publishAppEvent } from "../store/mod.js";
 import {
   type Actor,
   type AuthzDecision,
   approvalAad,
   check,
   type CompiledRule,
-  type Command,
   compileRules,
   evaluate,
   newId,
@@ -18,7 +17,6 @@ import {
   PolicyRuleSchema,
   type PolicyRule,
   policyCommand,
-  type Reply,
   type Resource,
   type Sealed,
   validateBody,
@@ -34,6 +32,7 @@ import {
   sendCapabilityCommand,
 } from "./capability-route.js";
 import { isJsonContentType, parseJsonObject, type Res } from "./http.js";
+import { answerOf, appOfCall, publishListedEvents, sendInternal } from "./internal-command.js";
 import { appParam, intParam } from "./params.js";
 import type { Req } from "./request.js";
 
@@ -194,56 +193,22 @@ async function sendPolicy(
   requestId: string,
   input: Record<string, unknown>,
 ): Promise<{ result: Record<string, unknown> | undefined; resource: Resource | undefined; status: string }> {
-  if (!d.bus.connected()) throw busUnavailable();
-  const cmd: Command = {
-    id: newId("cmd"),
+  const { cmd, reply } = await sendInternal(d, {
     capability: policyCommand(route),
     app,
     input,
     actor,
-    plane: d.plane,
-    gateway_id: d.client.gatewayId,
-    request_id: requestId,
-    received_at: new Date().toISOString(),
-  };
-  const reply: Reply = await d.client.send(cmd);
-  await d.learn(reply);
-  if (!reply.ok || !reply.body) {
-    const err = reply.error ?? { code: "internal", message: "internal error" };
-    throw new PlatformError(err.code as never, err.message, err.details ? { details: err.details } : {});
-  }
-  const result = reply.body.result as Record<string, unknown> | undefined;
-  const list = result?.app_events;
-  if (Array.isArray(list)) {
-    let i = 0;
-    for (const ev of list as {
-      owner: string;
-      type: string;
-      subject?: string;
-      data: Record<string, unknown>;
-    }[])
-      await publishAppEvent(d.bus, { app, ...ev, actor }, { msgId: `${cmd.id}:${i++}` });
-  }
-  return { result, resource: reply.body.resource as Resource | undefined, status: reply.body.status };
+    requestId,
+  });
+  const body = answerOf(reply);
+  const result = body.result as Record<string, unknown> | undefined;
+  await publishListedEvents(d.bus, app, cmd, result);
+  return { result, resource: body.resource as Resource | undefined, status: body.status };
 }
 
 // ---- routes ----
 
 export const POLICY_PATH = /^\/policies(?:\/approvals(?:\/(apr_[A-Za-z0-9]{1,64}))?)?$/;
-
-/** The app of a policy call: the token's (data plane), or the one named (control plane). */
-function appOf(d: CapabilityDeps, p: Principal, named: string | undefined): string {
-  if (p.kind === "app") {
-    if (named !== undefined && named !== p.app)
-      throw new PlatformError("forbidden", `this token belongs to app ${p.app}, not ${named}`);
-    return p.app;
-  }
-  if (named === undefined)
-    throw new PlatformError("invalid_input", `app: is required on the ${d.plane} plane`, {
-      details: [{ path: "/app", message: "is required" }],
-    });
-  return named;
-}
 
 function onlyApp(p: Principal, what: string): void {
   if (userOf(p) !== undefined)
@@ -279,7 +244,7 @@ export async function policyRoute(
   if (approvals) {
     if (req.method !== "GET" && req.method !== "HEAD") throw methodNotAllowed(["GET"]);
     req.query.only(["app", "status", "limit"], "GET /policies/approvals");
-    const app = appOf(d, principal, appParam(req.query, "app"));
+    const app = appOfCall(d, principal, appParam(req.query, "app"));
     const status = req.query.get("status") ?? undefined;
     if (status !== undefined && status !== "pending" && status !== "approved" && status !== "expired")
       throw new PlatformError("invalid_input", "status: must be pending, approved or expired", {
@@ -303,7 +268,7 @@ export async function policyRoute(
   if (req.method === "GET" || req.method === "HEAD") {
     req.query.only(["app"], "GET /policies");
     onlyApp(principal, "GET /policies");
-    const app = appOf(d, principal, appParam(req.query, "app"));
+    const app = appOfCall(d, principal, appParam(req.query, "app"));
     const e = await d.index.getResource(`pol_${app}`);
     return res.json(200, { items: (e?.rules as PolicyRule[] | undefined) ?? [], next_cursor: null });
   }
@@ -311,7 +276,7 @@ export async function policyRoute(
     req.query.only([], "POST /policies");
     onlyApp(principal, "POST /policies");
     const body = validateBody(POLICY_BODIES.set, await readBody());
-    const app = appOf(d, principal, body.app);
+    const app = appOfCall(d, principal, body.app);
     if (d.limiter) d.limiter.limiter.take(app, "policies", d.limiter.limits.capability);
     const { app: _a, ...rule } = body;
     const r = await sendPolicy(d, app, "set", actorOf(req.headers, principal), req.requestId, { rule });
@@ -326,7 +291,7 @@ export async function policyRoute(
   if (req.method === "DELETE") {
     req.query.only(["app", "id"], "DELETE /policies");
     onlyApp(principal, "DELETE /policies");
-    const app = appOf(d, principal, appParam(req.query, "app"));
+    const app = appOfCall(d, principal, appParam(req.query, "app"));
     const id = req.query.get("id");
     if (id === null)
       throw new PlatformError("invalid_input", "id: is required", {
@@ -366,7 +331,7 @@ async function approve(
       );
     by = user;
   } else by = "operator";
-  const app = appOf(d, principal, body.app);
+  const app = appOfCall(d, principal, body.app);
   const actor = actorOf(req.headers, principal);
   const r = await sendPolicy(d, app, "approve", actor, req.requestId, { approval_id: approvalId, by });
   if (r.status === "failed")
