@@ -195,11 +195,6 @@ async function read(
 
 // ---- the MCP endpoint ----
 
-/** A JSON-RPC error answer of the endpoint (its HTTP status as the transport would give it). */
-function rpcError(res: Res, status: number, message: string, headers: Record<string, string> = {}): void {
-  res.json(status, { jsonrpc: "2.0", error: { code: -32000, message }, id: null }, headers);
-}
-
 /** Headers of the MCP request the transport reads. */
 const TRANSPORT_HEADERS = [
   "accept",
@@ -223,9 +218,10 @@ async function endpoint(d: McpDeps, req: Req, res: Res, bodyP: Promise<Buffer> |
       "the MCP endpoint is an app's: call it with the app's token or a user's access token",
     );
   // stateless: no SSE stream to open with GET, no session to end with DELETE
+  // (the platform's error shape: MCP clients take a 405 to GET as "no stream", whatever its body)
   if (req.method !== "POST" || !bodyP)
-    return rpcError(res, 405, "Method not allowed: this MCP endpoint is stateless (POST only)", {
-      allow: "POST",
+    throw new PlatformError("method_not_allowed", "this MCP endpoint is stateless: POST only", {
+      headers: { allow: "POST" },
     });
   const app = principal.app;
   const owner = userOf(principal);

@@ -477,7 +477,7 @@ test.serial(
     );
     const get = await http("GET", `${p.dataUrl}/mcp`, undefined, bearer(token));
     t.is(get.status, 405);
-    t.is(get.body.jsonrpc, "2.0");
+    t.is(get.body.error.code, "method_not_allowed");
   },
 );
 

@@ -139,9 +139,26 @@ function pathMaker({ rand, pick, maybe, chars }: Chooser, ctx: FuzzTarget): () =
       "/events",
       "/events/stream",
       "/auth",
+      "/auth/login",
+      "/auth/refresh",
+      "/auth/me",
+      "/auth/2fa/challenge",
+      "/auth/password/reset",
+      "/auth/users",
+      "/auth/users/usr_x",
+      "/auth/groups",
+      "/auth/admin/seed-owner",
+      "/owner/claim-legacy",
+      "/mcp",
       "/mcp/tools",
+      "/mcp/proactive",
       "/policies",
+      "/policies/approvals",
+      "/policies/approvals/apr_x",
       "/status/incidents",
+      "/status/incidents/update",
+      "/status/page",
+      "/connect/gmail",
       "/app-events",
       "/version",
       "/healthz",
@@ -172,7 +189,21 @@ function queryMaker({ rand, pick, maybe, chars }: Chooser, ctx: FuzzTarget): () 
     ])();
   return () => {
     if (maybe(0.4)) return "";
-    const names = ["app_id", "type", "limit", "cursor", "from_seq", "follow", "owner", "resource_id", "x"];
+    const names = [
+      "app_id",
+      "app",
+      "type",
+      "limit",
+      "cursor",
+      "from_seq",
+      "follow",
+      "owner",
+      "resource_id",
+      "id",
+      "name",
+      "status",
+      "x",
+    ];
     const parts: string[] = [];
     for (let i = 0, n = 1 + Math.floor(rand() * 4); i < n; i++) {
       const name = maybe(0.8) ? pick(names) : pick(ESCAPES);
@@ -203,6 +234,9 @@ function headerMaker({ pick, maybe }: Chooser, ctx: FuzzTarget): () => [string, 
           "Bearer x",
           "Basic Zm9vOmJhcg==",
           `bearer  ${ctx.token} `,
+          // shaped like a user's access token: its app's key never signed it
+          `Bearer v1.${Buffer.from(JSON.stringify({ app: ctx.app, sub: "usr_x", sid: "ses_x", exp: 9e9 })).toString("base64url")}.AAAA`,
+          "Bearer v1.%%%.x",
           "",
         ]),
       ]);
