@@ -39,7 +39,7 @@ export async function freshResource(
   return ix.updated_at > kv.updated_at ? ix : kv;
 }
 
-/** Opens a user's stored password hash and checks `password` (one scrypt, even without a user). */
+/** Opens a user's stored password hash and checks `password` (one hash check, even without a user). */
 export async function passwordVerdict(
   d: CapabilityDeps,
   app: string,

@@ -46,7 +46,7 @@ export {
  * and passes its user's credentials; routes that act as a signed-in user take
  * that user's access token instead. Here, before anything reaches the actor:
  * the body is checked (proto/identity.ts), passwords are hashed and checked
- * with scrypt (CPU heavy: never in an actor's turn), TOTP codes are checked,
+ * with argon2id (CPU heavy: never in an actor's turn), TOTP codes are checked,
  * tokens are made and only their sha256 goes on; then the route becomes the
  * internal command `_auth_<route>` for the app's actor (ordered, fenced,
  * evented). Access tokens are signed here with the app's key (made and sealed
@@ -344,7 +344,7 @@ const ROUTE_HANDLERS: Record<AuthRoute, Handler> = {
     const email = fold(String(c.body.email));
     const userId = userIdOf(c.d, c.app, email);
     const user = await freshResource(c.d, c.app, "User", userId);
-    // one scrypt either way: an unknown email costs what a wrong password does
+    // one hash check either way: an unknown email costs what a wrong password does
     const v = await passwordVerdict(c.d, c.app, user, String(c.body.password));
     const sessionId = newResourceId("Session");
     const refresh = newRefresh(sessionId);

@@ -163,7 +163,7 @@ export const AUTH_COMMANDS = {
       email: Type.String(),
       name: Type.Optional(Type.String()),
       verify_url: Type.Optional(Type.String()),
-      /** The scrypt hash, sealed by the gateway to `userPasswordAad`. */
+      /** The password hash (argon2id), sealed by the gateway to `userPasswordAad`. */
       password: Sealed,
       /** sha256 of the verification token (the token itself rides sealed in `cmd.sealed.verify_token`). */
       verify_hash: Hash,
