@@ -15,3 +15,4 @@ export * from "./process.js";
 export * from "./smtp.js";
 export * from "./telemetry.js";
 export * from "./verify.js";
+export * from "./json-schema.js";

@@ -1,10 +1,5 @@
-import {
-  compileObjectSchema,
-  MCP_SCHEMA_MAX_BYTES,
-  MCP_SCHEMA_MAX_DEPTH,
-  type McpTool,
-  type SchemaCheck,
-} from "../proto/mod.js";
+import { compileObjectSchema, type SchemaCheck } from "../effects/mod.js";
+import { MCP_SCHEMA_MAX_BYTES, MCP_SCHEMA_MAX_DEPTH, type McpTool } from "../proto/mod.js";
 
 /**
  * A tool's input schema (docs/mcp.md): a JSON Schema (draft-07) object schema

@@ -22,7 +22,6 @@ export * from "./identity.js";
 export * from "./incidents.js";
 export * from "./mcp.js";
 export * from "./policies.js";
-export * from "./json-schema.js";
 export * from "./names.js";
 export * from "./records.js";
 export { refineInput } from "./refine.js";

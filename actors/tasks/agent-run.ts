@@ -1,13 +1,16 @@
 import type { TaskContext, TaskResult, TaskSpec } from "./types.js";
 import {
   agentCall,
+  clip,
+  compileObjectSchema,
   describeModelConfig,
   isModelError,
   modelConfigFromEnv,
   NO_MODEL_MESSAGE,
   type ModelConfig,
+  type SchemaCheck,
 } from "../../effects/mod.js";
-import { clip, compileObjectSchema, newResourceId, type SchemaCheck } from "../../proto/mod.js";
+import { newResourceId } from "../../proto/mod.js";
 
 /**
  * agent-run (docs/agent-run.md): the caller's JSON Schema, compiled with ajv

@@ -1,9 +1,6 @@
 import { createRequire } from "node:module";
 import { Ajv, type ErrorObject } from "ajv";
-import { type ErrorDetail, PlatformError } from "./errors.js";
-
-// read with require: a JSON import needs an import attribute that some bundle targets drop
-const secureMetaSchema = createRequire(import.meta.url)("ajv/dist/refs/json-schema-secure.json") as object;
+import { type ErrorDetail, PlatformError } from "../proto/mod.js";
 
 /**
  * A caller's JSON Schema of an object (agent-run's answer schema, an MCP
@@ -50,6 +47,11 @@ function ajv() {
       validateFormats: false,
       logger: false,
     });
+    // read with require, when first needed: a JSON import needs an import attribute that some bundle
+    // targets drop
+    const secureMetaSchema = createRequire(import.meta.url)(
+      "ajv/dist/refs/json-schema-secure.json",
+    ) as object;
     shared = { ajv: a, secure: a.compile(secureMetaSchema) };
   }
   return shared;
