@@ -7,7 +7,7 @@ import { deliveryEffect, smtpOf } from "./send-email.js";
 import {
   failed,
   fromDataGateway,
-  fromGateway,
+  fromAnyGateway,
   inputOf,
   later,
   revokeAll,
@@ -141,7 +141,7 @@ async function deleteUser(ctx: HandlerContext, raw: Record<string, unknown>): Pr
 }
 
 async function seedOwner(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
-  fromGateway(ctx);
+  fromAnyGateway(ctx);
   const input = inputOf("seed_owner", raw);
   await requireApp(ctx);
   let user = await ctx.state.getResource("User", input.user_id);
@@ -199,7 +199,7 @@ async function seedOwner(ctx: HandlerContext, raw: Record<string, unknown>): Pro
 }
 
 async function claimLegacy(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
-  fromGateway(ctx);
+  fromAnyGateway(ctx);
   const input = inputOf("claim_legacy", raw);
   await requireApp(ctx);
   const user = await userOr404(ctx, input.user_id);

@@ -1,16 +1,16 @@
 import { randomBytes } from "node:crypto";
 import type { Effect, HandlerContext } from "../context.js";
+import { fromGateway, internalInput, stripCommon } from "./internal.js";
+
+export { stripCommon, updated } from "./internal.js";
 import {
   AUTH_COMMANDS,
   AUTH_SIGNING_SECRET,
   type AuthCommandInput,
   type AuthRoute,
   authCommand,
-  check,
-  CodecError,
   keys,
   LOGIN_LOCK,
-  NO_GATEWAY,
   PlatformError,
   type Resource,
   secretAad,
@@ -26,25 +26,13 @@ import {
 export const SESSIONS_PER_USER = 100;
 
 /** Refuses an /auth command that did not come from a data-plane gateway. */
-export function fromDataGateway(ctx: HandlerContext): void {
-  if (ctx.cmd.plane !== "data" || ctx.cmd.gateway_id === NO_GATEWAY)
-    throw new PlatformError("forbidden", "the /auth commands come only from the data plane's gateway");
-}
+export const fromDataGateway = (ctx: HandlerContext): void => fromGateway(ctx, "the /auth commands", "data");
 
 /** Refuses a command that did not come through a gateway (either plane: seed-owner, claim-legacy). */
-export function fromGateway(ctx: HandlerContext): void {
-  if (ctx.cmd.gateway_id === NO_GATEWAY)
-    throw new PlatformError("forbidden", "the identity commands come only from a gateway");
-}
+export const fromAnyGateway = (ctx: HandlerContext): void => fromGateway(ctx, "the identity commands");
 
-export function inputOf<R extends AuthRoute>(route: R, raw: Record<string, unknown>): AuthCommandInput<R> {
-  try {
-    return check(AUTH_COMMANDS[route], raw, authCommand(route)) as AuthCommandInput<R>;
-  } catch (e) {
-    if (e instanceof CodecError) throw new PlatformError("invalid_input", e.message);
-    throw e;
-  }
-}
+export const inputOf = <R extends AuthRoute>(route: R, raw: Record<string, unknown>): AuthCommandInput<R> =>
+  internalInput(AUTH_COMMANDS[route], raw, authCommand(route)) as AuthCommandInput<R>;
 
 /** A decision that is a refusal for the caller but still writes: `failed` with `result.outcome`. */
 export const failed = (resource: Resource, outcome: string, extra: Record<string, unknown> = {}): Effect => ({
@@ -54,19 +42,6 @@ export const failed = (resource: Resource, outcome: string, extra: Record<string
 });
 
 export const later = (ctx: HandlerContext, s: number) => new Date(ctx.now.getTime() + s * 1000).toISOString();
-
-/** A resource's own fields, without the envelope. */
-export function stripCommon(r: Resource): Record<string, unknown> {
-  const { type: _t, id: _i, app_id: _a, status: _s, created_at: _c, updated_at: _u, ...rest } = r;
-  return rest;
-}
-
-/** The same resource with some fields changed (same status). */
-export function updated(ctx: HandlerContext, r: Resource, fields: Record<string, unknown>): Resource {
-  const next = ctx.resource(r.type, r.status, { ...stripCommon(r), ...fields }, r);
-  ctx.putResource(next, r);
-  return next;
-}
 
 /** The sealed signing key of the app's access tokens, made (random, sealed) the first time it is needed. */
 export async function signingKey(ctx: HandlerContext, resourceId: string): Promise<unknown> {

@@ -1,7 +1,6 @@
 import type { Effect, HandlerContext, InternalHandler } from "../context.js";
+import { fromGateway, internalInput } from "./internal.js";
 import {
-  check,
-  CodecError,
   INCIDENT_COMMANDS,
   INCIDENT_UPDATES_KEPT,
   type IncidentCommandInput,
@@ -9,11 +8,10 @@ import {
   type IncidentState,
   type IncidentUpdate,
   incidentCommand,
-  NO_GATEWAY,
   PlatformError,
   type Resource,
 } from "../../proto/mod.js";
-import { stripCommon } from "./identity-common.js";
+import { stripCommon } from "./internal.js";
 import { requireApp } from "./workspace.js";
 
 /**
@@ -26,19 +24,8 @@ import { requireApp } from "./workspace.js";
  * `409`, an unknown one `404`.
  */
 
-function fromGateway(ctx: HandlerContext): void {
-  if (ctx.cmd.gateway_id === NO_GATEWAY)
-    throw new PlatformError("forbidden", "the incident commands come only from a gateway");
-}
-
-function inputOf<R extends IncidentRoute>(route: R, raw: Record<string, unknown>): IncidentCommandInput<R> {
-  try {
-    return check(INCIDENT_COMMANDS[route], raw, incidentCommand(route)) as IncidentCommandInput<R>;
-  } catch (e) {
-    if (e instanceof CodecError) throw new PlatformError("invalid_input", e.message);
-    throw e;
-  }
-}
+const inputOf = <R extends IncidentRoute>(route: R, raw: Record<string, unknown>): IncidentCommandInput<R> =>
+  internalInput(INCIDENT_COMMANDS[route], raw, incidentCommand(route)) as IncidentCommandInput<R>;
 
 /** The status page of the app on the data plane, when its address is known (the mail's link). */
 function pageUrl(ctx: HandlerContext): string | undefined {
@@ -65,7 +52,7 @@ const withUpdate = (prev: unknown, u: IncidentUpdate): IncidentUpdate[] =>
   [...((prev as IncidentUpdate[] | undefined) ?? []), u].slice(-INCIDENT_UPDATES_KEPT);
 
 async function openIncident(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
-  fromGateway(ctx);
+  fromGateway(ctx, "the incident commands");
   const input = inputOf("open", raw);
   await requireApp(ctx);
   const at = ctx.now.toISOString();
@@ -99,7 +86,7 @@ async function openOne(ctx: HandlerContext, id: string, what: string): Promise<R
 }
 
 async function updateIncident(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
-  fromGateway(ctx);
+  fromGateway(ctx, "the incident commands");
   const input = inputOf("update", raw);
   const prev = await openOne(ctx, input.id, "updated");
   const status = (input.status ?? prev.incident_status) as IncidentState;
@@ -126,7 +113,7 @@ async function updateIncident(ctx: HandlerContext, raw: Record<string, unknown>)
 }
 
 async function resolveIncident(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
-  fromGateway(ctx);
+  fromGateway(ctx, "the incident commands");
   const input = inputOf("resolve", raw);
   const prev = await openOne(ctx, input.id, "resolved again");
   const at = ctx.now.toISOString();

@@ -1,7 +1,6 @@
 import type { Effect, HandlerContext, InternalHandler } from "../context.js";
+import { fromGateway, internalInput } from "./internal.js";
 import {
-  check,
-  CodecError,
   MCP_COMMANDS,
   MCP_TOOLS_MAX,
   type McpCommandInput,
@@ -9,7 +8,6 @@ import {
   type McpRoute,
   mcpCommand,
   mcpRegistryId,
-  NO_GATEWAY,
   PlatformError,
   type Resource,
   registryOf,
@@ -29,19 +27,8 @@ import { requireApp } from "./workspace.js";
  * answer say what changed.
  */
 
-function fromGateway(ctx: HandlerContext): void {
-  if (ctx.cmd.gateway_id === NO_GATEWAY)
-    throw new PlatformError("forbidden", "the MCP registry commands come only from a gateway");
-}
-
-function inputOf<R extends McpRoute>(route: R, raw: Record<string, unknown>): McpCommandInput<R> {
-  try {
-    return check(MCP_COMMANDS[route], raw, mcpCommand(route)) as McpCommandInput<R>;
-  } catch (e) {
-    if (e instanceof CodecError) throw new PlatformError("invalid_input", e.message);
-    throw e;
-  }
-}
+const inputOf = <R extends McpRoute>(route: R, raw: Record<string, unknown>): McpCommandInput<R> =>
+  internalInput(MCP_COMMANDS[route], raw, mcpCommand(route)) as McpCommandInput<R>;
 
 /** Writes the app's registry with `next`'s fields; the answer carries the whole registry. */
 async function write(
@@ -63,7 +50,7 @@ async function write(
 }
 
 async function setTool(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
-  fromGateway(ctx);
+  fromGateway(ctx, "the MCP registry commands");
   const { tool } = inputOf("tool_set", raw);
   let replaced = false;
   return write(
@@ -85,7 +72,7 @@ async function setTool(ctx: HandlerContext, raw: Record<string, unknown>): Promi
 }
 
 async function deleteTool(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
-  fromGateway(ctx);
+  fromGateway(ctx, "the MCP registry commands");
   const { name } = inputOf("tool_delete", raw);
   return write(
     ctx,
@@ -104,13 +91,13 @@ async function deleteTool(ctx: HandlerContext, raw: Record<string, unknown>): Pr
 }
 
 async function setInstructions(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
-  fromGateway(ctx);
+  fromGateway(ctx, "the MCP registry commands");
   const { instructions } = inputOf("instructions_set", raw);
   return write(ctx, (r) => ({ ...r, instructions }), { instructions });
 }
 
 async function setProactive(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
-  fromGateway(ctx);
+  fromGateway(ctx, "the MCP registry commands");
   const { settings } = inputOf("proactive_set", raw);
   return write(
     ctx,

@@ -1,9 +1,7 @@
 import { createHash } from "node:crypto";
 import type { Effect, HandlerContext, InternalHandler } from "../context.js";
+import { fromGateway, internalInput } from "./internal.js";
 import {
-  check,
-  CodecError,
-  NO_GATEWAY,
   POLICY_COMMANDS,
   POLICY_RULES_MAX,
   type PolicyCommandInput,
@@ -11,10 +9,12 @@ import {
   type PolicyRule,
   PlatformError,
   policyCommand,
+  policySetId,
   type Resource,
   type Sealed,
 } from "../../proto/mod.js";
-import { failed, stripCommon, updated } from "./identity-common.js";
+import { failed } from "./identity-common.js";
+import { stripCommon, updated } from "./internal.js";
 import { requireApp } from "./workspace.js";
 
 /**
@@ -26,21 +26,8 @@ import { requireApp } from "./workspace.js";
  * writes nothing unless the action is staged.
  */
 
-export const policySetId = (app: string) => `pol_${app}`;
-
-function fromGateway(ctx: HandlerContext): void {
-  if (ctx.cmd.gateway_id === NO_GATEWAY)
-    throw new PlatformError("forbidden", "the policy commands come only from a gateway");
-}
-
-function inputOf<R extends PolicyRoute>(route: R, raw: Record<string, unknown>): PolicyCommandInput<R> {
-  try {
-    return check(POLICY_COMMANDS[route], raw, policyCommand(route)) as PolicyCommandInput<R>;
-  } catch (e) {
-    if (e instanceof CodecError) throw new PlatformError("invalid_input", e.message);
-    throw e;
-  }
-}
+const inputOf = <R extends PolicyRoute>(route: R, raw: Record<string, unknown>): PolicyCommandInput<R> =>
+  internalInput(POLICY_COMMANDS[route], raw, policyCommand(route)) as PolicyCommandInput<R>;
 
 const ruleEvent = (type: "policy.set" | "policy.removed", rule: PolicyRule) => ({
   owner: rule.owner ?? "_app",
@@ -67,7 +54,7 @@ function writeRules(ctx: HandlerContext, prev: Resource | undefined, rules: Poli
 }
 
 async function set(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
-  fromGateway(ctx);
+  fromGateway(ctx, "the policy commands");
   const { rule } = inputOf("set", raw);
   await requireApp(ctx);
   const { doc, rules } = await rulesOf(ctx);
@@ -88,7 +75,7 @@ async function set(ctx: HandlerContext, raw: Record<string, unknown>): Promise<E
 }
 
 async function remove(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
-  fromGateway(ctx);
+  fromGateway(ctx, "the policy commands");
   const { id } = inputOf("remove", raw);
   await requireApp(ctx);
   const { doc, rules } = await rulesOf(ctx);
@@ -108,7 +95,7 @@ async function remove(ctx: HandlerContext, raw: Record<string, unknown>): Promis
 }
 
 async function stage(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
-  fromGateway(ctx);
+  fromGateway(ctx, "the policy commands");
   const input = inputOf("stage", raw);
   await requireApp(ctx);
   if (await ctx.state.getResource("Approval", input.approval_id))
@@ -141,7 +128,7 @@ async function stage(ctx: HandlerContext, raw: Record<string, unknown>): Promise
 }
 
 async function approve(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
-  fromGateway(ctx);
+  fromGateway(ctx, "the policy commands");
   const input = inputOf("approve", raw);
   const doc = await ctx.state.getResource("Approval", input.approval_id);
   // a user sees only its own staged actions: another's is as unknown as a missing one

@@ -2,6 +2,7 @@ import { createHash, randomBytes } from "node:crypto";
 import type { HandlerContext } from "../context.js";
 import { newResourceId } from "../../proto/mod.js";
 import { withSession } from "./identity-common.js";
+import { updated } from "./internal.js";
 
 /**
  * verify's probe of the platform's identity (docs/verify.md): check_refresh
@@ -60,13 +61,7 @@ export async function probeRefreshToken(ctx: HandlerContext): Promise<string> {
   );
   ctx.putResource(session);
   const sessions = await withSession(ctx, user, sessionId);
-  const next = ctx.resource(user.type, user.status, { ...stripEnvelope(user), sessions }, user);
-  ctx.putResource(next, user);
+  updated(ctx, user, { sessions });
   ctx.emit("UserAuthenticated", session, { user_id: user.id, session_id: sessionId, idp: "verify-probe" });
   return token;
-}
-
-function stripEnvelope(r: Record<string, unknown>): Record<string, unknown> {
-  const { type: _t, id: _i, app_id: _a, status: _s, created_at: _c, updated_at: _u, ...rest } = r;
-  return rest;
 }
