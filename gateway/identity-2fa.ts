@@ -7,6 +7,7 @@ import {
   freshResource,
   newRefresh,
   passwordVerdict,
+  SESSION_TOKEN,
   throttleIdOf,
   tokens,
 } from "./identity.js";
@@ -19,8 +20,6 @@ import { sha256 } from "./identity-tokens.js";
  * matched goes to the actor, which accepts a step only once. Recovery codes
  * are made here and only their sha256 is kept.
  */
-
-const SESSION_TOKEN = /^(ses_[A-Za-z0-9]+)\.([A-Za-z0-9_-]{43})$/;
 
 /** The TOTP step `code` matches for `secret` within ±{@link TOTP.window} steps of now, or null. */
 export function totpStep(secret: string, code: string, nowMs = Date.now()): number | null {

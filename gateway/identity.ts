@@ -63,7 +63,7 @@ type Who = "app" | "user" | "either";
 interface RouteDef {
   method: "GET" | "POST" | "DELETE";
   path: RegExp;
-  route: AuthRoute | "config" | "me";
+  route: NonGroupRoute | "config" | "me";
   who: Who;
   /** Also served on the control plane (the operator names the app in the body). */
   control?: boolean;
@@ -99,7 +99,8 @@ const GENERIC_LOGIN = "the email or the password is not right";
 const GENERIC_REFRESH = "the refresh token is not valid";
 const GENERIC_PASSWORD = "the password is not right";
 export const GENERIC_CODE = "the code is not right";
-const SESSION_TOKEN = /^(ses_[A-Za-z0-9]+)\.([A-Za-z0-9_-]{43})$/;
+/** A refresh token or a challenge id: `<session id>.<32 random bytes, base64url>`. */
+export const SESSION_TOKEN = /^(ses_[A-Za-z0-9]+)\.([A-Za-z0-9_-]{43})$/;
 export const LINK_TOKEN = /^(usr_[A-Za-z0-9_-]+)\.([A-Za-z0-9_-]{43})$/;
 
 /** A user's id and a login throttle's id: keyed hashes of the case-folded email (no index needed, no address in an id). */
@@ -183,17 +184,6 @@ export async function identityRoute(
   const body = validateBody(AUTH_BODIES[route], raw) as Record<string, unknown>;
   const call = callOf(d, req, principal, body);
   if (d.limiter) d.limiter.limiter.take(call.app, `auth/${route}`, d.limiter.limits.capability);
-  // the app's policies on the routes that change data (docs/policies.md): allow or deny (an identity
-  // route carries credentials that are never kept, so it cannot wait for an approval)
-  if (d.authorize && def.method !== "GET")
-    await d.authorize({
-      app: call.app,
-      action: `route:${def.method} ${path}`,
-      owner: call.user,
-      high_risk: false,
-      actor: actorOf(req.headers, principal),
-      requestId: req.requestId,
-    });
   return ROUTE_HANDLERS[route](call, res, path);
 }
 
@@ -223,6 +213,17 @@ function callOf(d: IdentityDeps, req: Req, principal: Principal, body: Record<st
   } else throw new PlatformError("forbidden", "the /auth routes are per app: call them with the app's token");
   const user = userOf(principal);
   const send: AuthCall["send"] = async (route, input, sealed, id) => {
+    // the app's policies (data plane; docs/policies.md): every identity command changes data. Allow or
+    // deny only: a route that carries credentials, never kept, cannot wait for an approval
+    if (d.authorize)
+      await d.authorize({
+        app,
+        action: `route:${req.method} ${req.url}`,
+        owner: user,
+        high_risk: false,
+        actor: actorOf(req.headers, principal),
+        requestId: req.requestId,
+      });
     const { cmd, reply } = await sendInternal(d, {
       capability: authCommand(route),
       app,
@@ -306,7 +307,10 @@ import { freshResource, newRefresh, passwordVerdict, tokens } from "./identity-s
 
 export type Handler = (c: AuthCall, res: Res, path: string) => Promise<void>;
 
-const ROUTE_HANDLERS: Record<AuthRoute, Handler> = {
+/** The routes of groups are served by gateway/identity-groups.ts. */
+type NonGroupRoute = Exclude<AuthRoute, `group_${string}`>;
+
+const ROUTE_HANDLERS: Record<NonGroupRoute, Handler> = {
   async signup(c, res) {
     const email = fold(String(c.body.email));
     const userId = userIdOf(c.d, c.app, email);
@@ -396,13 +400,4 @@ const ROUTE_HANDLERS: Record<AuthRoute, Handler> = {
   delete_user: deleteUser,
   seed_owner: seedOwner,
   claim_legacy: claimLegacy,
-  group_create: groupOnly,
-  group_add: groupOnly,
-  group_remove: groupOnly,
-  group_leave: groupOnly,
-  group_delete: groupOnly,
 };
-
-async function groupOnly(): Promise<void> {
-  throw new PlatformError("internal", "group routes are served by groupRoute");
-}

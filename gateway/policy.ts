@@ -17,6 +17,7 @@ import {
   PolicyRuleSchema,
   type PolicyRule,
   policyCommand,
+  policySetId,
   type Resource,
   type Sealed,
   validateBody,
@@ -269,7 +270,7 @@ export async function policyRoute(
     req.query.only(["app"], "GET /policies");
     onlyApp(principal, "GET /policies");
     const app = appOfCall(d, principal, appParam(req.query, "app"));
-    const e = await d.index.getResource(`pol_${app}`);
+    const e = await d.index.getResource(policySetId(app));
     return res.json(200, { items: (e?.rules as PolicyRule[] | undefined) ?? [], next_cursor: null });
   }
   if (req.method === "POST") {

@@ -29,6 +29,8 @@ export function approvalTtlFromEnv(env: NodeJS.ProcessEnv = process.env): number
     );
   return n;
 }
+/** The id of an app's PolicySet (its rules): one per app. */
+export const policySetId = (app: string) => `pol_${app}`;
 /** The owner recorded for an evaluation with no owner (the app's own token). */
 export const NO_OWNER = "_app";
 

@@ -247,6 +247,16 @@ test.serial(
     const login = await data(t, "POST", "/auth/login", { email: "a@example.com", password: "whatever-1" });
     t.is(login.status, 403);
     t.is(login.body.error.code, "policy_denied");
+    // groups are identity routes too, evaluated with the user as the owner
+    await setRule(t, {
+      id: "no-groups",
+      effect: "deny",
+      action: "route:POST /auth/groups*",
+      owner: appUser!.id,
+    });
+    const group = await data(t, "POST", "/auth/groups", { name: "Team" }, appUser!.access);
+    t.is(group.status, 403, JSON.stringify(group.body));
+    t.is(group.body.error.code, "policy_denied");
     await clearRules(t);
   },
 );
