@@ -13,32 +13,27 @@
  * It prints; it asserts nothing. Progress to stderr, the report to stdout.
  */
 import { spawn } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { jetstream } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
-import { type PlatformHandle, startPlatform } from "../bin/platform.js";
 import { subjects } from "../proto/subjects.js";
-import { type EmbeddedNats, startEmbeddedNats } from "../store/embedded-nats.js";
 import {
   exitWhenDone,
   f0,
-  freePort,
   machineInfo,
   makeProgress,
   post,
   runMain,
+  startBenchPlatform,
   summary,
   table,
-  waitReady,
 } from "./common.js";
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
 const WINDOW = 64;
 const json = process.argv.includes("--json");
-const progress = makeProgress("bench:app-events", performance.now());
+const progress = makeProgress("bench:app-events", Date.now());
 
 interface Phase {
   rate: number;
@@ -134,27 +129,9 @@ function route(dataUrl: string, token: string, app: string): Promise<Phase> {
 }
 
 async function main(): Promise<void> {
-  const dir = mkdtempSync(join(tmpdir(), "slipway-bench-aev-"));
-  let nats: EmbeddedNats | undefined;
-  let platform: PlatformHandle | undefined;
+  const bp = await startBenchPlatform("aev", { SLIPWAY_RATE_LIMIT_APP_EVENTS: "off" });
   try {
-    const port = await freePort();
-    nats = await startEmbeddedNats({ dir: join(dir, "nats"), port });
-    const natsUrl = `nats://127.0.0.1:${port}`;
-    platform = await startPlatform({
-      role: "up",
-      natsUrl,
-      dataDir: dir,
-      controlPort: 0,
-      dataPort: 0,
-      httpPort: 0,
-      httpsPort: 0,
-      log: () => {},
-      env: { ...process.env, SLIPWAY_RATE_LIMIT_APP_EVENTS: "off" },
-    });
-    const control = `http://127.0.0.1:${platform.control!.port}`;
-    const data = `http://127.0.0.1:${platform.data!.port}`;
-    await waitReady(data, 20_000, "data plane");
+    const { control, data, natsUrl } = bp;
     const init = await post(control, "initialize-app", { name: "aevbench" });
     if (init.status !== 200) throw new Error(`initialize-app: ${JSON.stringify(init.body)}`);
     const token: string = init.body.result.token;
@@ -174,9 +151,7 @@ async function main(): Promise<void> {
         ])}\nPOST /app-events keeps ${(ratio * 100).toFixed(0)} % of the raw rate (target >= 30 %)\n`,
       );
   } finally {
-    await platform?.close();
-    await nats?.stop();
-    rmSync(dir, { recursive: true, force: true });
+    await bp.close();
   }
   exitWhenDone(progress);
 }

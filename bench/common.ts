@@ -3,9 +3,11 @@ import { freePort } from "../effects/net.js";
  * Helpers shared by the benchmarks (bench/core.ts, bench/scheduler.ts): progress logging, /proc sampling,
  * percentiles, a free port, table printing, platform calls and the main()/cleanup/watchdog scaffolding.
  */
-import { readFileSync } from "node:fs";
-import { cpus, totalmem } from "node:os";
-import { natsServerVersion } from "../store/embedded-nats.js";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { cpus, tmpdir, totalmem } from "node:os";
+import { join } from "node:path";
+import { type PlatformHandle, startPlatform } from "../bin/platform.js";
+import { type EmbeddedNats, natsServerVersion, startEmbeddedNats } from "../store/embedded-nats.js";
 
 /** Logs `msg` to stderr as `[label <seconds since t0>s] msg`. */
 export type Progress = (msg: string) => void;
@@ -186,4 +188,58 @@ export function runMain(main: () => Promise<void>): void {
     process.stderr.write(`bench failed: ${e instanceof Error ? e.stack : String(e)}\n`);
     process.exitCode = 1;
   });
+}
+
+/** `slipwayd up`'s stack in the benchmark's process, on its own nats-server and temp dir. */
+export interface BenchPlatform {
+  platform: PlatformHandle;
+  natsUrl: string;
+  control: string;
+  data: string;
+  /** Stops the platform and its nats-server and removes the temp dir (safe to call twice). */
+  close(): Promise<void>;
+}
+
+/**
+ * Starts a nats-server on a free port with a temp store and the platform (`up`, free ports, quiet
+ * log) on it, with `env` over the process's environment; waits for the data plane to be ready.
+ */
+export async function startBenchPlatform(
+  label: string,
+  env: Record<string, string> = {},
+): Promise<BenchPlatform> {
+  const dir = mkdtempSync(join(tmpdir(), `slipway-bench-${label}-`));
+  let nats: EmbeddedNats | undefined;
+  let platform: PlatformHandle | undefined;
+  let closed = false;
+  const close = async () => {
+    if (closed) return;
+    closed = true;
+    await platform?.close();
+    await nats?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    const port = await freePort();
+    nats = await startEmbeddedNats({ dir: join(dir, "nats"), port });
+    const natsUrl = `nats://127.0.0.1:${port}`;
+    platform = await startPlatform({
+      role: "up",
+      natsUrl,
+      dataDir: dir,
+      controlPort: 0,
+      dataPort: 0,
+      httpPort: 0,
+      httpsPort: 0,
+      log: () => {},
+      env: { ...process.env, ...env },
+    });
+    const control = `http://127.0.0.1:${platform.control!.port}`;
+    const data = `http://127.0.0.1:${platform.data!.port}`;
+    await waitReady(data, 20_000, "data plane");
+    return { platform, natsUrl, control, data, close };
+  } catch (e) {
+    await close();
+    throw e;
+  }
 }

@@ -15,14 +15,11 @@
  * asserts nothing. Progress to stderr, the report to stdout.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { Pool } from "undici";
-import { type PlatformHandle, startPlatform } from "../bin/platform.js";
 import { signServiceToken } from "../proto/service-token.js";
-import { type EmbeddedNats, startEmbeddedNats } from "../store/embedded-nats.js";
 import {
   exitWhenDone,
   f0,
@@ -32,17 +29,17 @@ import {
   makeProgress,
   post,
   runMain,
+  startBenchPlatform,
   sleep,
   summary,
   table,
-  waitReady,
 } from "./common.js";
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 const MAX_CALLS = Number(process.env.BENCH_CALLS ?? 20_000);
 const WINDOW = 16;
 const json = process.argv.includes("--json");
-const progress = makeProgress("bench:mcp", performance.now());
+const progress = makeProgress("bench:mcp", Date.now());
 const ARGS = { text: "the quick brown fox jumps over the lazy dog" };
 
 interface Phase {
@@ -124,9 +121,6 @@ async function measure(
 }
 
 async function main(): Promise<void> {
-  const dir = mkdtempSync(join(tmpdir(), "slipway-bench-mcp-"));
-  let nats: EmbeddedNats | undefined;
-  let platform: PlatformHandle | undefined;
   let starter: ChildProcess | undefined;
   const unguard = guardProcess({
     progress,
@@ -134,23 +128,9 @@ async function main(): Promise<void> {
     limitMessage: "bench:mcp ran over 3 minutes: stopping",
     kill: () => starter?.kill("SIGKILL"),
   });
+  const bp = await startBenchPlatform("mcp", { SLIPWAY_RATE_LIMIT: "off" });
   try {
-    const port = await freePort();
-    nats = await startEmbeddedNats({ dir: join(dir, "nats"), port });
-    platform = await startPlatform({
-      role: "up",
-      natsUrl: `nats://127.0.0.1:${port}`,
-      dataDir: dir,
-      controlPort: 0,
-      dataPort: 0,
-      httpPort: 0,
-      httpsPort: 0,
-      log: () => {},
-      env: { ...process.env, SLIPWAY_RATE_LIMIT: "off" },
-    });
-    const control = `http://127.0.0.1:${platform.control!.port}`;
-    const data = `http://127.0.0.1:${platform.data!.port}`;
-    await waitReady(data, 20_000, "data plane");
+    const { control, data } = bp;
     const starterPort = await freePort();
     const app = "mcpbench";
     const init = await post(control, "initialize-app", {
@@ -160,7 +140,7 @@ async function main(): Promise<void> {
     if (init.status !== 200) throw new Error(`initialize-app: ${JSON.stringify(init.body)}`);
     const token: string = init.body.result.token;
     // the starter as initialize-app wrote it, with its .env (the app's service key)
-    const ws = join(dir, "apps", init.body.resource.workspace as string);
+    const ws = join(bp.platform.dataDir, "apps", init.body.resource.workspace as string);
     for (let i = 0; i < 100 && !existsSync(join(ws, ".env")); i++) await sleep(50);
     const key = /^SLIPWAY_SERVICE_KEY=(.+)$/m.exec(readFileSync(join(ws, ".env"), "utf8"))![1]!;
     starter = spawn(
@@ -248,9 +228,7 @@ async function main(): Promise<void> {
       starter.kill("SIGTERM");
       await Promise.race([exited, sleep(5000)]);
     }
-    await platform?.close();
-    await nats?.stop();
-    rmSync(dir, { recursive: true, force: true });
+    await bp.close();
     unguard();
   }
   exitWhenDone(progress);

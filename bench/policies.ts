@@ -1,35 +1,14 @@
-/**
- * Policies (docs/policies.md): what an evaluation costs.
- *
- * 1. evaluate() alone: 100 rules (deny, stage and allow over capability, mcp
- *    and route globs, some owner-bound, some high-risk only), compiled once,
- *    against a mix of actions; µs per evaluation, in this process.
- * 2. A data-plane capability call through `slipwayd up`'s stack in this
- *    process (set-secret, one at a time, then 16 in flight), for an app
- *    without rules (not evaluated) and for an app with the same 100 rules
- *    (evaluated, allowed, its authz.decision written): the difference is
- *    what a policy costs a call.
- *
- * `npm run bench:policies` (`-- --json` for one JSON document). Bounded in
- * count and time; loopback only; everything it starts is stopped at the end.
- */
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { performance } from "node:perf_hooks";
-import { type PlatformHandle, startPlatform } from "../bin/platform.js";
 import { compileRules, evaluate, type PolicyRule } from "../proto/policies.js";
-import { type EmbeddedNats, startEmbeddedNats } from "../store/embedded-nats.js";
 import {
   exitWhenDone,
-  freePort,
   machineInfo,
   makeProgress,
   post,
   runMain,
+  startBenchPlatform,
   summary,
   table,
-  waitReady,
 } from "./common.js";
 
 const json = process.argv.includes("--json");
@@ -133,26 +112,9 @@ async function calls(data: string, token: string, app: string): Promise<CallPhas
 async function main(): Promise<void> {
   progress(`evaluate(): 100 rules, ${EVALS.toLocaleString("en-US")} evaluations`);
   const ev = evaluationCost();
-  const dir = mkdtempSync(join(tmpdir(), "slipway-bench-pol-"));
-  let nats: EmbeddedNats | undefined;
-  let platform: PlatformHandle | undefined;
+  const bp = await startBenchPlatform("pol", { SLIPWAY_RATE_LIMIT: "off" });
   try {
-    const port = await freePort();
-    nats = await startEmbeddedNats({ dir: join(dir, "nats"), port });
-    platform = await startPlatform({
-      role: "up",
-      natsUrl: `nats://127.0.0.1:${port}`,
-      dataDir: dir,
-      controlPort: 0,
-      dataPort: 0,
-      httpPort: 0,
-      httpsPort: 0,
-      log: () => {},
-      env: { ...process.env, SLIPWAY_RATE_LIMIT: "off" },
-    });
-    const control = `http://127.0.0.1:${platform.control!.port}`;
-    const data = `http://127.0.0.1:${platform.data!.port}`;
-    await waitReady(data, 20_000, "data plane");
+    const { control, data } = bp;
     const apps: Record<string, string> = {};
     for (const name of ["polbench-none", "polbench-rules"]) {
       const init = await post(control, "initialize-app", { name });
@@ -228,9 +190,7 @@ async function main(): Promise<void> {
         )}\nwith 100 rules a call keeps ${((ruled.parallel.rate / none.parallel.rate) * 100).toFixed(0)} % of the rate; one at a time it costs ${(ruled.serial.p50 - none.serial.p50).toFixed(2)} ms more at p50\n`,
       );
   } finally {
-    await platform?.close();
-    await nats?.stop();
-    rmSync(dir, { recursive: true, force: true });
+    await bp.close();
   }
   exitWhenDone(progress);
 }
