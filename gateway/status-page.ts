@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
 import {
+  escapeHtml,
   type IncidentUpdate,
   isAppName,
   PlatformError,
@@ -29,15 +30,6 @@ const CACHE_CONTROL = "public, max-age=30";
 /** No script, no outside resource: only the page's own style. */
 const CSP =
   "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
-
-export function escapeHtml(s: string): string {
-  return s
-    .replaceAll("&", "&amp;")
-    .replaceAll("<", "&lt;")
-    .replaceAll(">", "&gt;")
-    .replaceAll('"', "&quot;")
-    .replaceAll("'", "&#39;");
-}
 
 export async function statusPage(
   d: IncidentDeps,

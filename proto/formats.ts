@@ -66,3 +66,13 @@ export function appUrl(baseUrl: string, path: string): URL {
     throw new OriginEscapeError(`target ${JSON.stringify(path)} leaves ${base.origin}`);
   return url;
 }
+
+/** HTML-escapes text (element content and quoted attribute values). */
+export function escapeHtml(s: string): string {
+  return s
+    .replaceAll("&", "&amp;")
+    .replaceAll("<", "&lt;")
+    .replaceAll(">", "&gt;")
+    .replaceAll('"', "&quot;")
+    .replaceAll("'", "&#39;");
+}

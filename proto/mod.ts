@@ -13,7 +13,7 @@ export * from "./connectors.js";
 export * from "./errors.js";
 export * from "./events.js";
 export * from "./app-events.js";
-export { FORMATS, appUrl, isAppPath, isHttpUrl, OriginEscapeError } from "./formats.js";
+export { FORMATS, appUrl, escapeHtml, isAppPath, isHttpUrl, OriginEscapeError } from "./formats.js";
 export { APP_NAME_PATTERN, isAppName, JOB_NAME_PATTERN, SECRET_NAME_PATTERN } from "./fields.js";
 export * from "./ids.js";
 export * from "./inputs.js";

@@ -1,5 +1,5 @@
 import Type, { type Static, type TObject } from "typebox";
-import { check, CodecError, FORMATS, PlatformError } from "../../proto/mod.js";
+import { check, CodecError, escapeHtml, FORMATS, PlatformError } from "../../proto/mod.js";
 
 /**
  * send-email's built-in templates (DESIGN §11, docs/email.md): each declares
@@ -87,15 +87,7 @@ export interface RenderedMail {
   html: string;
 }
 
-/** HTML-escapes text (element content and quoted attribute values). */
-export function escapeHtml(s: string): string {
-  return s
-    .replaceAll("&", "&amp;")
-    .replaceAll("<", "&lt;")
-    .replaceAll(">", "&gt;")
-    .replaceAll('"', "&quot;")
-    .replaceAll("'", "&#39;");
-}
+export { escapeHtml };
 
 /** Checks a template's data; `400 invalid_input` naming each bad field under `/data`. */
 export function checkTemplateData<T extends TemplateName>(
