@@ -271,7 +271,7 @@ test.serial(
 
     // GET: the arguments as the query
     const e = await client.callTool({ name: "echo", arguments: { q: "hi", n: 2 } });
-    t.deepEqual(e.structuredContent, { tool: "echo", arguments: { q: "hi", n: "2" }, ok: true });
+    t.deepEqual(e.structuredContent, { tool: "echo", ok: true, arguments: { q: "hi", n: "2" } });
 
     const events = await eventually(async () => {
       const all = await toolCalls(p, app);
@@ -489,27 +489,27 @@ test.serial(
       const r = await http("POST", `${p.dataUrl}/policies`, body, bearer(token));
       t.is(r.status, 200, r.text);
     };
-    // a high-risk tool: the stage rule applies to high-risk calls only
+    // echo, registered again as high-risk: the stage rule applies to high-risk calls only
     const risky = await http("POST", `${p.controlUrl}/mcp/tools`, {
       app,
-      name: "word_count_risky",
-      description: "A high-risk tool (the starter echoes its arguments)",
+      name: "echo",
+      description: "Answers its arguments (registered high-risk here)",
       input_schema: { type: "object", properties: { text: { type: "string" } }, required: ["text"] },
-      target_path: "/tools/word_count_risky",
+      target_path: "/tools/echo",
       high_risk: true,
     });
     t.is(risky.status, 200, risky.text);
-    await rule({ id: "no-echo", effect: "deny", action: "mcp:echo" });
-    await rule({ id: "hold-words", effect: "stage", action: "mcp:word_*", high_risk: true });
+    await rule({ id: "hold-risky", effect: "stage", action: "mcp:*", high_risk: true });
     const client = await mcpClient(p.dataUrl, token);
     t.teardown(() => client.close());
     const plain = await client.callTool({ name: "word_count", arguments: { text: "not risky" } });
     t.falsy(plain.isError, "word_count is not high-risk: the stage rule does not apply");
+    await rule({ id: "no-words", effect: "deny", action: "mcp:word_count" });
     const before = front.seen.length;
-    const denied = await client.callTool({ name: "echo", arguments: { q: "x" } });
+    const denied = await client.callTool({ name: "word_count", arguments: { text: "x" } });
     t.true(denied.isError);
-    t.is((denied.content as any[])[0].text, "denied by policy rule no-echo");
-    const staged = await client.callTool({ name: "word_count_risky", arguments: { text: "later on" } });
+    t.is((denied.content as any[])[0].text, "denied by policy rule no-words");
+    const staged = await client.callTool({ name: "echo", arguments: { text: "later on" } });
     t.falsy(staged.isError);
     const pending = staged.structuredContent as Record<string, string>;
     t.is(pending.status, "pending_approval");
@@ -520,24 +520,27 @@ test.serial(
       const all = await toolCalls(p, app);
       return all.some((x) => x.data.reason?.startsWith("pending approval")) ? all : undefined;
     });
-    t.like(events.find((x) => x.subject === "echo")!.data, {
+    t.like(events.find((x) => x.data.reason === "policy: denied by no-words")!.data, {
       ok: false,
-      reason: "policy: denied by no-echo",
+      tool: "word_count",
     });
-    t.like(events.find((x) => x.subject === "word_count_risky")!.data, {
+    t.like(events.find((x) => x.subject === "echo" && x.data.reason?.startsWith("pending"))!.data, {
       ok: false,
       reason: `pending approval ${pending.approval_id}`,
     });
     const decisions = await eventually(async () => {
       const r = await http("GET", `${p.controlUrl}/app-events?app=${app}&type=authz.decision&limit=50`);
       const xs = r.body.items as any[];
-      return xs.some((x) => x.data.rule === "hold-words") ? xs : undefined;
+      return xs.some((x) => x.data.rule === "hold-risky") ? xs : undefined;
     });
-    t.like(decisions.find((x) => x.data.rule === "no-echo").data, { decision: "deny", action: "mcp:echo" });
-    t.like(decisions.find((x) => x.data.rule === "hold-words").data, {
+    t.like(decisions.find((x) => x.data.rule === "no-words").data, {
+      decision: "deny",
+      action: "mcp:word_count",
+    });
+    t.like(decisions.find((x) => x.data.rule === "hold-risky").data, {
       decision: "stage",
       high_risk: true,
-      action: "mcp:word_count_risky",
+      action: "mcp:echo",
     });
     // the operator approves: the call runs as it was asked
     const approved = await http("POST", `${p.controlUrl}/policies/approvals/${pending.approval_id}`, { app });
@@ -546,12 +549,12 @@ test.serial(
     t.deepEqual(JSON.parse(front.seen.at(-1)!.body), { text: "later on" });
     t.like(approved.body.ran, { ok: true });
     t.deepEqual(approved.body.ran.result.structuredContent, {
-      tool: "word_count_risky",
-      arguments: { text: "later on" },
+      tool: "echo",
       ok: true,
+      arguments: { text: "later on" },
     });
     const replayed = await eventually(async () => (await toolCalls(p, app)).find((x) => x.data.replayed));
-    t.like(replayed.data, { tool: "word_count_risky", ok: true, replayed: true });
+    t.like(replayed.data, { tool: "echo", ok: true, replayed: true });
     const again = await http("POST", `${p.controlUrl}/policies/approvals/${pending.approval_id}`, { app });
     t.is(again.status, 409, "it runs once");
     t.is(front.seen.length, before + 1);
@@ -559,8 +562,8 @@ test.serial(
       const r = await http("GET", `${p.controlUrl}/app-events?app=${app}&type=authz.approval&limit=10`);
       return (r.body.items as any[]).length ? r.body.items : undefined;
     });
-    t.like(approvals[0].data, { decision: "approved", rule: "hold-words", action: "mcp:word_count_risky" });
-    for (const id of ["no-echo", "hold-words"])
+    t.like(approvals[0].data, { decision: "approved", rule: "hold-risky", action: "mcp:echo" });
+    for (const id of ["no-words", "hold-risky"])
       t.is((await http("DELETE", `${p.dataUrl}/policies?id=${id}`, undefined, bearer(token))).status, 200);
   },
 );

@@ -137,7 +137,9 @@ export function createHandler(
         return sendError(res, 403, "forbidden", "a valid service token for this tool is required");
       const args =
         method === "GET" || method === "DELETE" ? Object.fromEntries(url.searchParams) : await readBody(req);
-      return sendJson(res, 200, runTool(name, args));
+      const answer = runTool(name, args);
+      if (!answer) return sendError(res, 404, "not_found", `no tool ${name} in this app (src/tools.ts)`);
+      return sendJson(res, 200, answer);
     }
 
     if (under(path, "/api")) {

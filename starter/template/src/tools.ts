@@ -4,7 +4,7 @@
  * --target /tools/word_count ...`) and the platform's MCP endpoint calls
  * `/tools/<name>` here with the tool's arguments; app.ts has already checked
  * the service token. Add a tool by adding a function to `TOOLS`; a name
- * without one is echoed back, which is handy while wiring a tool up.
+ * without one is `404` (the platform's tool call then fails, saying so).
  */
 
 /** `/tools/<name>`, the name as the platform allows it. */
@@ -13,6 +13,8 @@ export const TOOL_PATH = /^\/tools\/([a-z][a-z0-9_.-]{0,63})$/;
 type Tool = (args: Record<string, unknown>) => Record<string, unknown>;
 
 const TOOLS: Record<string, Tool> = {
+  /** Answers its arguments as they came: a tool to wire a client up with. */
+  echo: (args) => ({ arguments: args }),
   /** Counts the words, characters and lines of `text`. */
   word_count: (args) => {
     const text = typeof args.text === "string" ? args.text : "";
@@ -22,9 +24,8 @@ const TOOLS: Record<string, Tool> = {
   },
 };
 
-/** Runs a tool: its answer with `ok: true`, or the arguments echoed back for a tool with no code yet. */
-export function runTool(name: string, args: Record<string, unknown>): Record<string, unknown> {
+/** Runs a tool: its answer with `ok: true`, or undefined when this app has no such tool. */
+export function runTool(name: string, args: Record<string, unknown>): Record<string, unknown> | undefined {
   const tool = Object.hasOwn(TOOLS, name) ? TOOLS[name] : undefined;
-  if (!tool) return { tool: name, arguments: args, ok: true };
-  return { tool: name, ok: true, ...tool(args) };
+  return tool ? { tool: name, ok: true, ...tool(args) } : undefined;
 }

@@ -297,7 +297,9 @@ describe("{{APP}}: MCP tool targets", () => {
     );
     const echo = await tool("echo", { a: 1 }, serviceToken({ app: APP, job: "mcp:echo", tick }));
     assert.equal(echo.status, 200);
-    assert.deepEqual(await echo.json(), { tool: "echo", arguments: { a: 1 }, ok: true });
+    assert.deepEqual(await echo.json(), { tool: "echo", ok: true, arguments: { a: 1 } });
+    const none = await tool("nope", {}, serviceToken({ app: APP, job: "mcp:nope", tick }));
+    assert.equal(none.status, 404, "a tool the app has no code for");
     const count = await tool(
       "word_count",
       { text: "one two\nthree" },
