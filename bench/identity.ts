@@ -1,47 +1,10 @@
-/**
- * Identity benchmark (`npm run bench:identity`, `-- --json`): what the /auth
- * routes of the data plane (docs/identity.md) cost, on `slipwayd up` as its
- * own process, its own nats-server (temp store, free port) and a local SMTP
- * server (smtp-server, in this process) that receives the sign-up mails.
- *
- * 0. one app (initialize-app), N users signed up (`verify_url`
- *    https://bench.example/verify), the token read from each mail's link and
- *    verified through `POST /auth/verify`;
- * 1. logins per second at saturation: a few clients, closed loop, right
- *    passwords only (10 failures would lock an email), bounded in count and
- *    time; for reference, the raw password checks per second of this machine
- *    with the same parameters (N=2^15, r=8, p=1) and as many in flight;
- * 2. login latency at an open-loop 20 logins/s for 15 s (request k leaves at
- *    t0 + k/rate whatever the answers do), then at 10/s for 10 s (a rate
- *    this 2-core machine's password hashing carries without a queue);
- * 3. refreshes at saturation: one session per client, each refresh with the
- *    refresh_token of the previous answer (every refresh rotates it); then
- *    one client, one refresh at a time (the latency without a queue);
- * 4. for reference, `GET /healthz` of the same data gateway with the same
- *    client and as many connections as (3): the ratio refresh / healthz.
- *
- * Targets (issue 16): refresh p99 <= 5 ms; login p99 <= 250 ms at 20/s.
- * SLIPWAY_RATE_LIMIT is set high for the platform process, so the per-app
- * token bucket of the /auth routes does not limit what is measured.
- *
- * It prints; it asserts nothing. Progress to stderr, the report to stdout.
- * Only 127.0.0.1; every loop is bounded in count and time; everything it
- * started is stopped at the end, on an error or a signal too.
- */
-import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { checkPassword, hashPassword } from "../gateway/identity-tokens.js";
-import { ARGON2 } from "../proto/identity.js";
-import { existsSync, mkdtempSync, rmSync, statSync } from "node:fs";
-import { Agent, request } from "node:http";
-import { createRequire } from "node:module";
-import type { AddressInfo } from "node:net";
+import { mkdtempSync, rmSync } from "node:fs";
+import { Agent } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
-import { fileURLToPath, pathToFileURL } from "node:url";
-import { simpleParser } from "mailparser";
-import { SMTPServer } from "smtp-server";
 import { type EmbeddedNats, startEmbeddedNats } from "../store/embedded-nats.js";
 import {
   exitWhenDone,
@@ -57,21 +20,38 @@ import {
   runMain,
   sleep,
   summary,
-  table,
   waitReady,
 } from "./common.js";
+import {
+  LOGIN_CLIENTS,
+  LOGIN_HALF_SECONDS,
+  LOGIN_PACED_SECONDS,
+  LOGIN_RATE,
+  ms,
+  type Paced,
+  type Phase,
+  printReport,
+  REFRESH_CLIENTS,
+  type Report,
+  TARGET_LOGIN_P99_MS,
+  TARGET_REFRESH_P99_MS,
+} from "./identity-report.js";
+import {
+  type Answer,
+  authCall,
+  call,
+  type DataPlane,
+  entry,
+  type Mailbox,
+  type Platform,
+  startMailbox,
+  startPlatform,
+  stopPlatform,
+} from "./identity-io.js";
 
 const USERS = Number(process.env.BENCH_USERS ?? 40);
-/** (1) login at saturation: clients (libuv's default pool runs 4 checks at once), at most this many, this long. */
-const LOGIN_CLIENTS = 4;
 const LOGIN_MAX = 600;
 const LOGIN_SECONDS = 10;
-/** (2) open-loop login. */
-const LOGIN_RATE = 20;
-const LOGIN_PACED_SECONDS = 15;
-const LOGIN_HALF_SECONDS = 10;
-/** (3) refresh at saturation, one session per client; then one at a time. */
-const REFRESH_CLIENTS = 8;
 const REFRESH_MAX = 100_000;
 const REFRESH_SECONDS = 8;
 const REFRESH_SEQ_MAX = 5_000;
@@ -82,164 +62,10 @@ const HEALTH_SECONDS = 5;
 /** Raw password-check reference: at most this many, this long. */
 const RAW_CHECK_MAX = 300;
 const RAW_CHECK_SECONDS = 4;
-const REQUEST_TIMEOUT_MS = 30_000;
 const VERIFY_URL = "https://bench.example/verify";
-const TARGET_REFRESH_P99_MS = 5;
-const TARGET_LOGIN_P99_MS = 250;
 
 const json = process.argv.includes("--json");
 const progress = makeProgress("bench:identity", Date.now());
-const require = createRequire(import.meta.url);
-const repo = fileURLToPath(new URL("../", import.meta.url));
-
-// ---- what runs the platform ----
-
-/** The built bundle when it exists (said whether the build stamp calls it current), else the sources through tsx. */
-async function entry(): Promise<{ args: string[]; what: string }> {
-  const bundle = join(repo, "dist", "bin", "slipwayd.mjs");
-  if (existsSync(bundle)) {
-    let state = "";
-    try {
-      const { buildDecision } = (await import(
-        pathToFileURL(join(repo, "scripts", "build-stamp.mjs")).href
-      )) as {
-        buildDecision: (root: string) => { build: boolean; reason: string };
-      };
-      const d = buildDecision(repo);
-      state = d.build ? `; the build stamp says: ${d.reason}` : "; current";
-    } catch {
-      /* no stamp check */
-    }
-    return {
-      args: [bundle],
-      what: `dist/bin/slipwayd.mjs (built ${statSync(bundle).mtime.toISOString()}${state})`,
-    };
-  }
-  return {
-    args: ["--import", require.resolve("tsx"), join(repo, "bin", "slipwayd.ts")],
-    what: "bin/slipwayd.ts through tsx (no dist/bin/slipwayd.mjs)",
-  };
-}
-
-// ---- the SMTP server that receives the sign-up mails ----
-
-interface Mailbox {
-  url: string;
-  /** Verification token by recipient address. */
-  tokens: Map<string, string>;
-  /** Mails without a verification link. */
-  other: number;
-  close(): Promise<void>;
-}
-
-const LINK = /https:\/\/bench\.example\/verify\?token=([A-Za-z0-9%._~-]+)/;
-
-async function startMailbox(): Promise<Mailbox> {
-  const tokens = new Map<string, string>();
-  const box = { other: 0 };
-  const server = new SMTPServer({
-    hideSTARTTLS: true,
-    disabledCommands: ["AUTH"],
-    authOptional: true,
-    logger: false,
-    onData(stream, session, cb) {
-      const chunks: Buffer[] = [];
-      stream.on("data", (c: Buffer) => chunks.push(c));
-      stream.on("end", () => {
-        simpleParser(Buffer.concat(chunks))
-          .then((parsed) => {
-            const m = LINK.exec(parsed.text ?? "");
-            if (!m) box.other++;
-            else
-              for (const r of session.envelope.rcptTo)
-                tokens.set(r.address.toLowerCase(), decodeURIComponent(m[1]!));
-            cb();
-          })
-          .catch((e: Error) => cb(e));
-      });
-    },
-  });
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => resolve());
-  });
-  const port = (server.server.address() as AddressInfo).port;
-  return {
-    url: `smtp://127.0.0.1:${port}`,
-    tokens,
-    get other() {
-      return box.other;
-    },
-    close: () => new Promise<void>((r) => server.close(() => r())),
-  };
-}
-
-// ---- the HTTP client ----
-
-interface Answer {
-  status: number;
-  ms: number;
-  body: any;
-}
-
-/** One request with node:http on a keep-alive agent; status 0 on a connection error or a timeout. */
-function call(
-  agent: Agent,
-  base: URL,
-  method: "GET" | "POST",
-  path: string,
-  headers: Record<string, string>,
-  body?: unknown,
-): Promise<Answer> {
-  const payload = body === undefined ? undefined : JSON.stringify(body);
-  return new Promise((resolve) => {
-    const t0 = performance.now();
-    let settled = false;
-    const done = (status: number, text: string) => {
-      if (settled) return;
-      settled = true;
-      const ms = performance.now() - t0;
-      let parsed: unknown;
-      try {
-        parsed = text ? JSON.parse(text) : undefined;
-      } catch {
-        parsed = text;
-      }
-      resolve({ status, ms, body: parsed });
-    };
-    const req = request(
-      {
-        host: base.hostname,
-        port: base.port,
-        method,
-        path,
-        agent,
-        headers:
-          payload === undefined ? headers : { ...headers, "content-length": Buffer.byteLength(payload) },
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on("data", (c: Buffer) => chunks.push(c));
-        res.on("end", () => done(res.statusCode ?? 0, Buffer.concat(chunks).toString("utf8")));
-        res.on("error", () => done(0, ""));
-      },
-    );
-    req.setTimeout(REQUEST_TIMEOUT_MS, () => {
-      done(0, "timeout");
-      req.destroy();
-    });
-    req.on("error", (e) => done(0, e.message));
-    req.end(payload);
-  });
-}
-
-interface DataPlane {
-  base: URL;
-  headers: Record<string, string>;
-}
-
-const authCall = (agent: Agent, dp: DataPlane, route: string, body: unknown) =>
-  call(agent, dp.base, "POST", `/auth/${route}`, dp.headers, body);
 
 // ---- measuring ----
 
@@ -264,28 +90,6 @@ function record(t: Tally, a: Answer, okStatus = 200): boolean {
 
 const failures = (t: { failed: Record<string, number> }) =>
   Object.values(t.failed).reduce((s, n) => s + n, 0);
-
-interface Cpu {
-  /** Percent of one core over the phase. */
-  platform: number;
-  nats: number;
-  bench: number;
-  other: number;
-  /** Percent of the whole machine. */
-  machineBusy: number;
-}
-
-interface Phase {
-  what: string;
-  seconds: number;
-  ok: number;
-  failed: Record<string, number>;
-  rate: number;
-  p50: number;
-  p99: number;
-  max: number;
-  cpu: Cpu;
-}
 
 /** Runs `fn`, returning its tally as a phase with the CPU of the platform, nats-server, this process and the rest. */
 async function measured(
@@ -363,44 +167,6 @@ async function rawPasswordCheck(inFlight: number): Promise<{ rate: number; p50: 
   return { rate: lat.length / ((performance.now() - t0) / 1000), p50: s.p50, p99: s.p99 };
 }
 
-// ---- the platform as a process ----
-
-interface Platform {
-  child: ChildProcess;
-  control: string;
-  data: string;
-  /** The last lines it wrote to stderr, for a failure's report. */
-  tail: () => string;
-}
-
-function startPlatform(args: string[], env: Record<string, string>): Platform {
-  const inherited: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env))
-    if (v !== undefined && !k.startsWith("SLIPWAY_") && k !== "NATS_URL") inherited[k] = v;
-  const child = spawn(process.execPath, [...args, "up"], {
-    env: { ...inherited, ...env },
-    stdio: ["ignore", "ignore", "pipe"],
-  });
-  let tail = "";
-  child.stderr?.on("data", (d: Buffer) => {
-    tail = (tail + String(d)).slice(-4000);
-  });
-  return {
-    child,
-    control: `http://127.0.0.1:${env.SLIPWAY_CONTROL_PORT}`,
-    data: `http://127.0.0.1:${env.SLIPWAY_DATA_PORT}`,
-    tail: () => tail,
-  };
-}
-
-async function stopPlatform(p: Platform): Promise<void> {
-  if (p.child.exitCode !== null || p.child.signalCode !== null) return;
-  const exited = new Promise((r) => p.child.once("exit", r));
-  p.child.kill("SIGTERM");
-  await Promise.race([exited, sleep(10_000)]);
-  if (p.child.exitCode === null && p.child.signalCode === null) p.child.kill("SIGKILL");
-}
-
 /** Runs `fn(i)` for i < n, `concurrency` at a time. */
 async function each(n: number, concurrency: number, fn: (i: number) => Promise<void>): Promise<void> {
   let next = 0;
@@ -413,15 +179,6 @@ async function each(n: number, concurrency: number, fn: (i: number) => Promise<v
 
 const emailOf = (i: number) => `user-${i}@bench.example`;
 const passwordOf = (i: number) => `bench-password-${i}-0123`;
-
-const yesNo = (ok: boolean) => (ok ? "met" : "missed");
-const ms = (n: number) => (n < 10 ? n.toFixed(2) : n.toFixed(1));
-const failedText = (f: Record<string, number>) =>
-  Object.keys(f).length === 0
-    ? "0"
-    : Object.entries(f)
-        .map(([k, v]) => `${v}×${k === "0" ? "error" : k}`)
-        .join(", ");
 
 /** The app (its data-plane token), then the users signed up, their mails read and verified; a warm-up. */
 async function prepare(
@@ -496,8 +253,6 @@ interface Pids {
   platform: number;
   nats: number;
 }
-
-type Paced = Phase & { sent: number; maxInflight: number };
 
 /** Logins at an open-loop `rate` for `seconds`: request k leaves at t0 + k/rate, whatever the answers do. */
 async function pacedLogins(
@@ -613,106 +368,6 @@ async function refreshPhases(
     return t;
   });
   return { sat, seq, health };
-}
-
-interface Report {
-  machine: ReturnType<typeof machineInfo>;
-  platform: string;
-  users: number;
-  setup: { signupSeconds: number; mailsSeconds: number };
-  rawPasswordCheck: { rate: number; p50: number; p99: number };
-  login: { sat: Phase; paced: Paced; half: Paced };
-  refresh: { sat: Phase; seq: Phase; health: Phase };
-  ratios: { loginsOfRawCheck: number; refreshOfHealthz: number };
-  rssMiB: { platform: number | undefined; nats: number | undefined };
-  targets: { loginP99: boolean; refreshP99OneAtATime: boolean; refreshP99Saturation: boolean };
-}
-
-function printReport(r: Report): void {
-  const m = r.machine;
-  const { sat: loginSat, paced, half } = r.login;
-  const { sat: refreshSat, seq, health } = r.refresh;
-  const row = (ph: Phase, what: string, extra = "") => [
-    what,
-    ph.rate >= 100 ? f0(ph.rate) : ph.rate.toFixed(1),
-    ms(ph.p50),
-    ms(ph.p99),
-    ms(ph.max),
-    `${ph.ok}${extra}`,
-    failedText(ph.failed),
-  ];
-  const pct = (n: number) => `${n.toFixed(0)} %`;
-  process.stdout.write(
-    [
-      `Machine: ${m.cores} cores (${m.cpu}), ${m.memGiB.toFixed(0)} GiB, Node ${m.node}, ${m.natsServer}; nats-server, slipwayd up and this client all share them.`,
-      `Platform: slipwayd up as a process, ${r.platform}.`,
-      `${r.users} users signed up in ${r.setup.signupSeconds.toFixed(1)} s, all mails in ${r.setup.mailsSeconds.toFixed(1)} s, verified. Passwords: argon2id m=${ARGON2.memoryCost} KiB, t=${ARGON2.timeCost}, p=${ARGON2.parallelism}.`,
-      "",
-      table([
-        ["phase", "per s", "p50 ms", "p99 ms", "max ms", "ok", "failed"],
-        [
-          `raw password check, ${LOGIN_CLIENTS} in flight (this process)`,
-          r.rawPasswordCheck.rate.toFixed(1),
-          ms(r.rawPasswordCheck.p50),
-          ms(r.rawPasswordCheck.p99),
-          "",
-          "",
-          "",
-        ],
-        row(loginSat, `login at saturation (${LOGIN_CLIENTS} clients)`),
-        row(
-          paced,
-          `login @ ${LOGIN_RATE}/s open loop, ${LOGIN_PACED_SECONDS} s`,
-          ` of ${paced.sent} (<= ${paced.maxInflight} in flight)`,
-        ),
-        row(
-          half,
-          `login @ ${LOGIN_RATE / 2}/s open loop, ${LOGIN_HALF_SECONDS} s`,
-          ` of ${half.sent} (<= ${half.maxInflight} in flight)`,
-        ),
-        row(refreshSat, `refresh at saturation (${REFRESH_CLIENTS} clients, a session each)`),
-        row(seq, "refresh, one at a time"),
-        row(health, `GET /healthz, same gateway (${REFRESH_CLIENTS} clients)`),
-      ]),
-      "",
-      table([
-        ["phase", "slipwayd up", "nats-server", "this client", "other", "machine busy"],
-        ...[loginSat, paced, half, refreshSat, seq, health].map((ph) => [
-          ph.what,
-          pct(ph.cpu.platform),
-          pct(ph.cpu.nats),
-          pct(ph.cpu.bench),
-          pct(ph.cpu.other),
-          pct(ph.cpu.machineBusy),
-        ]),
-      ]),
-      "(CPU in percent of one core; machine busy in percent of all cores.)",
-      `RSS after the run: slipwayd up ${r.rssMiB.platform?.toFixed(0) ?? "?"} MiB, nats-server ${r.rssMiB.nats?.toFixed(0) ?? "?"} MiB.`,
-      "",
-      `logins/s at saturation are ${(r.ratios.loginsOfRawCheck * 100).toFixed(0)} % of this machine's raw password checks/s`,
-      `refreshes/s at saturation are ${(r.ratios.refreshOfHealthz * 100).toFixed(1)} % of the gateway's GET /healthz rate`,
-      "",
-      table([
-        ["target (issue 16)", "measured", ""],
-        [
-          `login p99 <= ${TARGET_LOGIN_P99_MS} ms at ${LOGIN_RATE} logins/s`,
-          `${ms(paced.p99)} ms (${failedText(paced.failed)} failed)`,
-          yesNo(r.targets.loginP99),
-        ],
-        [
-          `refresh p99 <= ${TARGET_REFRESH_P99_MS} ms, one at a time`,
-          `${ms(seq.p99)} ms`,
-          yesNo(r.targets.refreshP99OneAtATime),
-        ],
-        [
-          `refresh p99 <= ${TARGET_REFRESH_P99_MS} ms, at saturation (${f0(refreshSat.rate)}/s)`,
-          `${ms(refreshSat.p99)} ms`,
-          yesNo(r.targets.refreshP99Saturation),
-        ],
-      ]),
-      "",
-    ].join("\n"),
-  );
 }
 
 async function main(): Promise<void> {
