@@ -134,6 +134,9 @@ http
 `,
   );
   const port = await freePort();
+  // the dev container listens on the engine's host network, which is the engine's namespace (not this
+  // host's loopback) since the engine runs in one of its own: reach it through a forward
+  await dockerd?.forwardLoopback(port);
   const secret = `s3cret-${randomBytes(8).toString("hex")}`;
   const app = "hello";
   await r.ensureBaseImage();

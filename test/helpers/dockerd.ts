@@ -1,23 +1,66 @@
-import { spawn, spawnSync } from "node:child_process";
+import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { request } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { forwardLoopback, type LoopbackForward } from "./netns-forward.js";
+import {
+  claimTestNetns,
+  ensureHostToContainers,
+  killAll,
+  netnsToolsMissing,
+  type TestNetns,
+} from "./netns.js";
 
 /**
- * A private dockerd for one test file: its own data root, exec root (with its
- * own managed containerd), pid file and unix socket under a short temp dir, no
- * bridge and no iptables (it touches no network but loopback). Several test
- * files may each run one at the same time.
+ * A private dockerd for one test file, in a network namespace of its own
+ * (test/helpers/netns.ts has the address plan): its own data root, exec root
+ * (with its own managed containerd), pid file and unix socket under a short
+ * temp dir; its default bridge and iptables on, inside the namespace only;
+ * `--ip-masq=false`, and every network it creates comes from a /16 unique to
+ * this engine, routed on the host. Several test files may each run one at the
+ * same time.
+ *
+ * From the host: every container of the engine, on any of its bridges, is
+ * reachable at its own address (also on an `enable_icc=false` bridge, where
+ * containers still cannot reach each other); a container reaches a listener
+ * on {@link TestDockerd.hostAddress} and is seen there with its own address;
+ * its 127.0.0.1 is its own, never the host's.
  */
 export interface TestDockerd {
   /** `unix://<dir>/docker.sock`, for DOCKER_HOST or `ContainerRuntime`'s `host`. */
   readonly host: string;
   readonly dir: string;
+  /** dockerd's pid (it runs in {@link TestDockerd.netns}). */
   readonly pid: number;
+  /** The engine's network namespace, `sw-t<k>` (`/var/run/netns/<netns>`). */
+  readonly netns: string;
+  /**
+   * `10.249.<k>.1`: the host's end of the veth to the namespace, where the
+   * platform listens for containers in tests (a container connects to it and
+   * is seen with its own address). Also an insecure registry address for the
+   * engine: a registry listening here is pushed to and pulled from over HTTP.
+   */
+  readonly hostAddress: string;
+  /**
+   * `10.<100+k>.0.0/16`: the engine's default bridge and every network it
+   * creates (`/24`s of the default address pool) come from it; the host
+   * routes it to the namespace.
+   */
+  readonly subnet: string;
+  /**
+   * Makes `127.0.0.1:<port>` on the host reach `127.0.0.1:<port>` in the
+   * namespace, where a container on the engine's host network listens (the
+   * host's loopback is no longer the engine's). Transitional, for callers
+   * whose containers still use the host network; `stop()` closes it.
+   */
+  forwardLoopback(port: number): Promise<void>;
   /** The last part of dockerd's own log, for a failing test's message. */
   log(): string;
-  /** Stops dockerd (SIGTERM, SIGKILL after a bound), anything left of it, and removes the temp dir. */
+  /**
+   * Stops dockerd (SIGTERM, SIGKILL after a bound) and anything left of it,
+   * then removes the host route, the veth, the namespace and the temp dir.
+   */
   stop(): Promise<void>;
 }
 
@@ -28,7 +71,7 @@ export function dockerdMissing(): string | undefined {
     return "dockerd is not installed (run `npm run setup` as root, or apt-get install -y docker.io busybox-static)";
   if (typeof process.getuid === "function" && process.getuid() !== 0)
     return "a private dockerd needs root; run the tests as root";
-  return undefined;
+  return netnsToolsMissing();
 }
 
 /** How long to wait for the daemon to answer, and for it to exit once asked to. */
@@ -36,51 +79,34 @@ const START_TIMEOUT_MS = 30_000;
 const STOP_TIMEOUT_MS = 15_000;
 
 /**
- * Starts a private dockerd and waits (bounded) until it answers `/_ping`.
- * Returns undefined when dockerd is not installed or cannot run here (see
- * {@link dockerdMissing}), so the caller decides how to fail.
+ * Starts a private dockerd in a namespace of its own and waits (bounded)
+ * until it answers `/_ping`. Returns undefined when dockerd is not installed
+ * or cannot run here (see {@link dockerdMissing}), so the caller decides how
+ * to fail. Slots of test engines whose owner died are cleaned up first.
  */
 export async function startTestDockerd(): Promise<TestDockerd | undefined> {
   if (dockerdMissing()) return undefined;
   // unix socket paths are limited to about 100 bytes: keep the dir short
   const base = tmpdir().length > 40 && existsSync("/tmp") ? "/tmp" : tmpdir();
   const dir = mkdtempSync(join(base, "sw-dk-"));
+  let ns: TestNetns;
+  try {
+    ns = await claimTestNetns(dir, reapEngine);
+  } catch (e) {
+    rmSync(dir, { recursive: true, force: true });
+    throw e;
+  }
   const sock = join(dir, "docker.sock");
   const logPath = join(dir, "dockerd.log");
-  const logFd = openSync(logPath, "a");
-  const child = spawn(
-    "dockerd",
-    [
-      "--bridge=none",
-      "--iptables=false",
-      "--ip6tables=false",
-      "--ip-masq=false",
-      "--data-root",
-      join(dir, "data"),
-      "--exec-root",
-      join(dir, "exec"),
-      "--pidfile",
-      join(dir, "dockerd.pid"),
-      "-H",
-      `unix://${sock}`,
-      "--shutdown-timeout",
-      "2",
-      "--log-level",
-      "warn",
-    ],
-    { stdio: ["ignore", logFd, logFd] },
-  );
-  closeSync(logFd);
+  const child = spawnEngine(ns, dir, sock, logPath);
   let exited = child.exitCode !== null;
   const exitedP = new Promise<void>((resolve) => {
-    child.once("exit", () => {
+    const done = () => {
       exited = true;
       resolve();
-    });
-    child.once("error", () => {
-      exited = true;
-      resolve();
-    });
+    };
+    child.once("exit", done);
+    child.once("error", done);
   });
   const log = () => {
     try {
@@ -89,12 +115,13 @@ export async function startTestDockerd(): Promise<TestDockerd | undefined> {
       return "";
     }
   };
-  const pid = child.pid ?? 0;
+  const forwards: LoopbackForward[] = [];
 
   let stopped = false;
   const stop = async () => {
     if (stopped) return;
     stopped = true;
+    await Promise.all(forwards.map((f) => f.close()));
     if (!exited) {
       child.kill("SIGTERM");
       const t = setTimeout(() => {
@@ -104,6 +131,8 @@ export async function startTestDockerd(): Promise<TestDockerd | undefined> {
       clearTimeout(t);
     }
     cleanupLeftovers(dir);
+    killAll(ns.pids());
+    ns.release();
     rmSync(dir, { recursive: true, force: true });
   };
 
@@ -117,7 +146,58 @@ export async function startTestDockerd(): Promise<TestDockerd | undefined> {
     }
     await new Promise((r) => setTimeout(r, 100));
   }
-  return { host: `unix://${sock}`, dir, pid, log, stop };
+  ensureHostToContainers(ns);
+  return {
+    host: `unix://${sock}`,
+    dir,
+    pid: child.pid ?? 0,
+    netns: ns.name,
+    hostAddress: ns.hostAddress,
+    subnet: ns.subnet,
+    async forwardLoopback(port: number) {
+      forwards.push(await forwardLoopback(ns, port));
+    },
+    log,
+    stop,
+  };
+}
+
+/**
+ * `nsenter --net` (not `ip netns exec`, which remounts /sys: the engine then
+ * finds no cgroup mounts) execs dockerd in the namespace: the child's pid is
+ * dockerd's.
+ */
+function spawnEngine(ns: TestNetns, dir: string, sock: string, logPath: string): ChildProcess {
+  const logFd = openSync(logPath, "a");
+  const args = [
+    `--net=${ns.path}`,
+    "dockerd",
+    "--bip",
+    ns.bridgeCidr,
+    "--default-address-pool",
+    `base=${ns.subnet},size=24`,
+    "--ip-masq=false",
+    "--ip6tables=false",
+    "--insecure-registry",
+    `${ns.hostAddress}/32`,
+    "--data-root",
+    join(dir, "data"),
+    "--exec-root",
+    join(dir, "exec"),
+    "--pidfile",
+    join(dir, "dockerd.pid"),
+    "-H",
+    `unix://${sock}`,
+    "--shutdown-timeout",
+    "2",
+    "--log-level",
+    "warn",
+  ];
+  try {
+    return spawn("nsenter", args, { stdio: ["ignore", logFd, logFd] });
+  } finally {
+    closeSync(logFd);
+  }
 }
 
 function ping(socketPath: string): Promise<boolean> {
@@ -132,29 +212,43 @@ function ping(socketPath: string): Promise<boolean> {
   });
 }
 
+/** What is left of a dead owner's engine (see {@link cleanupLeftovers}), and its temp dir. */
+function reapEngine(dir: string): void {
+  cleanupLeftovers(dir);
+  rmSync(dir, { recursive: true, force: true });
+}
+
 /**
- * What a dockerd that had to be killed can leave behind, all recognisable by
- * the temp dir in their command line or mount point: its managed containerd
- * and container shims (killed by pid), and mounts (the default network
- * namespace, overlay layers), unmounted deepest first.
+ * What a dockerd that had to be killed can leave behind: its managed
+ * containerd and container shims (their command line names the temp dir),
+ * the containers' processes (their cgroup names a container id of this data
+ * root), all SIGKILLed; then mounts (network namespaces, overlay layers),
+ * unmounted deepest first. Processes in the engine's network namespace are
+ * the caller's (`ip netns pids`).
  */
 function cleanupLeftovers(dir: string): void {
+  let ids: string[] = [];
+  try {
+    ids = readdirSync(join(dir, "data", "containers")).filter((d) => /^[0-9a-f]{64}$/.test(d));
+  } catch {
+    // no container was ever made
+  }
+  const pids: number[] = [];
   for (const p of readdirSync("/proc")) {
     if (!/^\d+$/.test(p) || Number(p) === process.pid) continue;
-    let cmd = "";
     try {
-      cmd = readFileSync(`/proc/${p}/cmdline`, "utf8");
+      const cmd = readFileSync(`/proc/${p}/cmdline`, "utf8");
+      const cgroup = ids.length ? readFileSync(`/proc/${p}/cgroup`, "utf8") : "";
+      if (cmd.includes(`${dir}/`) || ids.some((id) => cgroup.includes(id))) pids.push(Number(p));
     } catch {
-      continue;
-    }
-    if (cmd.includes(`${dir}/`)) {
-      try {
-        process.kill(Number(p), "SIGKILL");
-      } catch {
-        // already gone
-      }
+      // gone
     }
   }
+  killAll(pids);
+  unmountUnder(dir);
+}
+
+function unmountUnder(dir: string): void {
   let mounts: string[] = [];
   try {
     mounts = readFileSync("/proc/self/mounts", "utf8")
