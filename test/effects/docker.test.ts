@@ -18,7 +18,9 @@ test.before(async (t) => {
   const t0 = Date.now();
   dockerd = await startTestDockerd();
   if (!dockerd) return;
-  t.log(`private dockerd up in ${Date.now() - t0} ms`);
+  t.log(
+    `private dockerd up in ${Date.now() - t0} ms in ${dockerd.netns} (its networks from ${dockerd.subnet})`,
+  );
   rt = new ContainerRuntime({ host: dockerd.host });
 });
 
