@@ -109,6 +109,10 @@ test.serial(
         t.is(r.data, `hi from ${e.netns}/${network}`);
       }
     }
+    // the engines are apart: a container of one reaches no container of the other
+    const inB = await addressOn(dockerAt(b.host), "greeter-plain", "plain");
+    const what = `${a.netns} container -> ${b.netns} greeter-plain ${inB}:3000`;
+    t.false((await containerTry(t, dockerAt(a.host), "plain", what, inB, 3000)).ok);
   },
 );
 

@@ -85,9 +85,10 @@ export function netnsToolsMissing(): string | undefined {
  */
 export async function claimTestNetns(dir: string, reapEngine: (dir: string) => void): Promise<TestNetns> {
   return withHostLock(() => {
-    reapDeadSlots(reapEngine);
+    const host = reapDeadSlots(reapEngine) ? hostState() : undefined;
+    const now = host ?? hostState();
     for (let k = 0; k < SLOTS; k++) {
-      if (slotInUse(k)) continue;
+      if (slotInUse(k, now)) continue;
       writeOwner(k, { pid: process.pid, start: procStart(process.pid) ?? "", dir });
       const ns = netnsOf(k);
       try {
@@ -124,11 +125,18 @@ function netnsOf(k: number): TestNetns {
 /**
  * The namespace, lo up, the veth pair with its /30, the default route inside,
  * the host route to the engine's /16, and the namespace's firewall:
- * - `DOCKER-USER -i <nsVeth> -j ACCEPT`: the engine's FORWARD policy is DROP
- *   and its own rules accept only published ports from outside, so without it
- *   the host reaches no container. DOCKER-USER runs before the engine's
- *   isolation rules and is never flushed by it; container to container on an
- *   `enable_icc=false` bridge (`-i br -o br`) stays dropped.
+ * - FORWARD's policy DROP. The engine sets it only when it finds ip_forward
+ *   off (and turns it on); a new namespace copies ip_forward from the host's,
+ *   which is on wherever an engine runs in the host's namespace (dockerd's
+ *   `--ip-forward` defaults to true, also with `--bridge=none`): the engine
+ *   would then leave FORWARD accepting everything.
+ * - `DOCKER-USER -i <nsVeth> -s <hostAddress> -j ACCEPT`: with FORWARD
+ *   dropping, the engine's own rules accept only published ports from
+ *   outside, so without it the host reaches no container. DOCKER-USER runs
+ *   before the engine's isolation rules and is never flushed by it; container
+ *   to container on an `enable_icc=false` bridge (`-i br -o br`) stays
+ *   dropped. Only the host's end of the veth is accepted: should the host
+ *   forward (ip_forward=1), another engine's containers still get nowhere.
  * - conntrack off (raw `CT --notrack`) between the veth's /30 and the /16:
  *   `--ip-masq=false` covers the default bridge only, every user-defined
  *   network gets a MASQUERADE rule of its own (unless made with
@@ -137,25 +145,48 @@ function netnsOf(k: number): TestNetns {
  */
 function setUp(ns: TestNetns): void {
   must("ip", ["netns", "add", ns.name]);
-  must("ip", ["-n", ns.name, "link", "set", "lo", "up"]);
-  must("ip", ["link", "add", ns.hostVeth, "type", "veth", "peer", "name", ns.nsVeth, "netns", ns.name]);
-  must("ip", ["addr", "add", `${ns.hostAddress}/30`, "dev", ns.hostVeth]);
-  must("ip", ["link", "set", ns.hostVeth, "up"]);
-  must("ip", ["-n", ns.name, "addr", "add", `${ns.nsAddress}/30`, "dev", ns.nsVeth]);
-  must("ip", ["-n", ns.name, "link", "set", ns.nsVeth, "up"]);
-  must("ip", ["-n", ns.name, "route", "add", "default", "via", ns.hostAddress]);
-  must("ip", ["route", "add", ns.subnet, "via", ns.nsAddress, "dev", ns.hostVeth]);
+  // a batch per side: each command is a process, and processes are what a start costs here
   const veth30 = `10.249.${ns.slot}.0/30`;
-  const raw = ["-w", "-t", "raw", "-A", "PREROUTING"];
-  ns.run("iptables", [...raw, "-s", ns.subnet, "-d", veth30, "-j", "CT", "--notrack"]);
-  ns.run("iptables", [...raw, "-i", ns.nsVeth, "-s", veth30, "-d", ns.subnet, "-j", "CT", "--notrack"]);
-  ns.run("iptables", ["-w", "-N", "DOCKER-USER"]);
-  ns.run("iptables", ["-w", "-I", "DOCKER-USER", "-i", ns.nsVeth, "-j", "ACCEPT"]);
+  mustWith(
+    "ip",
+    ["-batch", "-"],
+    [
+      `link add ${ns.hostVeth} type veth peer name ${ns.nsVeth} netns ${ns.name}`,
+      `addr add ${ns.hostAddress}/30 dev ${ns.hostVeth}`,
+      `link set ${ns.hostVeth} up`,
+    ],
+  );
+  mustWith(
+    "ip",
+    ["-n", ns.name, "-batch", "-"],
+    [
+      "link set lo up",
+      `addr add ${ns.nsAddress}/30 dev ${ns.nsVeth}`,
+      `link set ${ns.nsVeth} up`,
+      `route add default via ${ns.hostAddress}`,
+    ],
+  );
+  must("ip", ["route", "add", ns.subnet, "via", ns.nsAddress, "dev", ns.hostVeth]);
+  mustWith(
+    "nsenter",
+    [`--net=${ns.path}`, "iptables-restore", "--noflush", "-w"],
+    [
+      "*raw",
+      `-A PREROUTING -s ${ns.subnet} -d ${veth30} -j CT --notrack`,
+      `-A PREROUTING -i ${ns.nsVeth} -s ${veth30} -d ${ns.subnet} -j CT --notrack`,
+      "COMMIT",
+      "*filter",
+      ":FORWARD DROP [0:0]",
+      ":DOCKER-USER - [0:0]",
+      `-I DOCKER-USER -i ${ns.nsVeth} -s ${ns.hostAddress} -j ACCEPT`,
+      "COMMIT",
+    ],
+  );
 }
 
 /** Re-inserts the DOCKER-USER rule should the engine have dropped it (it keeps the chain). */
 export function ensureHostToContainers(ns: TestNetns): void {
-  const rule = ["DOCKER-USER", "-i", ns.nsVeth, "-j", "ACCEPT"];
+  const rule = ["DOCKER-USER", "-i", ns.nsVeth, "-s", ns.hostAddress, "-j", "ACCEPT"];
   if (spawnSync("nsenter", [`--net=${ns.path}`, "iptables", "-w", "-C", ...rule]).status !== 0)
     ns.run("iptables", ["-w", "-I", ...rule]);
 }
@@ -169,32 +200,49 @@ function releaseSlot(k: number): void {
   rmSync(ownerPath(k), { force: true });
 }
 
-/** A slot is in use while any of its parts exists, or its addresses collide with the host's own. */
-function slotInUse(k: number): boolean {
-  const links = spawnSync("ip", ["-o", "link", "show", "dev", `swh${k}`], { stdio: "ignore" });
-  if (links.status === 0) return true;
-  if (listNetns().includes(`${NETNS_PREFIX}${k}`)) return true;
-  if (ownerFileExists(k)) return true;
-  return hostOverlaps([`10.249.${k}.0/30`, `10.${100 + k}.0.0/16`]);
+/** What the host has of test slots, and its IPv4 routes and addresses (CIDRs). */
+interface HostState {
+  /** Slots with a namespace `sw-t<k>`. */
+  slots: Set<number>;
+  /** Slots with a host veth `swh<k>`. */
+  veths: Set<number>;
+  /** Slots with an owner file. */
+  owners: Set<number>;
+  cidrs: string[];
 }
 
-/** Reaps every slot (namespace, owner file or host veth) whose owner is gone. */
-function reapDeadSlots(reapEngine: (dir: string) => void): void {
+function hostState(): HostState {
   const slots = new Set<number>();
   for (const n of listNetns()) {
     const m = new RegExp(`^${NETNS_PREFIX}(\\d+)$`).exec(n);
     if (m) slots.add(Number(m[1]));
   }
+  const owners = new Set<number>();
   for (const f of safeReaddir(STATE_DIR)) {
     const m = new RegExp(`^${NETNS_PREFIX}(\\d+)\\.owner$`).exec(f);
-    if (m) slots.add(Number(m[1]));
+    if (m) owners.add(Number(m[1]));
   }
-  for (const l of hostVeths()) slots.add(l);
+  return { slots, veths: new Set(hostVeths()), owners, cidrs: hostCidrs() };
+}
+
+/** A slot is in use while any of its parts exists, or its addresses collide with the host's own. */
+function slotInUse(k: number, host: HostState): boolean {
+  if (host.slots.has(k) || host.veths.has(k) || host.owners.has(k)) return true;
+  return [`10.249.${k}.0/30`, `10.${100 + k}.0.0/16`].some((c) => host.cidrs.some((h) => cidrOverlap(c, h)));
+}
+
+/** Reaps every slot (namespace, owner file or host veth) whose owner is gone; true when it reaped one. */
+function reapDeadSlots(reapEngine: (dir: string) => void): boolean {
+  const host = hostState();
+  const slots = new Set<number>([...host.slots, ...host.veths, ...host.owners]);
+  let reaped = false;
   for (const k of slots) {
     const owner = readOwner(k);
     if (owner && ownerAlive(owner)) continue;
     reapSlot(k, owner, reapEngine);
+    reaped = true;
   }
+  return reaped;
 }
 
 function reapSlot(k: number, owner: Owner | undefined, reapEngine: (dir: string) => void): void {
@@ -251,8 +299,8 @@ function hostVeths(): number[] {
   return out;
 }
 
-/** True when a host address or route (other than ours) overlaps one of the CIDRs. */
-function hostOverlaps(cidrs: string[]): boolean {
+/** The destinations of the host's IPv4 routes (every table) and its addresses' networks. */
+function hostCidrs(): string[] {
   const host: string[] = [];
   const routes = spawnSync("ip", ["-4", "-o", "route", "show", "table", "all"], { encoding: "utf8" });
   for (const l of (routes.stdout ?? "").split("\n")) {
@@ -261,7 +309,7 @@ function hostOverlaps(cidrs: string[]): boolean {
   }
   const addrs = spawnSync("ip", ["-4", "-o", "addr", "show"], { encoding: "utf8" });
   for (const m of (addrs.stdout ?? "").matchAll(/ inet (\d+\.\d+\.\d+\.\d+\/\d+)/g)) host.push(m[1] ?? "");
-  return cidrs.some((c) => host.some((h) => cidrOverlap(c, h)));
+  return host;
 }
 
 function cidrOverlap(a: string, b: string): boolean {
@@ -280,10 +328,6 @@ function parseCidr(c: string): [number, number] {
 
 function ownerPath(k: number): string {
   return join(STATE_DIR, `${NETNS_PREFIX}${k}.owner`);
-}
-
-function ownerFileExists(k: number): boolean {
-  return safeReaddir(STATE_DIR).includes(`${NETNS_PREFIX}${k}.owner`);
 }
 
 function writeOwner(k: number, owner: Owner): void {
@@ -358,7 +402,12 @@ async function withHostLock<T>(fn: () => T): Promise<T> {
 }
 
 function must(cmd: string, args: string[]): string {
-  const r = spawnSync(cmd, args, { encoding: "utf8" });
+  return mustWith(cmd, args, []);
+}
+
+/** Runs a command with `lines` on its stdin; throws with its stderr when it fails. */
+function mustWith(cmd: string, args: string[], lines: string[]): string {
+  const r = spawnSync(cmd, args, { encoding: "utf8", input: lines.length ? `${lines.join("\n")}\n` : "" });
   if (r.error || r.status !== 0)
     throw new Error(`${cmd} ${args.join(" ")} failed: ${r.error?.message ?? r.stderr.trim()}`);
   return r.stdout;
