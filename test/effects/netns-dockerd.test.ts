@@ -195,7 +195,7 @@ test.serial(
   },
 );
 
-/** What the host shows of an engine: its namespace, veth, route, processes, dir and owner file. */
+/** What the host shows of an engine: its namespace, veth, route, processes, mounts, dir and owner file. */
 function traces(e: { netns: string; subnet: string; dir: string }): string[] {
   const k = e.netns.replace(/^sw-t/, "");
   const out: string[] = [];
@@ -207,6 +207,10 @@ function traces(e: { netns: string; subnet: string; dir: string }): string[] {
   if (routes.includes(e.subnet.replace(/\/16$/, "/16 "))) out.push(`route ${e.subnet}`);
   const procs = spawnSync("pgrep", ["-f", e.dir], { encoding: "utf8" }).stdout.trim();
   if (procs) out.push(`processes ${procs.replace(/\n/g, " ")}`);
+  const mounts = readFileSync("/proc/self/mounts", "utf8")
+    .split("\n")
+    .filter((l) => l.includes(` ${e.dir}/`));
+  if (mounts.length) out.push(`${mounts.length} mounts under ${e.dir}`);
   if (existsSync(e.dir)) out.push(`dir ${e.dir}`);
   if (existsSync(`${STATE_DIR}/${e.netns}.owner`)) out.push(`owner file of ${e.netns}`);
   return out;
@@ -299,9 +303,11 @@ test.serial(
     t.truthy(next);
     t.log(`the next start took ${Date.now() - t0} ms (it reaped the leftover first), got ${next?.netns}`);
     try {
-      // the slot may be the next engine's now: then only the dead engine's dir and processes tell
+      // the slot may be the next engine's now: then only the dead engine's dir, processes and mounts tell
       const reused = next?.netns === facts.netns;
-      const left = traces(facts).filter((x) => !reused || x.startsWith("dir ") || x.startsWith("processes "));
+      const own = (x: string) =>
+        x.startsWith("dir ") || x.startsWith("processes ") || x.includes(" mounts under ");
+      const left = traces(facts).filter((x) => !reused || own(x));
       t.log(`of the dead owner's engine: ${left.length ? left.join("; ") : "nothing left"}`);
       t.deepEqual(left, []);
       t.false(existsSync(facts.dir));
