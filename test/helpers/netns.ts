@@ -19,7 +19,10 @@ import { join } from "node:path";
  * claimed slot has an owner file there (pid, its start time, the engine's
  * temp dir). Before claiming, a slot whose owner is dead is reaped: its
  * processes, route, veth, namespace, temp dir and owner file. A live owner's
- * slot (a sibling test file's engine) is never touched.
+ * slot (a sibling test file's engine) is never touched. The names `sw-t<k>`,
+ * `swh<k>` and `swn<k>` are this module's: anything else making namespaces
+ * for tests (the test hosts of DESIGN §12) takes other names or claims its
+ * slots here.
  */
 
 /** Owner files and the lock; tmpfs, so it goes with the namespaces at reboot. */
@@ -85,10 +88,9 @@ export function netnsToolsMissing(): string | undefined {
  */
 export async function claimTestNetns(dir: string, reapEngine: (dir: string) => void): Promise<TestNetns> {
   return withHostLock(() => {
-    const host = reapDeadSlots(reapEngine) ? hostState() : undefined;
-    const now = host ?? hostState();
+    const host = reapDeadSlots(reapEngine);
     for (let k = 0; k < SLOTS; k++) {
-      if (slotInUse(k, now)) continue;
+      if (slotInUse(k, host)) continue;
       writeOwner(k, { pid: process.pid, start: procStart(process.pid) ?? "", dir });
       const ns = netnsOf(k);
       try {
@@ -231,8 +233,8 @@ function slotInUse(k: number, host: HostState): boolean {
   return [`10.249.${k}.0/30`, `10.${100 + k}.0.0/16`].some((c) => host.cidrs.some((h) => cidrOverlap(c, h)));
 }
 
-/** Reaps every slot (namespace, owner file or host veth) whose owner is gone; true when it reaped one. */
-function reapDeadSlots(reapEngine: (dir: string) => void): boolean {
+/** Reaps every slot (namespace, owner file or host veth) whose owner is gone; what the host has then. */
+function reapDeadSlots(reapEngine: (dir: string) => void): HostState {
   const host = hostState();
   const slots = new Set<number>([...host.slots, ...host.veths, ...host.owners]);
   let reaped = false;
@@ -242,7 +244,7 @@ function reapDeadSlots(reapEngine: (dir: string) => void): boolean {
     reapSlot(k, owner, reapEngine);
     reaped = true;
   }
-  return reaped;
+  return reaped ? hostState() : host;
 }
 
 function reapSlot(k: number, owner: Owner | undefined, reapEngine: (dir: string) => void): void {
