@@ -71,6 +71,11 @@ export interface Workspace {
 export interface PlatformUrls {
   control?: string;
   data?: string;
+  /**
+   * Where app containers reach the planes (the host's address on their bridge network, docs/security.md):
+   * dev containers get both, production containers the data plane.
+   */
+  containers?: { control?: string; data?: string };
 }
 
 /** What a capability handler may use. Effects are never applied directly: they go into the outbox. */

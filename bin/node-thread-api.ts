@@ -10,7 +10,7 @@ export interface NodeThreadData {
   dataDir: string;
   workspaceRoot: string;
   nodeId?: string | undefined;
-  platformUrls: { control?: string; data?: string };
+  platformUrls: { control?: string; data?: string; containers?: { control?: string; data?: string } };
   node?: Pick<NodeOptions, "leaseTtlMs" | "leaseMarginMs" | "tickMs" | "scheduler" | "tickTimeoutMs">;
 }
 

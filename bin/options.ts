@@ -18,7 +18,9 @@ export function optionsFromEnv(env: NodeJS.ProcessEnv = process.env): PlatformOp
     dataHost: env.SLIPWAY_DATA_HOST,
     controlPort: int(env.SLIPWAY_CONTROL_PORT),
     dataPort: int(env.SLIPWAY_DATA_PORT),
-    requireControlToken: env.SLIPWAY_REQUIRE_CONTROL_TOKEN === "1",
+    ...(env.SLIPWAY_BRIDGE_ADDRESS
+      ? { bridgeAddress: env.SLIPWAY_BRIDGE_ADDRESS === "none" ? false : env.SLIPWAY_BRIDGE_ADDRESS }
+      : {}),
     proxyHost: env.SLIPWAY_PROXY_HOST || undefined,
     httpPort: int(env.SLIPWAY_HTTP_PORT) ?? PROXY_DEFAULT_PORTS.http,
     httpsPort: int(env.SLIPWAY_HTTPS_PORT) ?? PROXY_DEFAULT_PORTS.https,

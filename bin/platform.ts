@@ -12,7 +12,9 @@ import {
   uwsIsNative,
   type GatewayHandle,
 } from "../gateway/mod.js";
+import { ContainerRuntime, type DevCallerDirectory } from "../effects/mod.js";
 import { DEFAULT_PORTS } from "../proto/mod.js";
+import { findBridgeAddress } from "./bridge.js";
 import { type ProxyHandle, type ProxyOptions, startProxy } from "../proxy/mod.js";
 import {
   openBus,
@@ -48,8 +50,13 @@ export interface PlatformOptions {
   dataHost?: string;
   controlPort?: number;
   dataPort?: number;
-  /** Require the control token on the control plane even on loopback. */
-  requireControlToken?: boolean;
+  /**
+   * The host's address where app containers reach the platform (SLIPWAY_BRIDGE_ADDRESS): the
+   * control plane's dev listener and the data plane listen there too. By default the dev network's
+   * gateway as the engine reports it (the network is made when missing); `false`: containers reach
+   * nothing of the platform. Without an engine there is none.
+   */
+  bridgeAddress?: string | false;
   nodeId?: string;
   /** Address the edge proxy binds (`up` and `proxy`; default 127.0.0.1). */
   proxyHost?: string;
@@ -165,7 +172,7 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
     const telemetry = await watchTelemetry({ bus, vault, role, env, log }); // docs/observability.md
     closers.push(() => telemetry.close());
 
-    const { index, control, data } =
+    const { index, control, data, bridgeHost } =
       role === "up" || role === "gateway"
         ? await startGateways(opts, { role, dataDir, env, bus, vault, controlToken, log, closers })
         : ({} as Gateways);
@@ -183,9 +190,17 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
           : undefined;
       const ownControl = local(opts.controlHost, control?.port);
       const ownData = local(opts.dataHost, data?.port);
+      const bridge = bridgeHost ?? (role === "node" ? await findBridgeAddress(opts, log) : undefined);
+      const inContainers = bridge
+        ? {
+            control: `http://${bridge}:${control?.port ?? opts.controlPort ?? DEFAULT_PORTS.control}`,
+            data: `http://${bridge}:${data?.port ?? opts.dataPort ?? DEFAULT_PORTS.data}`,
+          }
+        : undefined;
       const platformUrls = {
         ...(ownControl ? { control: ownControl } : {}),
         ...(ownData ? { data: ownData } : {}),
+        ...(inContainers ? { containers: inContainers } : {}),
         ...(opts.platformUrls ?? {}),
       };
       if (role === "up" && opts.nodeThread && !opts.launchNode)
@@ -278,6 +293,8 @@ interface Gateways {
   index?: ReadIndex;
   control?: GatewayHandle;
   data?: GatewayHandle;
+  /** The address app containers reach these gateways at, when there is one. */
+  bridgeHost?: string;
 }
 
 interface Started {
@@ -319,14 +336,21 @@ async function startGateways(opts: PlatformOptions, s: Started): Promise<Gateway
     ...(opts.replyTimeoutMs ? { replyTimeoutMs: opts.replyTimeoutMs } : {}),
   };
   const out: Gateways = { index };
+  const bridge = await findBridgeAddress(opts, log);
+  if (bridge) out.bridgeHost = bridge;
+  if (!isLoopback(controlHost))
+    log(`control plane on ${controlHost}: every call needs the control token (at least 32 characters)`);
   if (role === "up" || opts.plane !== "data") {
+    let callers: DevCallerDirectory | undefined;
+    // the engine of this process (DOCKER_HOST), as the runtime node's
+    if (bridge) callers = ContainerRuntime.fromEnv().devCallers();
     const control = await startGateway({
       ...common,
       plane: "control",
       host: controlHost,
       port: controlPort,
       otherPort: () => out.data?.port ?? dataPort,
-      controlTokenRequired: opts.requireControlToken === true || !isLoopback(controlHost),
+      ...(bridge && callers && bridge !== controlHost ? { devListener: { host: bridge, callers } } : {}),
     });
     out.control = control;
     closers.push(() => control.close());
@@ -338,7 +362,7 @@ async function startGateways(opts: PlatformOptions, s: Started): Promise<Gateway
       host: opts.dataHost ?? "127.0.0.1",
       port: dataPort,
       otherPort: () => out.control?.port ?? controlPort,
-      controlTokenRequired: true,
+      ...(bridge ? { extraHosts: [bridge] } : {}),
       rateLimits: rateLimitsFromEnv(s.env),
     });
     out.data = data;

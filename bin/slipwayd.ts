@@ -36,6 +36,7 @@ const PLAIN_ERRORS = new Set([
   "BusFeatureError",
   "VaultKeyMismatchError",
   "ControlTokenError",
+  "BridgeAddressError",
 ]);
 
 function fail(msg: string, code = 1): never {

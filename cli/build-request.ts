@@ -39,14 +39,20 @@ function queryOf(values: Readonly<Record<string, unknown>>): string {
   return s === "" ? "" : `?${s}`;
 }
 
-function baseHeaders(config: CliConfig, accept: string): Record<string, string> {
+/**
+ * Headers of every request. The data plane gets SLIPWAY_TOKEN; the control plane its own token when
+ * the client found one (cli/config.ts), else SLIPWAY_TOKEN, else none (a dev container's client: the
+ * platform knows it by its address).
+ */
+function baseHeaders(config: CliConfig, plane: "control" | "data", accept: string): Record<string, string> {
   const headers: Record<string, string> = {
     accept,
     "user-agent": `slipway-cli/${CLIENT_VERSION}`,
     "x-platform-actor-type": "cli",
     "x-platform-actor-id": config.actorId,
   };
-  if (config.token !== undefined) headers.authorization = `Bearer ${config.token}`;
+  const token = plane === "control" ? (config.controlToken ?? config.token) : config.token;
+  if (token !== undefined) headers.authorization = `Bearer ${token}`;
   return headers;
 }
 
@@ -61,11 +67,13 @@ export function buildReadRequest(
   query: Readonly<Record<string, unknown>>,
   accept: "json" | "text",
 ): HttpRequest {
-  const base = planeFor(inv) === "data" ? config.dataUrl : config.controlUrl;
+  const plane = planeFor(inv);
+  const base = plane === "data" ? config.dataUrl : config.controlUrl;
   const url = join(base, path);
   url.search = queryOf(query);
   const headers = baseHeaders(
     config,
+    plane,
     accept === "text" ? "text/plain, application/json" : "application/json",
   );
   return { url, method: "GET", headers };
@@ -82,6 +90,7 @@ export function buildRequest(inv: Invocation, config: CliConfig): HttpRequest {
   const base = plane === "data" ? config.dataUrl : config.controlUrl;
   const headers = baseHeaders(
     config,
+    plane,
     inv.verb.output === "text" ? "text/plain, application/json" : "application/json",
   );
   if (transportOf(method) === "query") {

@@ -1,4 +1,4 @@
-import { DEFAULT_URLS, ENV_VARS } from "./config.js";
+import { DEFAULT_DATA_DIR, DEFAULT_URLS, ENV_VARS } from "./config.js";
 import { alignRows } from "./format-values.js";
 import { GLOBAL_FLAGS, type GlobalFlagSpec } from "./globals.js";
 import { type FlagSpec, FlagKind, type VerbSpec, transportOf } from "./verb-types.js";
@@ -112,7 +112,11 @@ export function topHelp(): string {
     ...columns([
       [ENV_VARS.controlUrl, `control plane base URL (default ${DEFAULT_URLS.control})`],
       [ENV_VARS.dataUrl, `data plane base URL (default ${DEFAULT_URLS.data})`],
-      [ENV_VARS.token, "when set, sent as Authorization: Bearer <token>"],
+      [ENV_VARS.token, "when set, sent as Authorization: Bearer <token> (the data plane's app token)"],
+      [
+        ENV_VARS.controlToken,
+        `the control plane's token (default: control.token of ${ENV_VARS.dataDir}, else of ${DEFAULT_DATA_DIR} in the working directory or a parent; none inside a dev container)`,
+      ],
       [ENV_VARS.actorId, "sent as x-platform-actor-id (default <user>@<host>)"],
     ]),
     "",

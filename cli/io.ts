@@ -19,6 +19,11 @@ export interface CliIo {
    * client listens for SIGINT itself, and only while it waits for long work.
    */
   readonly interrupt?: AbortSignal;
+  /**
+   * The working directory: the client looks for `.slipway/control.token` in it and its parents
+   * (cli/config.ts). Absent (tests), it looks only where SLIPWAY_DATA_DIR points.
+   */
+  readonly cwd?: string;
 }
 
 /** Writes a chunk and waits for `drain` when the writer asks for it (long log streams). */

@@ -30,7 +30,7 @@ async function callVerb(verb: VerbSpec, rest: readonly string[], io: CliIo): Pro
       verb.words,
     );
   }
-  const config = readConfig(io.env);
+  const config = readConfig(io.env, io.cwd);
   const req = buildRequest(inv, config);
   try {
     const res = await openRequest(req);

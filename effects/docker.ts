@@ -2,6 +2,9 @@ import type Docker from "dockerode";
 import { devContainerName, PlatformError } from "../proto/mod.js";
 import { describeBaseImage, type ImageEngine, provideBaseImage } from "./base-image.js";
 import { checkDevServerSpec, devContainerOptions, devServerEnv } from "./docker/dev-container.js";
+import { DevCallerDirectory } from "./docker/dev-callers.js";
+import { checkBinds } from "./docker/hardening.js";
+import { DEV_NETWORK, Networks } from "./docker/networks.js";
 import {
   connectReason,
   DEFAULT_SOCKET,
@@ -18,6 +21,7 @@ import { ProductionEngine } from "./docker/production.js";
 export { ImagePublisher, REVISION_LABEL, runtimeDockerfile } from "./docker/publish.js";
 import { ImagePublisher } from "./docker/publish.js";
 import {
+  ContainerExitedError,
   type ContainerStatus,
   type ContainerSummary,
   type DevServerHandle,
@@ -31,7 +35,8 @@ import {
  * The container layer of run-dev-server (DESIGN §7): dockerode on DOCKER_HOST
  * or /var/run/docker.sock, a base image the platform builds itself from the
  * host's Node binary (no registry; effects/base-image.ts), and dev containers
- * on the host network with the app's workspace mounted at /app.
+ * on the dev network (never the host's: effects/docker/networks.ts) with the
+ * app's workspace mounted at /app.
  *
  * Environment values given to {@link ContainerRuntime.startDevServer} (vault
  * secrets among them) go to the engine only: this module never writes them to
@@ -54,6 +59,9 @@ export {
   MAX_LOG_LINE,
 } from "./docker/types.js";
 export { devContainerName } from "../proto/mod.js";
+export { DevCallerDirectory } from "./docker/dev-callers.js";
+export { CAPABILITIES_KEPT, DEV_LIMITS, PRODUCTION_LIMITS } from "./docker/hardening.js";
+export { DEV_NETWORK, LABEL_NETWORK, type NetworkInfo, Networks, PROXY_NETWORK } from "./docker/networks.js";
 export {
   type ImageInfo,
   LABEL_CONFIG_HASH,
@@ -158,7 +166,24 @@ export class ContainerRuntime {
 
   /** Production containers and images (deploy); the caller checks the engine is up ({@link require}). */
   production(): ProductionEngine {
-    return new ProductionEngine(this.imageEngine());
+    return new ProductionEngine(this.imageEngine(), this.networks(), this.socketPaths());
+  }
+
+  /** The bridge networks app containers join, and container addresses on them. */
+  networks(): Networks {
+    this.nets ??= new Networks(this.imageEngine());
+    return this.nets;
+  }
+  private nets: Networks | undefined;
+
+  /** Which app's dev container holds an address on the dev network (the control plane's dev listener). */
+  devCallers(network = DEV_NETWORK): DevCallerDirectory {
+    return new DevCallerDirectory(this.networks(), network);
+  }
+
+  /** Where the engine's socket is on this host: never mounted into a container. */
+  private socketPaths(): string[] {
+    return [...new Set([DEFAULT_SOCKET, ...(this.ep?.kind === "unix" ? [this.ep.socketPath] : [])])];
   }
 
   /** Builds and pushes release images; the caller checks the engine is up. */
@@ -191,9 +216,10 @@ export class ContainerRuntime {
 
   /**
    * Starts an app's dev server: removes a stale container of the same name,
-   * then creates and starts one on the host network (listening on
-   * 127.0.0.1:port), with tini as init, the workspace at /app, the given env
-   * plus PORT, HOST=127.0.0.1 and PATH (node_modules/.bin first) unless given.
+   * then creates and starts one on the dev network (made when missing), with
+   * the hardening of effects/docker/hardening.ts, the workspace at /app, the
+   * given env plus PORT, HOST=0.0.0.0 and PATH (node_modules/.bin first)
+   * unless given. Answers with the container's address and URL.
    */
   async startDevServer(spec: DevServerSpec): Promise<DevServerHandle> {
     await this.require();
@@ -205,12 +231,15 @@ export class ContainerRuntime {
     if (user === undefined && typeof process.getuid === "function" && typeof process.getgid === "function")
       user = (await this.isRootless()) ? "0:0" : `${process.getuid()}:${process.getgid()}`;
 
+    const net = await this.networks().ensure(spec.network ?? DEV_NETWORK, "dev");
+    const network = net.name;
+    // joined by id: a name two networks share (a race of two engines' users) is never ambiguous here
+    const options = devContainerOptions(spec, { name, image, env, user, network: net.id });
+    checkBinds(options.HostConfig?.Binds ?? [], this.socketPaths());
     await this.remove(name);
     let container: Docker.Container;
     try {
-      container = await (await this.docker()).createContainer(
-        devContainerOptions(spec, { name, image, env, user }),
-      );
+      container = await (await this.docker()).createContainer(options);
     } catch (e) {
       this.fail(e, `creating container ${name}`);
     }
@@ -220,7 +249,15 @@ export class ContainerRuntime {
       await container.remove({ force: true }).catch(() => {});
       this.fail(e, `starting container ${name}`);
     }
-    return { containerId: container.id, name, image };
+    const address = await this.networks().addressOf(container.id, network);
+    if (!address) {
+      // it exited at once (its output stays for the caller's log until it is removed)
+      const st = await this.status(container.id);
+      if (st && !st.running) throw new ContainerExitedError(container.id, st.exitCode);
+      await container.remove({ force: true }).catch(() => {});
+      throw new Error(`container ${name} has no address on network ${network}`);
+    }
+    return { containerId: container.id, name, image, address, url: `http://${address}:${spec.port}` };
   }
 
   /** Force-removes a container; false when there was none. */

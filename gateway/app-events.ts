@@ -14,7 +14,7 @@ import {
   PlatformError,
   validateAppEvent,
 } from "../proto/mod.js";
-import type { Principal } from "./auth.js";
+import type { AuthInput, Principal } from "./auth.js";
 import { actorOf } from "./capability-route.js";
 import { isJsonContentType, parseJsonObject, type Res } from "./http.js";
 import { appParam, intParam } from "./params.js";
@@ -34,7 +34,7 @@ export const APP_EVENT_ROUTE = /^\/app-events(\/latest)?$/;
 export interface AppEventDeps {
   plane: "control" | "data";
   bus: Bus;
-  auth: (headers: Record<string, string>) => Principal;
+  auth: (req: AuthInput) => Principal;
   /** The data plane's limiter; absent on the control plane. */
   limiter?: { limiter: RateLimiter; limits: RateLimitConfig };
 }
@@ -129,7 +129,7 @@ export async function appEventsRoute(
     if (!isJsonContentType(req.headers["content-type"]))
       throw new PlatformError("unsupported_media_type", "send the body as Content-Type: application/json");
   }
-  const principal = d.auth(req.headers);
+  const principal = d.auth(req);
   limit(d, principal, `${read ? "GET" : "POST"} ${req.url}`);
   if (read) return latest ? latestRoute(principal, req, res, d) : listRoute(principal, req, res, d);
   const actor = actorOf(req.headers, principal);

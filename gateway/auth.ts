@@ -70,12 +70,13 @@ function safeEqual(a: string, b: string): boolean {
  * Who a request is: an operator holding the control token, or one app holding
  * its data-plane token, or one user of an app holding an access token of
  * identity (then `owner` is the user's id and the principal acts only as that
- * owner: docs/identity.md).
+ * owner: docs/identity.md), or the builder of one app calling from that app's
+ * dev container (`builder`: known by its source address on the control plane's
+ * dev listener, no credential; docs/security.md).
  */
 export type Principal =
   | { kind: "operator" }
-  | { kind: "app"; app: string; owner?: string; session?: string }
-  | { kind: "local" };
+  | { kind: "app"; app: string; owner?: string; session?: string; builder?: true };
 
 /** The user a principal is (a user's access token), or undefined (an app's token, the operator). */
 export function userOf(p: Principal): string | undefined {
@@ -154,24 +155,39 @@ export class AppDirectory {
 
 export interface AuthPolicy {
   plane: "control" | "data";
-  /** Control plane: a token is required (bound to a non-loopback address, or forced). */
-  controlTokenRequired: boolean;
   controlToken: string;
   apps: AppDirectory;
   /** The data plane's signing keys of users' access tokens (identity). */
   userKeys?: SigningKeys;
 }
 
+/** What authentication reads of a request: its headers, and on the dev listener the caller's app. */
+export interface AuthInput {
+  headers: Record<string, string>;
+  /** Set only on the control plane's dev listener: the listener the request came in on. */
+  via?: "dev";
+  /** The app whose dev container holds the caller's source address (dev listener only). */
+  devApp?: string | undefined;
+}
+
 /** Decides who a request is, or throws 401/403 (DESIGN §5). */
-export function authenticate(p: AuthPolicy, headers: Record<string, string>): Principal {
-  const token = bearer(headers);
+export function authenticate(p: AuthPolicy, req: AuthInput): Principal {
+  if (req.via === "dev") {
+    // the dev listener: the caller is its source address, never a token (docs/security.md)
+    if (req.devApp === undefined)
+      throw new PlatformError(
+        "unauthenticated",
+        "this address is not the dev container of any app: the control plane answers only dev containers here",
+      );
+    return { kind: "app", app: req.devApp, builder: true };
+  }
+  const token = bearer(req.headers);
   if (token && safeEqual(token, p.controlToken)) return { kind: "operator" };
   if (p.plane === "control") {
-    if (!p.controlTokenRequired) return { kind: "local" };
     if (!token)
       throw new PlatformError(
         "unauthenticated",
-        "the control plane needs Authorization: Bearer <control token>",
+        "the control plane needs Authorization: Bearer <control token> (slipwayd writes it to <data dir>/control.token; the CLI on the same machine reads it)",
       );
     throw new PlatformError("unauthenticated", "the control token is not valid");
   }

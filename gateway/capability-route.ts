@@ -14,7 +14,7 @@ import {
   type CapabilityName,
   preferencesOf,
 } from "../proto/mod.js";
-import { requireScope, type Principal, userOf } from "./auth.js";
+import { type AuthInput, requireScope, type Principal, userOf } from "./auth.js";
 import type { CommandClient } from "./command-client.js";
 import { isJsonContentType, parseJsonObject, type Res } from "./http.js";
 import type { RateLimitConfig, RateLimiter } from "./rate-limit.js";
@@ -26,7 +26,7 @@ export interface CapabilityDeps {
   vault: Vault;
   index: ReadIndex;
   client: CommandClient;
-  auth: (headers: Record<string, string>) => Principal;
+  auth: (req: AuthInput) => Principal;
   learn: (reply: Reply) => Promise<void>;
   otherPort: () => number;
   /** The data plane's token buckets per app and capability (docs/app-events.md). */
@@ -145,7 +145,7 @@ async function capabilityCall(
   }
   if (!isJsonContentType(req.headers["content-type"]))
     throw new PlatformError("unsupported_media_type", "send the body as Content-Type: application/json");
-  const principal = d.auth(req.headers);
+  const principal = d.auth(req);
   if (d.limiter && principal.kind === "app")
     d.limiter.limiter.take(principal.app, name, d.limiter.limits.capability);
   const actor = actorOf(req.headers, principal);

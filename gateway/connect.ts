@@ -115,7 +115,7 @@ function checkGrantBody(o: Record<string, unknown>): GrantBody {
 
 /** Common checks of the grant routes: plane done by the caller; JSON (POST), auth, actor, bus. */
 function grantCaller(d: ConnectDeps, req: Req) {
-  const principal = d.caps.auth(req.headers);
+  const principal = d.caps.auth(req);
   notAsUser(principal, "a connector grant");
   const actor = actorOf(req.headers, principal);
   return { principal, actor };

@@ -3,7 +3,8 @@ import { PlatformError, newId } from "../proto/mod.js";
 import { busUnavailable, isTransientBusError } from "../store/mod.js";
 import { Res } from "./http.js";
 import { checkHostAndOrigin, type OriginPolicy } from "./origin.js";
-import { readRequest, type Req } from "./request.js";
+import { takeBody } from "./http.js";
+import { readRequest, remoteAddress, type Req } from "./request.js";
 
 /** A route handler: it answers through `res`, synchronously or later. */
 export type Handler = (req: Req, res: Res) => void | Promise<void>;
@@ -16,6 +17,19 @@ export interface GuardOptions {
   name: string;
   /** Requests still being answered (a shutdown waits for them). */
   inflight?: Set<Promise<void>>;
+  /**
+   * The control plane's dev listener: each request's caller is the app whose dev container holds
+   * its source address, asked of the engine before the handler runs (docs/security.md).
+   */
+  dev?: DevCallers;
+}
+
+/** Which app's dev container holds an address (the engine knows; effects/docker's directory answers). */
+export interface DevCallers {
+  /** The app whose dev container holds `address` now; the engine is asked when it is not known. */
+  appAt(address: string): Promise<string | undefined>;
+  /** The same from what is already known, without asking (WebSocket upgrades answer at once). */
+  known(address: string): string | undefined;
 }
 
 /**
@@ -52,9 +66,9 @@ export function guard(o: GuardOptions, handler: Handler): (raw: HttpResponse, rq
     let req: Req | undefined;
     try {
       res = new Res(raw, newId("req"));
-      req = readRequest(rq, res.requestId);
+      req = readRequest(rq, res.requestId, remoteAddress(raw));
       checkHostAndOrigin(req.headers, o.policy);
-      const p = handler(req, res);
+      const p = o.dev ? viaDev(o.dev, req, res, handler) : handler(req, res);
       if (p) {
         const r = res;
         const q = req;
@@ -77,4 +91,15 @@ export function guard(o: GuardOptions, handler: Handler): (raw: HttpResponse, rq
       }
     }
   };
+}
+
+/**
+ * A request on the dev listener: its body is taken at once (uWS drops data nobody listens to), then
+ * the engine says whose dev container the caller is, then the handler runs.
+ */
+async function viaDev(dev: DevCallers, req: Req, res: Res, handler: Handler): Promise<void> {
+  req.via = "dev";
+  takeBody(req, res);
+  req.devApp = await dev.appAt(req.remote);
+  await handler(req, res);
 }

@@ -37,6 +37,8 @@ export class Res {
   /** A streamed answer has sent its head: an error can only end it. */
   streaming = false;
   readonly requestId: string;
+  /** The request's body once taken ({@link takeBody}: a second take gets the same). */
+  body: Promise<Buffer> | undefined;
   private readonly onAbort: (() => void)[] = [];
 
   constructor(raw: HttpResponse, requestId: string) {
@@ -124,9 +126,11 @@ function payloadTooLarge(): PlatformError {
  */
 export function takeBody(req: { method: string; headers: Record<string, string> }, res: Res) {
   if (req.method !== "POST") return undefined;
+  if (res.body) return res.body;
   if (Number(req.headers["content-length"] ?? "0") > MAX_BODY) throw payloadTooLarge();
   const body = readBody(res);
   body.catch(() => {});
+  res.body = body;
   return body;
 }
 

@@ -43,7 +43,7 @@ export async function groupRoute(
   const m = GROUP_PATH.exec(req.url)!;
   const [, groupId, tail, memberId] = m;
   req.query.only([], `${req.method} /auth/groups`);
-  const principal = d.auth(req.headers);
+  const principal = d.auth(req);
   const user = userOf(principal);
   const body = async (route: "group_create" | "group_add"): Promise<Record<string, unknown>> => {
     if (!bodyP) throw methodNotAllowed(["POST"]);

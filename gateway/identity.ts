@@ -154,7 +154,7 @@ export async function identityRoute(
   const def = defs.find((r) => r.method === req.method || (r.method === "GET" && req.method === "HEAD"));
   if (!def) throw methodNotAllowed(defs.map((r) => r.method));
   req.query.only([], `${def.method} ${path.replace(/usr_[A-Za-z0-9_-]+/, "<id>")}`);
-  const principal = d.auth(req.headers);
+  const principal = d.auth(req);
   if (def.route === "config") {
     appOf(principal);
     return res.json(200, AUTH_CONFIG);

@@ -68,7 +68,7 @@ export async function incidentRoute(
   if (!isList && req.method !== "POST") throw methodNotAllowed(route === "open" ? ["GET", "POST"] : ["POST"]);
   if (isList) req.query.only(["app", "status", "limit", "cursor"], `GET ${path}`);
   else req.query.only([], `POST ${path}`);
-  const principal = d.auth(req.headers);
+  const principal = d.auth(req);
   notAsUser(principal, `${req.method} ${path}`);
   if (isList) return list(d, req, res, principal);
   if (!bodyP) throw methodNotAllowed(["POST"]);

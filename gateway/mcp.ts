@@ -89,7 +89,7 @@ export async function mcpRoute(
   const isDelete = req.method === "DELETE";
   if (isRead || isDelete) req.query.only(isDelete ? ["app", "name"] : ["app"], `${req.method} ${req.url}`);
   else req.query.only([], `POST ${req.url}`);
-  const principal = d.auth(req.headers);
+  const principal = d.auth(req);
   // a user's access token reads its app's registry; only the app's token or the operator change it
   if (!isRead && userOf(principal) !== undefined)
     throw new PlatformError(
@@ -211,7 +211,7 @@ async function endpoint(d: McpDeps, req: Req, res: Res, bodyP: Promise<Buffer> |
       `the MCP endpoint is served on the data plane (port ${d.otherPort()})`,
     );
   req.query.only([], `${req.method} /mcp`);
-  const principal = d.auth(req.headers);
+  const principal = d.auth(req);
   if (principal.kind !== "app")
     throw new PlatformError(
       "forbidden",

@@ -230,7 +230,7 @@ export async function policyRoute(
   const m = POLICY_PATH.exec(req.url)!;
   const approvals = req.url.startsWith("/policies/approvals");
   const approvalId = m[1];
-  const principal = d.auth(req.headers);
+  const principal = d.auth(req);
   const readBody = async () => {
     if (!bodyP) throw methodNotAllowed(["POST"]);
     if (!isJsonContentType(req.headers["content-type"]))

@@ -77,7 +77,7 @@ export async function readRoute(d: ReadDeps, req: Req, res: Res): Promise<void> 
     });
   }
   if (!d.bus.connected()) throw busUnavailable();
-  const principal = d.auth(req.headers);
+  const principal = d.auth(req);
   if (path === "/capabilities") {
     q.only([], "GET /capabilities");
     return res.json(200, {

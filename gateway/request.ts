@@ -15,6 +15,18 @@ export interface Req {
   /** Header names in lower case; each at most once. */
   headers: Record<string, string>;
   requestId: string;
+  /** The caller's IP address as the socket sees it (IPv4-mapped IPv6 written as IPv4). */
+  remote: string;
+  /** Set on the control plane's dev listener only (docs/security.md). */
+  via?: "dev";
+  /** On the dev listener: the app whose dev container holds {@link remote}, once the engine said. */
+  devApp?: string | undefined;
+}
+
+/** The peer address of a uWS response as text; an IPv4-mapped IPv6 address becomes plain IPv4. */
+export function remoteAddress(raw: { getRemoteAddressAsText(): ArrayBuffer }): string {
+  const text = Buffer.from(raw.getRemoteAddressAsText()).toString("latin1");
+  return text.startsWith("::ffff:") && text.includes(".") ? text.slice(7) : text;
 }
 
 /**
@@ -89,7 +101,7 @@ export function parseQuery(raw: string): Query {
 }
 
 /** Reads method, path, query and headers; throws PlatformError 400 on a malformed request. */
-export function readRequest(req: HttpRequest, requestId: string): Req {
+export function readRequest(req: HttpRequest, requestId: string, remote: string): Req {
   const headers: Record<string, string> = {};
   let repeated: string | undefined;
   req.forEach((k, v) => {
@@ -112,5 +124,6 @@ export function readRequest(req: HttpRequest, requestId: string): Req {
     query: parseQuery(rawQuery),
     headers,
     requestId,
+    remote,
   };
 }

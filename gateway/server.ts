@@ -11,11 +11,11 @@ import {
   keys,
 } from "../proto/mod.js";
 import { APP_EVENT_ROUTE, appEventsRoute, type AppEventDeps } from "./app-events.js";
-import { authenticate, type AppDirectory, type Principal } from "./auth.js";
+import { authenticate, type AppDirectory, type AuthInput, type Principal } from "./auth.js";
 import { capabilityRoute, type CapabilityDeps } from "./capability-route.js";
 import { CommandClient } from "./command-client.js";
 import { CONNECT_ROUTE, type ConnectDeps, connectRoute } from "./connect.js";
-import { guard, type GuardOptions } from "./guard.js";
+import { type DevCallers, guard, type GuardOptions } from "./guard.js";
 import { identityRoute, isIdentityRoute, type IdentityDeps } from "./identity.js";
 import { incidentRoute, isIncidentRoute, type IncidentDeps } from "./incidents.js";
 import { isMcpRoute, mcpDeps, mcpRoute } from "./mcp.js";
@@ -42,7 +42,14 @@ export interface GatewayOptions {
   /** 0 picks a free port. */
   port?: number;
   controlToken: string;
-  controlTokenRequired: boolean;
+  /**
+   * Control plane: also listen on `host` (the dev network's gateway address, or where app
+   * containers reach the platform), same port, where a caller is the app whose dev container holds
+   * its source address, allowed only that app's capabilities and reads (docs/security.md).
+   */
+  devListener?: { host: string; callers: DevCallers };
+  /** Data plane: more addresses to listen on, same port (where app containers reach it; the app token is still required). */
+  extraHosts?: readonly string[];
   /** Port of the other plane, named in wrong_plane errors (a function when it is known only later). */
   otherPort?: number | (() => number);
   replyTimeoutMs?: number;
@@ -58,6 +65,8 @@ export interface GatewayOptions {
 export interface GatewayHandle {
   readonly plane: "control" | "data";
   readonly port: number;
+  /** Every address it listens on (the port is the same on each). */
+  readonly hosts: readonly string[];
   readonly gatewayId: string;
   close(): Promise<void>;
 }
@@ -155,6 +164,24 @@ function router(r: RouteDeps): (req: Req, res: Res) => void | Promise<void> {
   };
 }
 
+/**
+ * The routes a dev container may use on the control plane: its app's capabilities and the reads
+ * (scoped to its app like an app token's); anything else is 403. The caller is authenticated first.
+ */
+function devOnly(policy: Parameters<typeof authenticate>[0], route: ReturnType<typeof router>) {
+  return (req: Req, res: Res) => {
+    authenticate(policy, req);
+    const path = req.url;
+    const read = READ_ROUTES.some((r) => r.test(path)) && (req.method === "GET" || req.method === "HEAD");
+    if (!read && !/^\/capabilities\/[^/]+$/.test(path))
+      throw new PlatformError(
+        "forbidden",
+        "from a dev container the control plane answers only the app's own capabilities and reads",
+      );
+    return route(req, res);
+  };
+}
+
 /** Starts one plane's gateway. */
 export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle> {
   const { plane, bus, vault, index, apps } = opts;
@@ -176,9 +203,9 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
   // users' access tokens are principals on the data plane: their apps' keys, followed
   const userKeys = plane === "data" ? new SigningKeys(vault) : undefined;
   await userKeys?.follow(bus, log);
-  const { controlTokenRequired, controlToken } = opts;
-  const policy = { plane, controlTokenRequired, controlToken, apps, ...(userKeys ? { userKeys } : {}) };
-  const auth = (h: Record<string, string>): Principal => authenticate(policy, h);
+  const { controlToken } = opts;
+  const policy = { plane, controlToken, apps, ...(userKeys ? { userKeys } : {}) };
+  const auth = (req: AuthInput): Principal => authenticate(policy, req);
   /** For reads: an app's token only sees its own app. */
   const scopedApp = (p: Principal, requested: string | undefined): string | undefined => {
     if (p.kind !== "app") return requested;
@@ -236,30 +263,29 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
 
   const route = router({ plane, bus, caps, appEvents, connect, identity, policyDeps, incidents, mcp, reads });
 
-  const app = uWS.App();
-  wsTail(app, reads);
-  app.any("/*", guard(guardOpts, route));
-
-  const host = opts.host ?? "127.0.0.1";
-  const token = await new Promise<uWS.us_listen_socket | false>((resolve) =>
-    app.listen(host, opts.port ?? 0, resolve),
-  );
-  if (!token)
-    throw new PortInUseError(
-      `cannot listen on ${host}:${opts.port ?? 0} (${plane} plane): the port is taken or the address is not local`,
-    );
-  const port = uWS.us_socket_local_port(token);
+  const {
+    apps: servers,
+    sockets,
+    port,
+    hosts,
+  } = await listen(opts, {
+    reads,
+    guardOpts,
+    route,
+    devRoute: devOnly(policy, route),
+  });
   let closed = false;
   return {
     plane,
     port,
+    hosts,
     gatewayId,
     close: async () => {
       if (closed) return;
       closed = true;
       // stop accepting, end the tails, answer the calls still waiting for a reply (503), and let
       // every request in flight write its answer before the connections close
-      uWS.us_listen_socket_close(token);
+      for (const s of sockets) uWS.us_listen_socket_close(s);
       userKeys?.stop();
       policies.stop();
       for (const s of [...open]) s();
@@ -270,9 +296,64 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
         new Promise<void>((r) => (t = setTimeout(r, 5000))),
       ]);
       clearTimeout(t);
-      (app as unknown as { close?: () => void }).close?.();
+      for (const a of servers) (a as unknown as { close?: () => void }).close?.();
     },
   };
+}
+
+/**
+ * The plane's servers, listening: one on `host` and the `extraHosts` (same port), and for the
+ * control plane one of its own on the dev listener's address, whose guard knows callers by their
+ * source address. A failure closes what was already listening.
+ */
+async function listen(
+  opts: GatewayOptions,
+  r: {
+    reads: ReadDeps;
+    guardOpts: GuardOptions;
+    route: (req: Req, res: Res) => void | Promise<void>;
+    devRoute: (req: Req, res: Res) => void | Promise<void>;
+  },
+): Promise<{ apps: uWS.TemplatedApp[]; sockets: uWS.us_listen_socket[]; port: number; hosts: string[] }> {
+  const app = uWS.App();
+  wsTail(app, r.reads);
+  app.any("/*", guard(r.guardOpts, r.route));
+  const apps = [app];
+  const sockets: uWS.us_listen_socket[] = [];
+  const listenOn = async (a: uWS.TemplatedApp, h: string, p: number): Promise<number> => {
+    const token = await new Promise<uWS.us_listen_socket | false>((resolve) => a.listen(h, p, resolve));
+    if (!token) {
+      for (const s of sockets) uWS.us_listen_socket_close(s);
+      throw new PortInUseError(
+        `cannot listen on ${h}:${p} (${opts.plane} plane): the port is taken or the address is not local`,
+      );
+    }
+    sockets.push(token);
+    return uWS.us_socket_local_port(token);
+  };
+  const host = opts.host ?? "127.0.0.1";
+  const port = await listenOn(app, host, opts.port ?? 0);
+  const hosts = [host];
+  for (const h of opts.extraHosts ?? []) {
+    if (hosts.includes(h)) continue;
+    await listenOn(app, h, port);
+    hosts.push(h);
+  }
+  if (opts.plane === "control" && opts.devListener) {
+    // a server of its own: what arrives there is known by its source address only
+    const devGuard: GuardOptions = {
+      ...r.guardOpts,
+      name: "gateway control (dev)",
+      dev: opts.devListener.callers,
+    };
+    const devApp = uWS.App();
+    wsTail(devApp, { ...r.reads, guard: devGuard });
+    devApp.any("/*", guard(devGuard, r.devRoute));
+    apps.push(devApp);
+    await listenOn(devApp, opts.devListener.host, port);
+    hosts.push(opts.devListener.host);
+  }
+  return { apps, sockets, port, hosts };
 }
 
 /** True when uWebSockets.js runs its native build. */

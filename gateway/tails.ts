@@ -10,12 +10,12 @@ import {
   subjects,
   newId,
 } from "../proto/mod.js";
-import { notAsUser, type Principal } from "./auth.js";
+import { type AuthInput, notAsUser, type Principal } from "./auth.js";
 import { answerError, type GuardOptions } from "./guard.js";
 import { Res } from "./http.js";
 import { checkHostAndOrigin } from "./origin.js";
 import { appParam, eventTypeParam, intParam } from "./params.js";
-import { readRequest, type Req } from "./request.js";
+import { readRequest, remoteAddress, type Req } from "./request.js";
 
 /** Concurrent tails (event streams and followed logs) one token may hold (docs/http.md). */
 export const TAILS_PER_TOKEN_DEFAULT = 32;
@@ -150,7 +150,7 @@ export interface TailDeps {
   bus: Bus;
   limiter: TailLimiter;
   guard: GuardOptions;
-  auth: (headers: Record<string, string>) => Principal;
+  auth: (req: AuthInput) => Principal;
   scopedApp: (p: Principal, requested: string | undefined) => string | undefined;
   /** Every open tail's closer, so that the gateway can end them at shutdown. */
   open: Set<() => void>;
@@ -226,12 +226,17 @@ export function wsTail(app: TemplatedApp, d: TailDeps): void {
       const res = new Res(raw, newId("req"));
       let req: Req | undefined;
       try {
-        req = readRequest(rq, res.requestId);
+        req = readRequest(rq, res.requestId, remoteAddress(raw));
+        if (d.guard.dev) {
+          // the dev listener: an upgrade answers at once, from what the engine already said
+          req.via = "dev";
+          req.devApp = d.guard.dev.known(req.remote);
+        }
         const key = rq.getHeader("sec-websocket-key");
         const protocol = rq.getHeader("sec-websocket-protocol");
         const ext = rq.getHeader("sec-websocket-extensions");
         checkHostAndOrigin(req.headers, d.guard.policy);
-        const principal = d.auth(req.headers);
+        const principal = d.auth(req);
         notAsUser(principal, "the event stream");
         const filters = feedFilters(principal, req, d.scopedApp);
         const release = d.limiter.acquire(tailKey(principal));

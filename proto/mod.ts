@@ -23,6 +23,7 @@ export * from "./incidents.js";
 export * from "./mcp.js";
 export * from "./policies.js";
 export * from "./names.js";
+export * from "./containers.js";
 export * from "./records.js";
 export { refineInput } from "./refine.js";
 export * from "./resources.js";

@@ -1,12 +1,20 @@
 import { defineHandler, type Effect, type HandlerContext } from "../context.js";
 import { devServerTask } from "../tasks/dev-server.js";
-import { PlatformError, devContainerName, serviceKeyAad, type Resource, keys } from "../../proto/mod.js";
+import {
+  APP_PORT,
+  PlatformError,
+  devContainerName,
+  serviceKeyAad,
+  type Resource,
+  keys,
+} from "../../proto/mod.js";
 import { packageScripts, requireApp, sealedSecrets } from "./workspace.js";
 
 /**
  * run-dev-server: the app's `dev` script in a container of the platform's own
- * base image, the workspace mounted at /app, host networking on a free
- * 127.0.0.1 port, vault secrets injected at start. `start` is long work
+ * base image, the workspace mounted at /app, on the dev network (never the
+ * host's) listening on APP_PORT, reached at the container's address there,
+ * vault secrets injected at start. `start` is long work
  * (actors/tasks/dev-server.ts); it ends with DevServerStarted and sets the
  * app's base URL. `stop` ends it (DevServerStopped, status `stopped`): the
  * container is removed after the commit. `status` reconciles a dev server
@@ -50,15 +58,14 @@ async function start(ctx: HandlerContext): Promise<Effect> {
       "precondition_failed",
       `dependencies are not installed; run: slipway install --app ${ctx.app}`,
     );
-  const port = ctx.facts.freePort;
-  if (port === undefined) throw new Error("run-dev-server start: no free port was read before the turn");
-  const url = `http://127.0.0.1:${port}`;
+  const port = APP_PORT;
   const iso = ctx.now.toISOString();
+  // the URL is the container's address on the dev network: known once it runs (the task sets it)
   const resource: Resource = ctx.resource("DevServer", "running", {
     action: "start",
     container: name,
     port,
-    url,
+    url: null,
     command: `npm run ${scripts.dev ? "dev" : "start"}`,
   });
   if (existing && existing.status === "succeeded") {
@@ -73,7 +80,7 @@ async function start(ctx: HandlerContext): Promise<Effect> {
     ctx.emit("DevServerStopped", stopped, { reason: "container gone" });
   }
   ctx.putResource(resource);
-  ctx.log(resource.id, `starting the dev server of ${ctx.app} on ${url}`);
+  ctx.log(resource.id, `starting the dev server of ${ctx.app} (port ${port} on the dev network)`);
   return {
     status: "running",
     resource,
@@ -82,7 +89,6 @@ async function start(ctx: HandlerContext): Promise<Effect> {
       name,
       workspace: workspace.path,
       port,
-      url,
       script,
       serviceKey: ctx.vault.open(app.service_key, serviceKeyAad(ctx.app)).toString("utf8"),
       sealed: await sealedSecrets(ctx),
@@ -152,11 +158,7 @@ async function status(ctx: HandlerContext): Promise<Effect> {
 }
 
 export const runDevServer = defineHandler("run-dev-server", {
-  facts: (input) => [
-    { kind: "engine" },
-    { kind: "container", name: devContainerName(input.app) },
-    ...((input.action ?? "start") === "start" ? [{ kind: "free-port" as const }] : []),
-  ],
+  facts: (input) => [{ kind: "engine" }, { kind: "container", name: devContainerName(input.app) }],
   handle: async (ctx, input) => {
     const action = input.action ?? "start";
     if (action === "stop") return stop(ctx);

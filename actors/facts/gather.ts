@@ -10,7 +10,6 @@ import {
   describeModelConfig,
   modelConfigFromEnv,
   NO_MODEL_MESSAGE,
-  freePort,
   providerConfigFromEnv,
 } from "../../effects/mod.js";
 import { type Bus, kvKeys, latestAppEvents, listAppEvents } from "../../store/mod.js";
@@ -97,9 +96,6 @@ export async function gatherFacts(
           facts.engineDescription = (await rt.available())
             ? ((await rt.describe(r.app)) as unknown as Record<string, unknown>)
             : { available: false, message: "no container engine is reachable; run-dev-server answers 503" };
-          return;
-        case "free-port":
-          facts.freePort = await freePort();
           return;
         case "app-health": {
           const base = await baseUrlOf(bus, app);

@@ -16,8 +16,6 @@ export type FactRequest =
   | { kind: "container"; name: string }
   /** What the engine runs for an app (inspect docker). */
   | { kind: "engine-description"; app: string }
-  /** A free 127.0.0.1 port (a dev server's). */
-  | { kind: "free-port" }
   /** `GET <base_url><path>` of the app, 1 s time bound (inspect health). */
   | { kind: "app-health"; path: string }
   /** Is a model configured (generate-feature-plan), without its key. */
@@ -92,8 +90,6 @@ export interface Facts {
   containers: Record<string, ContainerFact | null>;
   /** `engine-description`: the engine's view of the app (JSON, shown as is). */
   engineDescription?: Record<string, unknown>;
-  /** `free-port`. */
-  freePort?: number;
   /** `app-health`: null when the app has no base URL. */
   appHealth?: ProbeFact | null;
   /** `app-record`: the named apps' records; null when there is no such app. */

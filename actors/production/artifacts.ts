@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { PlatformError } from "../../proto/mod.js";
+import { APP_PORT, PlatformError } from "../../proto/mod.js";
 
 /**
  * What productionize writes (spec 1.2, DESIGN §8, docs/deploy.md): a
@@ -19,8 +19,6 @@ export const ARTIFACT_FILES = [
 ] as const;
 export type ArtifactFile = (typeof ARTIFACT_FILES)[number];
 
-/** The port the app listens on inside its container (the platform sets PORT on the host network). */
-export const APP_PORT = 3000;
 /** Image references before release publishes and pins them. */
 export const UNPUBLISHED_WEB = (app: string) => `${app}-web:unpublished`;
 export const UNPUBLISHED_PLATFORM = "slipway:unpublished";

@@ -1,10 +1,12 @@
 import { parseDocument } from "yaml";
-import { type ErrorDetail, PlatformError } from "../../proto/mod.js";
+import { type ErrorDetail, PlatformError, parseMemoryLimit } from "../../proto/mod.js";
 
 /**
  * The subset of the compose file format the production path reads
  * (DESIGN §8, docs/deploy.md): per service `image`, `environment`, `env_file`,
- * `ports`, `labels`, `healthcheck`, `command`, `volumes`, `depends_on`; at the
+ * `ports`, `labels`, `healthcheck`, `command`, `volumes`, `depends_on`,
+ * `mem_limit`, `pids_limit` (the container's limits, up to the operator's
+ * ceiling: proto/containers.ts); at the
  * top `name`, `services` (and the obsolete `version`, ignored). Anything else
  * is refused by name: a feature the platform would silently not honour is a
  * surprise in production.
@@ -23,6 +25,9 @@ export interface ComposeService {
   command?: string[];
   volumes: string[];
   depends_on: string[];
+  /** `mem_limit` in MiB. */
+  mem_limit_mb?: number;
+  pids_limit?: number;
 }
 
 export interface ComposeFile {
@@ -41,6 +46,8 @@ const SERVICE_KEYS = new Set([
   "command",
   "volumes",
   "depends_on",
+  "mem_limit",
+  "pids_limit",
 ]);
 const HEALTH_KEYS = new Set(["test", "interval", "timeout", "retries"]);
 const SERVICE_NAME = /^[a-z0-9][a-z0-9_-]{0,62}$/;
@@ -146,6 +153,19 @@ function service(name: string, v: unknown, r: Refusal): ComposeService | undefin
     else s.image = v.image;
   }
   if (v.command !== undefined) s.command = stringList(v.command, `${at}/command`, r, true);
+  if (v.mem_limit !== undefined) {
+    const mb =
+      typeof v.mem_limit === "string" || typeof v.mem_limit === "number"
+        ? parseMemoryLimit(v.mem_limit)
+        : undefined;
+    if (mb === undefined) r.add(`${at}/mem_limit`, "must be a size of at least 6m, e.g. 512m or 1g");
+    else s.mem_limit_mb = mb;
+  }
+  if (v.pids_limit !== undefined) {
+    if (typeof v.pids_limit !== "number" || !Number.isInteger(v.pids_limit) || v.pids_limit < 16)
+      r.add(`${at}/pids_limit`, "must be a whole number of at least 16");
+    else s.pids_limit = v.pids_limit;
+  }
   for (const p of s.ports)
     if (!/^(\d{1,5}:)?\d{1,5}$/.test(p))
       r.add(`${at}/ports`, `${JSON.stringify(p)}: ports are "<port>" or "<host>:<container>"`);

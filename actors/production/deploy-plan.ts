@@ -1,7 +1,9 @@
 import Type, { type Static } from "typebox";
 import {
   check,
+  checkNetworkName,
   DEFAULT_SERVICE,
+  limitSettings,
   type ErrorDetail,
   type HandlerInput,
   PlatformError,
@@ -45,6 +47,10 @@ export const DeployPlanSchema = Type.Object({
   timeout_seconds: Type.Integer(),
   proxy_net: Type.Optional(Type.String()),
   context: Type.Optional(Type.String()),
+  /** The container's limits when its compose service asks (compose `mem_limit`, `pids_limit`). */
+  limits: Type.Optional(Type.Object({ memory_mb: Type.Integer(), pids: Type.Integer() })),
+  /** Where the container reaches the data plane (its `SLIPWAY_DATA_URL` unless its env files say). */
+  data_url: Type.Optional(Type.String()),
 });
 export type DeployPlan = Static<typeof DeployPlanSchema>;
 
@@ -86,6 +92,7 @@ export async function planDeploy(
   insideWorkspace("compose_file", input.compose_file);
   insideWorkspace("env_file", input.env_file);
   insideWorkspace("context", input.context);
+  if (input.proxy_net !== undefined) checkNetworkName(input.proxy_net, "proxy_net");
   const composeFile = input.compose_file ?? DEFAULT_COMPOSE_FILE;
   const text = workspace.read(composeFile);
   if (text === undefined)
@@ -147,6 +154,8 @@ export async function planDeploy(
       route.mtls = { host: mtlsHost, ca_secret: secret };
     }
   }
+  const limits = containerLimits(name, composeFile, svc);
+  const dataUrl = ctx.platformUrls.containers?.data;
   return {
     service: name,
     image: svc.image,
@@ -162,7 +171,28 @@ export async function planDeploy(
     timeout_seconds: input.timeout_seconds ?? DEPLOY_DEFAULTS.timeout_seconds,
     ...(input.proxy_net ? { proxy_net: input.proxy_net } : {}),
     ...(input.context ? { context: input.context } : {}),
+    ...(limits ? { limits } : {}),
+    ...(dataUrl ? { data_url: dataUrl } : {}),
   };
+}
+
+/** The service's own limits (compose `mem_limit`, `pids_limit`), refused past the operator's ceiling. */
+function containerLimits(name: string, file: string, svc: ComposeService): DeployPlan["limits"] | undefined {
+  if (svc.mem_limit_mb === undefined && svc.pids_limit === undefined) return undefined;
+  const { production, max } = limitSettings();
+  const memory_mb = svc.mem_limit_mb ?? production.memoryMb;
+  const pids = svc.pids_limit ?? production.pids;
+  if (memory_mb > max.memoryMb)
+    throw bad(
+      "/service",
+      `service ${name} of ${file} asks for mem_limit ${memory_mb} MiB; this platform allows at most ${max.memoryMb} MiB (SLIPWAY_APP_MEMORY_MAX_MB)`,
+    );
+  if (pids > max.pids)
+    throw bad(
+      "/service",
+      `service ${name} of ${file} asks for pids_limit ${pids}; this platform allows at most ${max.pids} (SLIPWAY_APP_PIDS_MAX)`,
+    );
+  return { memory_mb, pids };
 }
 
 /** The resource types whose rolls leave containers: a Deployment, a Release (its deploy phase). */

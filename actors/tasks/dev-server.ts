@@ -5,11 +5,13 @@ import type { TaskSpec } from "./types.js";
 
 /**
  * run-dev-server start's long work: the platform's base image (built from the
- * host's Node when missing), the container with the workspace at /app on host
- * networking, the vault secrets injected at start (never written to disk or
- * logs), its log followed, and `GET /health` awaited; a dev server that does
- * not become healthy is stopped. Ends with DevServerStarted and the app's base
- * URL.
+ * host's Node when missing), the container with the workspace at /app on the
+ * dev network, the vault secrets injected at start (never written to disk or
+ * logs), its log followed, and `GET /health` awaited at the container's
+ * address; a dev server that does not become healthy is stopped. Ends with
+ * DevServerStarted and the app's base URL (that address). The container holds
+ * no credential of the platform: its client reaches the control plane's dev
+ * listener, which knows it by its address (docs/security.md).
  */
 
 /** How long a started dev server may take to answer `GET /health` with 200. */
@@ -25,20 +27,25 @@ export function devServerTask(o: {
   name: string;
   workspace: string;
   port: number;
-  url: string;
   script: string;
   serviceKey: string;
   sealed: ReadonlyArray<[string, VaultEntry]>;
-  platformUrls: { control?: string; data?: string };
+  platformUrls: { control?: string; data?: string; containers?: { control?: string; data?: string } };
 }): TaskSpec {
   return {
     onSuccess: "DevServerStarted",
     async run(t) {
       const rt = ContainerRuntime.fromEnv();
+      const inside = o.platformUrls.containers;
+      if (!inside)
+        await t.log(
+          "the platform has no listener on the dev network (no bridge address): the app's client cannot reach it",
+          "platform",
+        );
       const { env } = openSecrets(t, o.sealed);
       const image = await rt.ensureBaseImage((line) => void t.log(line, "platform"));
       await t.log(`image ${image}; starting container ${o.name}`, "platform");
-      const { containerId } = await rt.startDevServer({
+      const { containerId, url } = await rt.startDevServer({
         app: o.app,
         name: o.name,
         workspaceDir: o.workspace,
@@ -47,8 +54,8 @@ export function devServerTask(o: {
           ...env,
           SLIPWAY_APP: o.app,
           SLIPWAY_SERVICE_KEY: o.serviceKey,
-          ...(o.platformUrls.control ? { SLIPWAY_CONTROL_URL: o.platformUrls.control } : {}),
-          ...(o.platformUrls.data ? { SLIPWAY_DATA_URL: o.platformUrls.data } : {}),
+          ...(inside?.control ? { SLIPWAY_CONTROL_URL: inside.control } : {}),
+          ...(inside?.data ? { SLIPWAY_DATA_URL: inside.data } : {}),
           NODE_ENV: "development",
           PATH: "/app/node_modules/.bin:/usr/local/bin:/usr/bin:/bin",
         },
@@ -61,19 +68,19 @@ export function devServerTask(o: {
         container_id: containerId,
       });
       try {
-        await rt.waitHealthy(`${o.url}/health`, HEALTH_TIMEOUT_MS, t.signal, { containerId });
+        await rt.waitHealthy(`${url}/health`, HEALTH_TIMEOUT_MS, t.signal, { containerId });
       } catch (e) {
         const message = e instanceof Error ? e.message : String(e);
         await t.log(`the dev server did not become healthy: ${message}; stopping it`, "platform");
         await rt.stop(o.name).catch(() => false);
         return { status: "failed", fields: { error: `not healthy: ${message}` }, data: { error: message } };
       }
-      await t.log(`dev server ready at ${o.url}`, "platform");
+      await t.log(`dev server ready at ${url}`, "platform");
       return {
         status: "succeeded",
-        fields: { container_id: containerId, image, ready_at: new Date().toISOString() },
-        data: { url: o.url, port: o.port, image, container: o.name },
-        app: { base_url: o.url },
+        fields: { container_id: containerId, image, url, ready_at: new Date().toISOString() },
+        data: { url, port: o.port, image, container: o.name },
+        app: { base_url: url },
       };
     },
   };

@@ -2,7 +2,6 @@ import { readFile } from "node:fs/promises";
 import { resolve, sep } from "node:path";
 import {
   ContainerRuntime,
-  freePort,
   LABEL_APP,
   LABEL_DEPLOYMENT,
   LABEL_PORT,
@@ -14,7 +13,16 @@ import {
   type ProductionEngine,
   ROLE_PRODUCTION,
 } from "../../effects/mod.js";
-import { BUCKETS, check, keys, type Resource, ResourceSchema, type VaultEntry } from "../../proto/mod.js";
+import {
+  APP_PORT,
+  BUCKETS,
+  check,
+  keys,
+  NETWORKS,
+  type Resource,
+  ResourceSchema,
+  type VaultEntry,
+} from "../../proto/mod.js";
 import { kvKeys } from "../../store/mod.js";
 import {
   CONFIG_HASH_LABEL,
@@ -36,7 +44,8 @@ import type { TaskContext } from "./types.js";
  *    leftovers of deployments that did not succeed removed;
  * 2. the image (pulled when asked, or when the engine lacks it);
  * 3. the new container: the image by digest, env from the env files, the
- *    compose `environment` and the vault, on a free loopback port, labelled;
+ *    compose `environment` and the vault, on the deploy's proxy network (a
+ *    bridge: never the host's), listening on APP_PORT, hardened, labelled;
  * 4. readiness: `GET <readiness_path>` answers 2xx within `timeout_seconds`;
  * 5. the proxy's route swapped to it, acknowledged by every live proxy;
  * 6. the old containers drained for `drain_seconds`, then stopped.
@@ -169,18 +178,19 @@ async function startNew(
   o: RollInput,
   pe: ProductionEngine,
   image: ImageInfo,
-): Promise<{ id: string; name: string; port: number; hash: string }> {
+): Promise<{ id: string; name: string; port: number; url: string; hash: string }> {
   const { plan } = o;
   const fromFiles = await readEnvFiles(t.workspaceRoot, o.workspace, plan.env_files);
   const { env: secrets } = openSecrets(t, o.sealed);
-  const port = await freePort();
+  const port = APP_PORT;
   const envMap: Record<string, string> = {
+    ...(plan.data_url ? { SLIPWAY_DATA_URL: plan.data_url } : {}),
     ...fromFiles,
     ...plan.environment,
     ...secrets,
     SLIPWAY_APP: o.app,
     PORT: String(port),
-    HOST: "127.0.0.1",
+    HOST: "0.0.0.0",
   };
   const env = Object.entries(envMap).map(([k, v]) => `${k}=${v}`);
   const name = `slipway-${o.app}-${plan.service}-${t.resource.id.slice(-10).toLowerCase()}${o.suffix ?? ""}`;
@@ -200,16 +210,21 @@ async function startNew(
     labels: { ...image.labels, ...labels },
   });
   labels[CONFIG_HASH_LABEL] = hash;
-  await t.log(`starting ${name} from ${plan.image} on 127.0.0.1:${port}`);
-  const id = await pe.start({
+  const network = plan.proxy_net ?? NETWORKS.proxy;
+  await t.log(`starting ${name} from ${plan.image} on network ${network}, port ${port}`);
+  const { id, address } = await pe.start({
     name,
     image: image.id,
     env,
     labels,
     port,
+    network,
+    ...(plan.limits ? { limits: { memoryMb: plan.limits.memory_mb, pids: plan.limits.pids } } : {}),
     ...(plan.command ? { command: plan.command } : {}),
   });
-  return { id, name, port, hash };
+  const url = `http://${address}:${port}`;
+  await t.log(`${name} is at ${url}`);
+  return { id, name, port, url, hash };
 }
 
 /**
@@ -254,10 +269,9 @@ async function roll(
   const { plan } = o;
   const old = await checkDrift(t, o, pe);
   const image = await ensureImage(t, plan, pe);
-  const { id, name, port, hash } = await startNew(t, o, pe, image);
+  const { id, name, port, url, hash } = await startNew(t, o, pe, image);
   onStarted({ id, name });
 
-  const url = `http://127.0.0.1:${port}`;
   const tReady = Date.now();
   try {
     await rt.waitHealthy(`${url}${plan.readiness_path}`, plan.timeout_seconds * 1000, t.signal, {

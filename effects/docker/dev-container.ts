@@ -2,6 +2,7 @@ import { existsSync, statSync } from "node:fs";
 import { isAbsolute, resolve as resolvePath } from "node:path";
 import type Docker from "dockerode";
 import { PlatformError } from "../../proto/mod.js";
+import { containerHardening, DEV_LIMITS } from "./hardening.js";
 import { CONTAINER_PATH, type DevServerSpec, LABEL_APP, LABEL_PORT, LABEL_ROLE } from "./types.js";
 
 /**
@@ -27,14 +28,15 @@ export function checkDevServerSpec(spec: DevServerSpec): void {
 
 /**
  * The container's `KEY=value` list: PATH and HOME unless given, the spec's
- * env, then PORT and HOST=127.0.0.1 over it. A bad name is reported; a value
+ * env, then PORT and HOST=0.0.0.0 over it (the container's own interfaces: the
+ * platform reaches it on the dev network). A bad name is reported; a value
  * never is.
  */
 export function devServerEnv(spec: DevServerSpec): string[] {
   const env: string[] = [];
   const merged: Record<string, string> = { PATH: CONTAINER_PATH, HOME: "/tmp", ...spec.env };
   merged.PORT = String(spec.port);
-  merged.HOST = "127.0.0.1";
+  merged.HOST = "0.0.0.0";
   for (const [k, v] of Object.entries(merged)) {
     // the name may be reported; the value never is
     if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(k))
@@ -46,10 +48,14 @@ export function devServerEnv(spec: DevServerSpec): string[] {
   return env;
 }
 
-/** The create request: host network, tini as init, the workspace at /app, capped json-file logs. */
+/**
+ * The create request: the dev network (never the host's), the hardening every
+ * app container gets (effects/docker/hardening.ts), the workspace at /app and
+ * nothing else mounted, capped json-file logs.
+ */
 export function devContainerOptions(
   spec: DevServerSpec,
-  c: { name: string; image: string; env: string[]; user: string | undefined },
+  c: { name: string; image: string; env: string[]; user: string | undefined; network: string },
 ): Docker.ContainerCreateOptions {
   return {
     name: c.name,
@@ -65,13 +71,11 @@ export function devContainerOptions(
     Tty: false,
     OpenStdin: false,
     HostConfig: {
-      NetworkMode: "host",
-      Init: true,
+      NetworkMode: c.network,
+      ...containerHardening(spec.limits ?? DEV_LIMITS),
       Binds: [`${resolvePath(spec.workspaceDir)}:/app`],
       RestartPolicy: { Name: "no" },
       LogConfig: { Type: "json-file", Config: { "max-size": "10m", "max-file": "2" } },
-      CapDrop: ["NET_RAW"],
-      SecurityOpt: ["no-new-privileges"],
     },
   };
 }

@@ -1,12 +1,16 @@
 import type Docker from "dockerode";
-import { LABELS, PlatformError } from "../../proto/mod.js";
+import { type ContainerLimits, LABELS, PlatformError } from "../../proto/mod.js";
 import type { ImageEngine } from "../base-image.js";
+import { checkBinds, containerHardening, PRODUCTION_LIMITS } from "./hardening.js";
 import { lineSplitter } from "./logs.js";
+import type { Networks } from "./networks.js";
 import { LABEL_APP, LABEL_PORT, LABEL_ROLE } from "./types.js";
 
 /**
  * The container layer of deploy (DESIGN §8): production containers on the
- * host network, each on a loopback port of its own, labelled with its app,
+ * deploy's proxy network (a bridge, never the host's), each listening on the
+ * fixed app port and reached by the proxy at its address there, hardened
+ * (effects/docker/hardening.ts), labelled with its app,
  * service, deployment and a hash of its configuration (the drift gate's
  * reference). Environment values go to the engine only; what this module
  * returns carries env entries only inside {@link ProductionContainer.env},
@@ -55,8 +59,12 @@ export interface ProductionSpec {
   env: string[];
   labels: Record<string, string>;
   command?: string[];
-  /** The loopback port it listens on (host network; also PORT in env). */
+  /** The port it listens on inside the container (also PORT in env). */
   port: number;
+  /** The bridge network it joins (made when missing); the proxy reaches it there. */
+  network: string;
+  /** Memory and pids limits (default PRODUCTION_LIMITS). */
+  limits?: ContainerLimits;
 }
 
 /** What a pull printed last, or why it failed. */
@@ -71,9 +79,13 @@ const statusOf = (e: unknown) => (e as { statusCode?: number }).statusCode;
 /** Production containers and images of one engine. */
 export class ProductionEngine {
   private readonly engine: ImageEngine;
+  private readonly networks: Networks;
+  private readonly socketPaths: readonly string[];
 
-  constructor(engine: ImageEngine) {
+  constructor(engine: ImageEngine, networks: Networks, socketPaths: readonly string[]) {
     this.engine = engine;
+    this.networks = networks;
+    this.socketPaths = socketPaths;
   }
 
   private docker(): Promise<Docker> {
@@ -171,12 +183,24 @@ export class ProductionEngine {
   }
 
   /**
-   * Creates and starts a production container: host network, tini as init, a
-   * restart policy, capped logs, the given labels (plus role and port). A
-   * container of the same name is an error (names carry the deployment id).
+   * Creates and starts a production container on its network (made when
+   * missing), hardened, with tini as init, a restart policy, capped logs, the
+   * given labels (plus role and port). A container of the same name is an
+   * error (names carry the deployment id). Answers its id and its address on
+   * the network.
    */
-  async start(spec: ProductionSpec): Promise<string> {
+  async start(spec: ProductionSpec): Promise<{ id: string; address: string }> {
     const d = await this.docker();
+    const net = await this.networks.ensure(spec.network, "proxy");
+    const network = net.name;
+    const hostConfig: Docker.HostConfig = {
+      // joined by id: never ambiguous, even if two networks of that name exist
+      NetworkMode: net.id,
+      ...containerHardening(spec.limits ?? PRODUCTION_LIMITS),
+      RestartPolicy: { Name: "unless-stopped" },
+      LogConfig: { Type: "json-file", Config: { "max-size": "10m", "max-file": "3" } },
+    };
+    checkBinds(hostConfig.Binds ?? [], this.socketPaths);
     let c: Docker.Container;
     try {
       c = await d.createContainer({
@@ -191,14 +215,7 @@ export class ProductionEngine {
         Tty: false,
         OpenStdin: false,
         StopTimeout: 10,
-        HostConfig: {
-          NetworkMode: "host",
-          Init: true,
-          RestartPolicy: { Name: "unless-stopped" },
-          LogConfig: { Type: "json-file", Config: { "max-size": "10m", "max-file": "3" } },
-          CapDrop: ["NET_RAW"],
-          SecurityOpt: ["no-new-privileges"],
-        },
+        HostConfig: hostConfig,
       });
     } catch (e) {
       this.engine.fail(e, `creating container ${spec.name}`);
@@ -209,7 +226,12 @@ export class ProductionEngine {
       await c.remove({ force: true }).catch(() => {});
       this.engine.fail(e, `starting container ${spec.name}`);
     }
-    return c.id;
+    const address = await this.networks.addressOf(c.id, network);
+    if (!address) {
+      await c.remove({ force: true }).catch(() => {});
+      throw new Error(`container ${spec.name} has no address on network ${network}`);
+    }
+    return { id: c.id, address };
   }
 
   /** The container's last `n` lines of output (both streams, in order), for a rollback's reason. */

@@ -20,7 +20,7 @@ export interface DevServerSpec {
   app: string;
   /** Host directory mounted at /app (read-write); must exist. */
   workspaceDir: string;
-  /** 127.0.0.1 port the dev server listens on (host network): passed as PORT. */
+  /** The port the dev server listens on inside its container (PORT; 3000): the platform reaches it at the container's address on the dev network. */
   port: number;
   /** Environment of the process (vault secrets included); PORT and HOST are set over it. */
   env: Record<string, string>;
@@ -31,12 +31,20 @@ export interface DevServerSpec {
   image?: string;
   /** `uid:gid` to run as; by default the platform's own (root on a rootless engine), so files in /app stay the platform's. */
   user?: string;
+  /** The network it joins (default `slipway-dev`; never the host's). */
+  network?: string;
+  /** Memory and pids limits (default: effects/docker/hardening.ts DEV_LIMITS). */
+  limits?: { memoryMb: number; pids: number };
 }
 
 export interface DevServerHandle {
   containerId: string;
   name: string;
   image: string;
+  /** The container's address on its network. */
+  address: string;
+  /** Where the platform reaches the dev server: `http://<address>:<port>`. */
+  url: string;
 }
 
 export interface ContainerStatus {
@@ -57,7 +65,7 @@ export interface ContainerSummary {
   status: string;
   created: string;
   labels: Record<string, string>;
-  /** The dev server's 127.0.0.1 port (from its label; containers use the host network). */
+  /** The port the app listens on inside its container (from its label). */
   port?: number;
 }
 

@@ -44,7 +44,12 @@ test.before(async (t) => {
   const dockerd = await startTestDockerd();
   if (!dockerd) throw new Error("dockerd is not installed: run `npm run setup` (it installs docker.io)");
   process.env.DOCKER_HOST = dockerd.host;
-  t.context = { ...(await startWorkspacePlatform()), dockerd, more: [] };
+  // containers reach the platform at the host's end of the engine's veth (test/helpers/dockerd.ts)
+  t.context = {
+    ...(await startWorkspacePlatform({ bridgeAddress: dockerd.hostAddress })),
+    dockerd,
+    more: [],
+  };
 });
 
 test.after.always(async (t) => {
@@ -117,7 +122,7 @@ test.serial(
     const dev = await slipway(t, "dev", "--app", app, "--json");
     ok(t, dev, "dev");
     const url = dev.json.resource.url as string;
-    t.regex(url, /^http:\/\/127\.0\.0\.1:\d+$/);
+    t.regex(url, /^http:\/\/10\.\d+\.\d+\.\d+:3000$/, "the container's address on the dev network");
     const health = await fetch(`${url}/health`);
     t.is(health.status, 200);
     const root = await fetch(`${url}/`, { redirect: "manual" });
@@ -131,7 +136,12 @@ test.serial(
     const stop = await slipway(t, "dev", "--app", app, "--stop", "--json");
     ok(t, stop, "dev --stop");
     t.is(stop.json.resource.status, "stopped");
-    await t.throwsAsync(fetch(`${url}/health`, { signal: AbortSignal.timeout(2000) }));
+    // its address is gone from the dev network: refused, unreachable or no answer in time
+    const after = await fetch(`${url}/health`, { signal: AbortSignal.timeout(2000) }).then(
+      (r) => `answered ${r.status}`,
+      () => "gone",
+    );
+    t.is(after, "gone");
 
     const events = await get(t.context.p.controlUrl, `/events?app_id=${app}&limit=100`);
     const items = (events.body as { items: Array<{ type: string; actor: { type: string; id: string } }> })
@@ -280,7 +290,10 @@ test.serial(
     }
     t.true(devLog.includes(`sha=${expected}`), `the process saw the real value\n${devLog}`);
     t.regex(devLog, /raw=\*\*\*/);
-    t.true(devLog.includes(`data=${t.context.p.dataUrl}`), "the dev server knows where the data plane is");
+    t.true(
+      devLog.includes(`data=http://${t.context.dockerd.hostAddress}:${t.context.p.data!.port}`),
+      "the dev server knows where the data plane is: the platform's address on its bridge",
+    );
     t.false(devLog.includes(secret));
     // the container's environment: the app's vault secrets and what the dev server needs, nothing
     // of the platform's (its tokens, keys, NATS, its model key)
@@ -317,7 +330,10 @@ test.serial(
     // the platform restarts while the dev server runs: the container goes on, and
     // `dev --status` on the new node follows its log again
     await t.context.p.close();
-    const p2 = await startTestPlatform(t.context.nats.url, { workspaceRoot: t.context.workspaces });
+    const p2 = await startTestPlatform(t.context.nats.url, {
+      workspaceRoot: t.context.workspaces,
+      bridgeAddress: t.context.dockerd.hostAddress,
+    });
     t.context.more.push(p2);
     const since = Date.now();
     const status = await runSlipway(p2.controlUrl, ["dev", "--app", app, "--status", "--json"]);

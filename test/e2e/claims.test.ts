@@ -119,30 +119,25 @@ test("commands sent while no node runs are applied when one starts", async (t) =
   t.is(items[0].name, "LATER");
 });
 
-test("the control plane bound to a non-loopback address requires the control token", async (t) => {
+test("the control plane requires the control token wherever it is bound, loopback included", async (t) => {
   // bound to every address; the test only ever connects to 127.0.0.1
-  const gw = await startTestPlatform(t.context.nats.url, {
-    role: "gateway",
-    plane: "control",
-    controlHost: "0.0.0.0",
-  });
-  try {
-    const none = await get(gw.controlUrl, "/resources");
-    t.is(none.status, 401);
-    t.is(none.body.error.code, "unauthenticated");
-    t.is((await get(gw.controlUrl, "/resources", { authorization: "Bearer not-the-token" })).status, 401);
-    const ok = await get(gw.controlUrl, "/resources", { authorization: `Bearer ${gw.controlToken}` });
-    t.is(ok.status, 200);
-    t.is((await get(gw.controlUrl, "/healthz")).status, 200, "probes need no token");
-  } finally {
-    await gw.close();
-  }
-  // on loopback it does not
-  const local = await startTestPlatform(t.context.nats.url, { role: "gateway", plane: "control" });
-  try {
-    t.is((await get(local.controlUrl, "/resources")).status, 200);
-  } finally {
-    await local.close();
+  for (const controlHost of ["0.0.0.0", "127.0.0.1"]) {
+    const gw = await startTestPlatform(t.context.nats.url, {
+      role: "gateway",
+      plane: "control",
+      controlHost,
+    });
+    try {
+      const none = await get(gw.controlUrl, "/resources", { authorization: "" });
+      t.is(none.status, 401, controlHost);
+      t.is(none.body.error.code, "unauthenticated");
+      t.is((await get(gw.controlUrl, "/resources", { authorization: "Bearer not-the-token" })).status, 401);
+      const ok = await get(gw.controlUrl, "/resources", { authorization: `Bearer ${gw.controlToken}` });
+      t.is(ok.status, 200);
+      t.is((await get(gw.controlUrl, "/healthz", { authorization: "" })).status, 200, "probes need no token");
+    } finally {
+      await gw.close();
+    }
   }
 });
 

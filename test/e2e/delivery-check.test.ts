@@ -45,7 +45,7 @@ test.before(async (t) => {
   if (!dockerd) throw new Error("a private dockerd cannot run here (root and docker.io are needed)");
   process.env.DOCKER_HOST = dockerd.host;
   const nats = await startTestNats();
-  const p = await startTestPlatform(nats.url);
+  const p = await startTestPlatform(nats.url, { bridgeAddress: dockerd.hostAddress });
   t.context = { dockerd, nats, p };
 });
 

@@ -45,9 +45,9 @@ test.before(async (t) => {
   const dockerd = await startTestDockerd();
   if (!dockerd) throw new Error("a private dockerd cannot run here (root and docker.io are needed)");
   process.env.DOCKER_HOST = dockerd.host;
-  const registry = await startTestRegistry();
+  const registry = await startTestRegistry(dockerd.hostAddress);
   const nats = await startTestNats();
-  const p = await startTestPlatform(nats.url);
+  const p = await startTestPlatform(nats.url, { bridgeAddress: dockerd.hostAddress });
   const [v1, v2, broken] = [
     await buildAppImage(dockerd.host, "deploytest/app:v1", "v1"),
     await buildAppImage(dockerd.host, "deploytest/app:v2", "v2"),
@@ -112,11 +112,16 @@ async function deployAndWait(
   return { doc, events: evs };
 }
 
+/** Asks a production container at its upstream URL (its address on the proxy network). */
 async function askVersion(
-  port: number,
+  upstream: string,
   method = "GET",
 ): Promise<{ version: string; greeting: string | null }> {
-  const r = await fetch(`http://127.0.0.1:${port}/`, { method, ...(method === "POST" ? { body: "x" } : {}) });
+  const r = await fetch(`${upstream}/`, {
+    method,
+    signal: AbortSignal.timeout(10_000),
+    ...(method === "POST" ? { body: "x" } : {}),
+  });
   return (await r.json()) as { version: string; greeting: string | null };
 }
 
@@ -138,7 +143,17 @@ test("deploy rolls the web service start-first: the new version serves, the old 
   t.is(first.doc.containers.length, 1);
   t.regex(first.doc.containers[0].config_hash, /^[0-9a-f]{32}$/);
   t.true(first.doc.timings.ready_ms >= 0 && first.doc.timings.total_ms >= first.doc.timings.ready_ms);
-  const v1Answer = await askVersion(first.doc.port);
+  // on the proxy network at its own address, hardened, never on the host's network
+  t.regex(first.doc.upstream, /^http:\/\/10\.\d+\.\d+\.\d+:3000$/);
+  const running = await docker(t).getContainer(first.doc.containers[0].name).inspect();
+  t.deepEqual(Object.keys(running.NetworkSettings.Networks), ["slipway-proxy"]);
+  t.deepEqual(running.HostConfig.CapDrop, ["ALL"]);
+  t.deepEqual(running.HostConfig.SecurityOpt, ["no-new-privileges"]);
+  t.true(running.HostConfig.Init);
+  t.is(running.HostConfig.Memory, 512 * 1024 * 1024);
+  t.is(running.HostConfig.PidsLimit, 256);
+  t.deepEqual(running.Mounts, []);
+  const v1Answer = await askVersion(first.doc.upstream);
   t.is(v1Answer.version, "v1");
   t.is(v1Answer.greeting, "hello from the env file", "env from .env.prod");
   const route = await p.bus.kv.routes.get(`${app}.example.com`);
@@ -154,7 +169,7 @@ test("deploy rolls the web service start-first: the new version serves, the old 
   t.regex(readFileSync(join(ws, "compose.prod.yaml"), "utf8"), new RegExp(v2Pushed.replace(/[./]/g, "\\$&")));
   const second = await deployAndWait(t, { app, pull: true });
   t.is(second.doc.status, "succeeded", JSON.stringify(second.doc));
-  t.is((await askVersion(second.doc.port, "POST")).version, "v2");
+  t.is((await askVersion(second.doc.upstream, "POST")).version, "v2");
   t.deepEqual(second.doc.replaced, [first.doc.containers[0].name]);
   const left = await appContainers(t, app);
   t.deepEqual(
@@ -162,7 +177,7 @@ test("deploy rolls the web service start-first: the new version serves, the old 
     [second.doc.containers[0].name],
     "the old container is gone after its drain",
   );
-  await t.throwsAsync(askVersion(first.doc.port), undefined, "v1 no longer answers");
+  await t.throwsAsync(askVersion(first.doc.upstream), undefined, "v1 no longer answers");
   // inspect docker: the production container and the proxy's route to it
   const seen = await call(p.controlUrl, "inspect", { app, type: "docker" });
   t.is(seen.status, 200);
@@ -195,7 +210,7 @@ test("a version that never gets ready is rolled back: the old one serves through
   const poller = (async () => {
     while (polling) {
       try {
-        if ((await askVersion(good.doc.port)).version === "v1") served++;
+        if ((await askVersion(good.doc.upstream)).version === "v1") served++;
       } catch {
         failed++;
       }
@@ -302,6 +317,13 @@ test("an unpinned image is 422 image_not_pinned and starts nothing; bad input is
   const feature = await call(p.controlUrl, "deploy", { app });
   t.is(feature.status, 400);
   t.regex(feature.body.error.message, /privileged is outside the compose subset/);
+  // a service may ask for its limits, never past the operator's ceiling
+  writeFileSync(file, compose.replace("    labels:", "    mem_limit: 64g\n    labels:"));
+  const greedy = await call(p.controlUrl, "deploy", { app });
+  t.is(greedy.status, 400);
+  t.regex(greedy.body.error.message, /mem_limit 65536 MiB; this platform allows at most 4096 MiB/);
+  writeFileSync(file, compose.replace("    labels:", "    pids_limit: lots\n    labels:"));
+  t.is((await call(p.controlUrl, "deploy", { app })).status, 400);
   writeFileSync(file, compose);
   const cases: [Record<string, unknown>, number, string][] = [
     [{ service: "worker" }, 400, 'no service "worker"'],
@@ -310,6 +332,10 @@ test("an unpinned image is 422 image_not_pinned and starts nothing; bad input is
     [{ drain_seconds: -1 }, 400, "drain_seconds"],
     [{ timeout_seconds: 0 }, 400, "timeout_seconds"],
     [{ compose_file: "../../etc/passwd" }, 400, "compose_file"],
+    // never the host's network, nor another container's
+    [{ proxy_net: "host" }, 400, "proxy_net"],
+    [{ proxy_net: "none" }, 400, "proxy_net"],
+    [{ proxy_net: "container:abc" }, 400, "proxy_net"],
   ];
   for (const [body, status, words] of cases) {
     const r = await call(p.controlUrl, "deploy", { app, ...body });
@@ -351,7 +377,7 @@ test("a deploy called while another runs waits its turn with its place shown, th
   t.is(b.status, "succeeded", JSON.stringify(b));
   t.is(b.queue_position, null);
   t.true(a.ready_at < b.ready_at, "in the order they were called");
-  t.is((await askVersion(b.port)).version, "v2");
+  t.is((await askVersion(b.upstream)).version, "v2");
   const evs = await get(p.controlUrl, `/events?resource_id=${b.id}`);
   const started = (evs.body.items as { type: string; actor: unknown }[]).find(
     (e) => e.type === "DeploymentStarted",

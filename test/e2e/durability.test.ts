@@ -11,7 +11,7 @@ import { STREAMS, BUCKETS } from "../../proto/subjects.js";
 import { encode } from "../../proto/codec.js";
 import { VaultTamperedError, secretAad } from "../../store/vault.js";
 import { resealAll } from "../../store/vault-rotate.js";
-import { call, eventually, freePort, get, tempDir } from "../helpers/infra.js";
+import { call, eventually, freePort, get, rememberControlToken, tempDir } from "../helpers/infra.js";
 
 const require = createRequire(import.meta.url);
 const tsx = require.resolve("tsx");
@@ -27,6 +27,7 @@ async function up(dataDir: string, natsPort: number): Promise<Platform> {
     log: () => {},
     env: {},
   });
+  rememberControlToken(`http://127.0.0.1:${h.control!.port}`, h.controlToken);
   return Object.assign(h, {
     url: `http://127.0.0.1:${h.control!.port}`,
     dataUrl: `http://127.0.0.1:${h.data!.port}`,

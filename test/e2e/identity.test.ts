@@ -15,6 +15,7 @@ import {
   startTestPlatform,
   type TestNats,
   type TestPlatform,
+  controlAuth,
 } from "../helpers/infra.js";
 import { startTestSmtp, type TestSmtp } from "../helpers/smtp.js";
 import { startMessagesApi, type MessagesApi } from "../helpers/messages-api.js";
@@ -312,7 +313,7 @@ test.serial(
     t.is(verify.status, 400);
     const r = await fetch(`${t.context.p.controlUrl}/auth/login`, {
       method: "POST",
-      headers: { "content-type": "application/json", ...ACTOR },
+      headers: { ...controlAuth(t.context.p.controlUrl), "content-type": "application/json", ...ACTOR },
       body: "{}",
     });
     t.is(r.status, 403);
@@ -751,7 +752,7 @@ test.serial(
     // the control plane too, with the app named (the operator)
     const ctl = await fetch(`${t.context.p.controlUrl}/auth/admin/seed-owner`, {
       method: "POST",
-      headers: { "content-type": "application/json", ...ACTOR },
+      headers: { ...controlAuth(t.context.p.controlUrl), "content-type": "application/json", ...ACTOR },
       body: JSON.stringify({ app, user_id: other.id }),
     });
     t.is(ctl.status, 409);
@@ -873,7 +874,7 @@ test.serial(
     const ctl = (path: string, body: unknown) =>
       fetch(`${p.controlUrl}${path}`, {
         method: "POST",
-        headers: { "content-type": "application/json", ...ACTOR },
+        headers: { ...controlAuth(p.controlUrl), "content-type": "application/json", ...ACTOR },
         body: JSON.stringify(body),
       }).then(async (r) => ({ status: r.status, body: (await r.json()) as any }));
     const noApp = await ctl("/auth/admin/seed-owner", { email, password });

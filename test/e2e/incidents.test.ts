@@ -13,6 +13,7 @@ import {
   startTestPlatform,
   type TestNats,
   type TestPlatform,
+  controlAuth,
 } from "../helpers/infra.js";
 import { startTestSmtp, type TestSmtp } from "../helpers/smtp.js";
 
@@ -101,7 +102,7 @@ async function controlPost(
   return answer(
     await fetch(`${t.context.p.controlUrl}${path}`, {
       method: "POST",
-      headers: { "content-type": "application/json", ...headers },
+      headers: { ...controlAuth(t.context.p.controlUrl), "content-type": "application/json", ...headers },
       body: JSON.stringify(body),
     }),
   );
@@ -545,7 +546,14 @@ test.serial(
     );
     isError(t, unknown, 404, "not_found");
     isError(t, await answer(await fetch(`${p.dataUrl}/status/page/Bad%20Name`)), 404, "not_found");
-    isError(t, await answer(await fetch(`${p.controlUrl}/status/page/${page.name}`)), 403, "wrong_plane");
+    isError(
+      t,
+      await answer(
+        await fetch(`${p.controlUrl}/status/page/${page.name}`, { headers: controlAuth(p.controlUrl) }),
+      ),
+      403,
+      "wrong_plane",
+    );
     t.is(
       (await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: "{}" }))
         .status,

@@ -17,6 +17,7 @@ import {
   type TestNats,
   type TestPlatform,
   tempDir,
+  controlAuth,
 } from "../helpers/infra.js";
 
 /**
@@ -88,6 +89,7 @@ async function http(
     headers: {
       ...(body !== undefined ? { "content-type": "application/json" } : {}),
       ...ACTOR,
+      ...(Object.keys(headers).some((k) => k.toLowerCase() === "authorization") ? {} : controlAuth(url)),
       ...headers,
     },
     ...(body !== undefined ? { body: JSON.stringify(body) } : {}),

@@ -9,6 +9,7 @@ import {
   startTestPlatform,
   type TestNats,
   type TestPlatform,
+  controlAuth,
 } from "../helpers/infra.js";
 import { startMessagesApi, type MessagesApi } from "../helpers/messages-api.js";
 
@@ -74,7 +75,7 @@ async function req(
     method,
     headers: {
       ...(body !== undefined ? { "content-type": "application/json" } : {}),
-      ...(bearer ? { authorization: `Bearer ${bearer}` } : {}),
+      ...(bearer ? { authorization: `Bearer ${bearer}` } : controlAuth(url)),
       ...ACTOR,
     },
     ...(body !== undefined ? { body: JSON.stringify(body) } : {}),

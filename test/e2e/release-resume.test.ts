@@ -38,9 +38,14 @@ test("kill -9 of the node during publish: release again with the same commit ski
   await c.spawnNode("n1");
   const control = c.gw.controlUrl;
   // the cluster's gateway is the control plane's: the starter's /auth routes need a data plane
-  const dataGw = await startTestPlatform(c.nats.url, { role: "gateway", plane: "data" });
+  const dataGw = await startTestPlatform(c.nats.url, {
+    role: "gateway",
+    plane: "data",
+    bridgeAddress: dockerd.hostAddress,
+  });
   c.onClose(() => dataGw.close());
-  const data = dataGw.dataUrl;
+  // where the app's container reaches that data plane: the host's address on the engine's side
+  const data = `http://${dockerd.hostAddress}:${dataGw.data!.port}`;
   const app = `k${randomUUID().slice(0, 8)}`;
   const host = `${app}.example.com`;
   const ws = join(c.workspace, "apps", app);

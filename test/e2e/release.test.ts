@@ -55,9 +55,9 @@ test.before(async (t) => {
   const dockerd = await startTestDockerd();
   if (!dockerd) throw new Error("a private dockerd cannot run here (root and docker.io are needed)");
   process.env.DOCKER_HOST = dockerd.host;
-  const registry = await startTestRegistry();
+  const registry = await startTestRegistry(dockerd.hostAddress);
   const nats = await startTestNats();
-  const p = await startTestPlatform(nats.url);
+  const p = await startTestPlatform(nats.url, { bridgeAddress: dockerd.hostAddress });
   const app = `r${randomUUID().slice(0, 8)}`;
   const host = `${app}.example.com`;
   t.context = { dockerd, registry, nats, p, app, host, ws: join(p.dataDir, "apps", app), good: [] };
@@ -118,10 +118,11 @@ test.serial(
     t.is(init.status, 200);
     const prod = await call(p.controlUrl, "productionize", { app, host });
     t.is(prod.status, 200, JSON.stringify(prod.body));
-    // the starter's /auth routes are the platform's identity: its data plane and the app's token
+    // the starter's /auth routes are the platform's identity: the app's token here, and the data
+    // plane's URL from the platform (its address on the containers' bridge)
     writeFileSync(
       join(ws, ".env.prod"),
-      `SESSION_SECRET=a-session-secret-of-the-release-test\nSLIPWAY_DATA_URL=${p.dataUrl}\nSLIPWAY_TOKEN=${init.body.result.token}\n`,
+      `SESSION_SECRET=a-session-secret-of-the-release-test\nSLIPWAY_TOKEN=${init.body.result.token}\n`,
     );
     const commit = gitIn(ws, "rev-parse", "HEAD");
 

@@ -12,6 +12,7 @@ import {
   startTestPlatform,
   type TestNats,
   type TestPlatform,
+  controlAuth,
 } from "../helpers/infra.js";
 import { type MailProviders, startMailProviders } from "../helpers/mail-providers.js";
 
@@ -435,7 +436,7 @@ test.serial(
     t.is(noOwner.status, 400);
     const control = await fetch(`${t.context.p.controlUrl}/connect/gmail/grant`, {
       method: "POST",
-      headers: { ...ACTOR, "content-type": "application/json" },
+      headers: { ...controlAuth(t.context.p.controlUrl), ...ACTOR, "content-type": "application/json" },
       body: JSON.stringify({ app, owner: "u", refresh_token: "x" }),
     });
     t.is(control.status, 403);

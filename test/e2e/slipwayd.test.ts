@@ -4,6 +4,8 @@ import { createServer } from "node:net";
 import { createRequire } from "node:module";
 import { fileURLToPath } from "node:url";
 import { randomUUID } from "node:crypto";
+import { mkdirSync, statSync } from "node:fs";
+import { join } from "node:path";
 import { freePort, get, tempDir } from "../helpers/infra.js";
 
 const require = createRequire(import.meta.url);
@@ -13,23 +15,41 @@ const slipway = fileURLToPath(new URL("../../bin/slipway.ts", import.meta.url));
 
 interface Up {
   child: ChildProcess;
+  /** Where it runs: its data dir is `<home>/.slipway`. */
+  home: string;
   control: string;
   data: string;
   env: NodeJS.ProcessEnv;
   out: () => string;
 }
 
+/** The environment of a user's shell: none of the platform's own variables set. */
+function userEnv(): NodeJS.ProcessEnv {
+  const env = { ...process.env };
+  for (const k of [
+    "SLIPWAY_DATA_DIR",
+    "SLIPWAY_CONTROL_TOKEN",
+    "SLIPWAY_TOKEN",
+    "NATS_URL",
+    "SLIPWAY_VAULT_KEY",
+  ])
+    delete env[k];
+  return env;
+}
+
+/** `slipwayd up` as `npm start` runs it: in a folder of its own, the data dir `./.slipway` there. */
 async function startUp(): Promise<Up> {
   const [natsPort, controlPort, dataPort] = [await freePort(), await freePort(), await freePort()];
+  const home = tempDir();
   const env = {
-    ...process.env,
-    SLIPWAY_DATA_DIR: tempDir(),
+    ...userEnv(),
     SLIPWAY_NATS_PORT: String(natsPort),
     SLIPWAY_CONTROL_PORT: String(controlPort),
     SLIPWAY_DATA_PORT: String(dataPort),
   };
   const child = spawn(process.execPath, ["--import", tsx, slipwayd, "up"], {
     env,
+    cwd: home,
     stdio: ["ignore", "pipe", "pipe"],
   });
   let out = "";
@@ -43,6 +63,7 @@ async function startUp(): Promise<Up> {
   }
   return {
     child,
+    home,
     control: `http://127.0.0.1:${controlPort}`,
     data: `http://127.0.0.1:${dataPort}`,
     env,
@@ -50,11 +71,17 @@ async function startUp(): Promise<Up> {
   };
 }
 
-function cli(args: string[], env: NodeJS.ProcessEnv): { code: number; stdout: string; stderr: string } {
+/** The CLI as a user runs it, from `cwd` (a folder under the one `slipwayd up` runs in, by default). */
+function cli(
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  cwd?: string,
+): { code: number; stdout: string; stderr: string } {
   const r = spawnSync(process.execPath, ["--import", tsx, slipway, ...args], {
     env,
     encoding: "utf8",
     timeout: 60_000,
+    ...(cwd ? { cwd } : {}),
   });
   return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
 }
@@ -66,20 +93,30 @@ async function stop(child: ChildProcess): Promise<number | null> {
   return done;
 }
 
-test("slipwayd up serves, and the CLI drives it: init app, secrets set --from-env, exit codes for success, rejection, usage and unreachable", async (t) => {
+test("slipwayd up serves, and the CLI drives it with no token typed: init app, secrets set --from-env, exit codes for success, rejection, usage and unreachable; curl without the token is 401", async (t) => {
   const up = await startUp();
   t.teardown(() => void stop(up.child));
   // the start-up figure is measured by npm run bench:restart, not held to a deadline here
   t.regex(up.out(), /ready in (\d+) ms/);
   t.log(up.out().match(/ready in \d+ ms/)![0]);
+  // the control token was made at first boot, readable by its owner only; without it: 401
+  const tokenFile = join(up.home, ".slipway", "control.token");
+  t.is(statSync(tokenFile).mode & 0o777, 0o600);
+  const bare = await fetch(`${up.control}/resources`);
+  t.is(bare.status, 401);
+  t.is(((await bare.json()) as { error: { code: string } }).error.code, "unauthenticated");
   const env = {
-    ...process.env,
+    ...userEnv(),
     SLIPWAY_CONTROL_URL: up.control,
     SLIPWAY_DATA_URL: up.data,
     SLIPWAY_ACTOR_ID: "ci",
   };
+  // the CLI run from a folder below where slipwayd runs finds the token by itself
+  const work = join(up.home, "projects", "shop");
+  mkdirSync(work, { recursive: true });
+  const cliHere = (args: string[], e: NodeJS.ProcessEnv = env) => cli(args, e, work);
   const name = `c${randomUUID().slice(0, 8)}`;
-  const init = cli(["init", "app", "--name", name, "--json"], env);
+  const init = cliHere(["init", "app", "--name", name, "--json"]);
   t.is(init.code, 0, init.stderr);
   const body = JSON.parse(init.stdout);
   t.is(body.status, "succeeded");
@@ -87,7 +124,7 @@ test("slipwayd up serves, and the CLI drives it: init app, secrets set --from-en
   t.is(body.events[0].actor.type, "cli");
   t.is(body.events[0].actor.id, "ci");
   const secret = `cli-secret-${randomUUID()}`;
-  const set = cli(["secrets", "set", "--app", name, "--name", "K", "--from-env", "MY_VALUE", "--json"], {
+  const set = cliHere(["secrets", "set", "--app", name, "--name", "K", "--from-env", "MY_VALUE", "--json"], {
     ...env,
     MY_VALUE: secret,
   });
@@ -106,61 +143,58 @@ test("slipwayd up serves, and the CLI drives it: init app, secrets set --from-en
     },
   );
   t.is(viaData.code, 0, viaData.stderr);
-  const list = cli(["secrets", "list", "--app", name, "--json"], env);
+  const list = cliHere(["secrets", "list", "--app", name, "--json"]);
   t.is(list.code, 0);
   t.deepEqual(
     JSON.parse(list.stdout).resource.result.items.map((i: { name: string }) => i.name),
     ["D", "K"],
   );
   // schedule and jobs
-  const sch = cli(
-    [
-      "schedule",
-      "--app",
-      name,
-      "--name",
-      "nightly",
-      "--target",
-      "/cron/nightly",
-      "--cron",
-      "0 3 * * *",
-      "--json",
-    ],
-    env,
-  );
+  const sch = cliHere([
+    "schedule",
+    "--app",
+    name,
+    "--name",
+    "nightly",
+    "--target",
+    "/cron/nightly",
+    "--cron",
+    "0 3 * * *",
+    "--json",
+  ]);
   t.is(sch.code, 0, sch.stderr);
   t.deepEqual(JSON.parse(sch.stdout).resource.schedule, { cron: "0 3 * * *", time_zone: "UTC" });
-  const jobs = cli(["jobs", "--app", name, "--json"], env);
+  const jobs = cliHere(["jobs", "--app", name, "--json"]);
   t.is(jobs.code, 0, jobs.stderr);
   t.deepEqual(
     JSON.parse(jobs.stdout).resource.result.items.map((j: { name: string }) => j.name),
     ["nightly"],
   );
   t.is(
-    cli(["schedule", "--app", name, "--name", "bad", "--target", "/x", "--every", "0s"], env).code,
+    cliHere(["schedule", "--app", name, "--name", "bad", "--target", "/x", "--every", "0s"]).code,
     3,
     "400 is exit 3",
   );
-  t.is(cli(["schedule", "--app", name, "--name", "nightly", "--remove", "--json"], env).code, 0);
+  t.is(cliHere(["schedule", "--app", name, "--name", "nightly", "--remove", "--json"]).code, 0);
   // rejected (4xx): exit 3, error on stdout with --json
-  const again = cli(["init", "app", "--name", name, "--json"], env);
+  const again = cliHere(["init", "app", "--name", name, "--json"]);
   t.is(again.code, 3);
   t.is(JSON.parse(again.stdout).error.code, "already_exists");
   // usage: exit 2 (missing env var; no --value flag exists)
-  t.is(cli(["secrets", "set", "--app", name, "--name", "K", "--from-env", "NOT_SET_ANYWHERE"], env).code, 2);
-  t.is(cli(["secrets", "set", "--app", name, "--name", "K", "--value", "x"], env).code, 2);
+  t.is(cliHere(["secrets", "set", "--app", name, "--name", "K", "--from-env", "NOT_SET_ANYWHERE"]).code, 2);
+  t.is(cliHere(["secrets", "set", "--app", name, "--name", "K", "--value", "x"]).code, 2);
   // reads
-  const res = cli(["resources", "--app", name, "--json"], env);
+  const res = cliHere(["resources", "--app", name, "--json"]);
   t.is(res.code, 0);
   t.is(JSON.parse(res.stdout).items.length, 5); // Application, K, D, two Inspections
-  const logs = cli(["logs", body.resource.id], env);
+  const logs = cliHere(["logs", body.resource.id]);
   t.is(logs.code, 0);
   t.regex(logs.stdout, /initialized app/);
-  const caps = cli(["capabilities", "--json"], env);
+  const caps = cliHere(["capabilities", "--json"]);
   t.is(JSON.parse(caps.stdout).items.length, 24);
   // unreachable: exit 4
   t.is(
-    cli(["capabilities"], { ...env, SLIPWAY_CONTROL_URL: `http://127.0.0.1:${await freePort()}` }).code,
+    cliHere(["capabilities"], { ...env, SLIPWAY_CONTROL_URL: `http://127.0.0.1:${await freePort()}` }).code,
     4,
   );
   // graceful shutdown

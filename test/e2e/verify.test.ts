@@ -19,6 +19,7 @@ import {
   startTestPlatform,
   type TestNats,
   type TestPlatform,
+  controlAuth,
 } from "../helpers/infra.js";
 
 /**
@@ -216,6 +217,7 @@ test("the starter's /auth and /api go through the platform's identity: a user's 
   const seeded = await fetch(`${p.controlUrl}/auth/admin/seed-owner`, {
     method: "POST",
     headers: {
+      ...controlAuth(p.controlUrl),
       "content-type": "application/json",
       "x-platform-actor-type": "cli",
       "x-platform-actor-id": "test",

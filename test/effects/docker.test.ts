@@ -2,6 +2,7 @@ import test from "ava";
 import { randomBytes } from "node:crypto";
 import { rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import Dockerode from "dockerode";
 import { ContainerExitedError, ContainerRuntime, devContainerName } from "../../effects/docker.js";
 import { PlatformError } from "../../proto/errors.js";
 import { dockerdMissing, startTestDockerd, type TestDockerd } from "../helpers/dockerd.js";
@@ -42,15 +43,21 @@ function runtime(t: { fail(m: string): void }): ContainerRuntime {
 async function runToExit(r: ContainerRuntime, app: string, command: string[]) {
   const ws = tempDir();
   dirs.push(ws);
-  const port = await freePort();
-  const h = await r.startDevServer({ app, workspaceDir: ws, port, env: {}, command });
+  let id: string;
+  try {
+    id = (await r.startDevServer({ app, workspaceDir: ws, port: 3000, env: {}, command })).containerId;
+  } catch (e) {
+    // a command that ends at once may end before the engine reported its address
+    if (!(e instanceof ContainerExitedError)) throw e;
+    id = e.containerId;
+  }
   const lines: string[] = [];
-  await r.followLogs(h.containerId, (s, l) => lines.push(`${s}: ${l}`), AbortSignal.timeout(30_000));
+  await r.followLogs(id, (s, l) => lines.push(`${s}: ${l}`), AbortSignal.timeout(30_000));
   const st = await eventually(async () => {
-    const s = await r.status(h.name);
+    const s = await r.status(id);
     return s && !s.running ? s : undefined;
   });
-  await r.stop(h.name);
+  await r.stop(devContainerName(app));
   return { lines, exitCode: st.exitCode };
 }
 
@@ -135,10 +142,7 @@ http
   });
 `,
   );
-  const port = await freePort();
-  // the dev container listens on the engine's host network, which is the engine's namespace (not this
-  // host's loopback) since the engine runs in one of its own: reach it through a forward
-  await dockerd?.forwardLoopback(port);
+  const port = 3000;
   const secret = `s3cret-${randomBytes(8).toString("hex")}`;
   const app = "hello";
   await r.ensureBaseImage();
@@ -158,13 +162,16 @@ http
   const ac = new AbortController();
   const following = r.followLogs(h.containerId, (stream, line) => lines.push({ stream, line }), ac.signal);
 
-  const url = `http://127.0.0.1:${port}/`;
+  // on the dev network, reached at its own address there
+  t.regex(h.address, /^10\.\d+\.\d+\.\d+$/);
+  const url = `${h.url}/`;
+  t.is(url, `http://${h.address}:${port}/`);
   const healthy = await r.waitHealthy(url, 15_000, undefined, { containerId: h.containerId });
-  t.log(`dev server answering ${Date.now() - t0} ms after startDevServer was called`);
+  t.log(`dev server answering at ${h.url} ${Date.now() - t0} ms after startDevServer was called`);
   t.is(healthy.status, 200);
   const body = (await (await fetch(url)).json()) as Record<string, string>;
   t.is(body.echo, secret);
-  t.is(body.host, "127.0.0.1");
+  t.is(body.host, "0.0.0.0");
   t.is(body.cwd, "/app");
   t.true(body.path?.startsWith("/app/node_modules/.bin:"));
 
@@ -184,6 +191,26 @@ http
   t.is(d.containers[0]?.port, port);
   t.is(d.containers[0]?.labels["slipway.role"], "dev");
   t.false(JSON.stringify(d).includes(secret));
+
+  // what the engine runs: the dev network (a bridge without inter-container traffic), never the
+  // host's; no capabilities, no new privileges, an init, memory and pids limits, only /app mounted
+  const docker = new Dockerode({ socketPath: dockerd!.host.slice("unix://".length) });
+  const info = await docker.getContainer(h.containerId).inspect();
+  t.deepEqual(Object.keys(info.NetworkSettings.Networks), ["slipway-dev"]);
+  t.deepEqual(info.HostConfig.CapDrop, ["ALL"]);
+  t.deepEqual(info.HostConfig.CapAdd ?? [], []);
+  t.deepEqual(info.HostConfig.SecurityOpt, ["no-new-privileges"]);
+  t.true(info.HostConfig.Init);
+  t.false(info.HostConfig.Privileged);
+  t.is(info.HostConfig.Memory, 1024 * 1024 * 1024);
+  t.is(info.HostConfig.PidsLimit, 512);
+  t.deepEqual(
+    info.Mounts.map((m: { Destination: string }) => m.Destination),
+    ["/app"],
+  );
+  const net = await docker.getNetwork("slipway-dev").inspect();
+  t.is(net.Driver, "bridge");
+  t.is(net.Options?.["com.docker.network.bridge.enable_icc"], "false");
 
   // starting again replaces the stale container of the same name
   const h2 = await r.startDevServer({
@@ -218,16 +245,15 @@ test("waitHealthy: fails fast when the container exits, times out when nothing a
   const r = runtime(t);
   const ws = tempDir();
   dirs.push(ws);
-  const port = await freePort();
   const h = await r.startDevServer({
     app: "crashes",
     workspaceDir: ws,
-    port,
+    port: 3000,
     env: {},
-    command: ["node", "-e", "process.exit(7)"],
+    command: ["node", "-e", "setTimeout(() => process.exit(7), 300)"],
   });
   const e = await t.throwsAsync(
-    r.waitHealthy(`http://127.0.0.1:${port}/`, 20_000, undefined, { containerId: h.containerId }),
+    r.waitHealthy(`${h.url}/`, 20_000, undefined, { containerId: h.containerId }),
     { instanceOf: ContainerExitedError },
   );
   t.is(e?.exitCode, 7);

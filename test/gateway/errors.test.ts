@@ -10,6 +10,7 @@ import {
   type PlatformContext,
   startTestNats,
   startTestPlatform,
+  controlAuth,
 } from "../helpers/infra.js";
 
 const test = anyTest as TestFn<PlatformContext & { token: string; app: string; other: string }>;
@@ -82,7 +83,7 @@ test("400 missing_actor without the actor headers, 400 invalid_actor with bad va
   const send = (h: Record<string, string>) =>
     fetch(`${p.controlUrl}/capabilities/set-secret`, {
       method: "POST",
-      headers: { "content-type": "application/json", ...h },
+      headers: { ...controlAuth(p.controlUrl), "content-type": "application/json", ...h },
       body,
     }).then(async (r) => ({
       status: r.status,
@@ -144,7 +145,10 @@ test("405 method_not_allowed carries Allow", async (t) => {
   const r = await get(p.controlUrl, "/capabilities/set-secret");
   isError(t, r, "method_not_allowed");
   t.is(r.headers.get("allow"), "POST");
-  const d = await fetch(`${p.controlUrl}/resources`, { method: "DELETE", headers: { ...ACTOR } });
+  const d = await fetch(`${p.controlUrl}/resources`, {
+    method: "DELETE",
+    headers: { ...controlAuth(p.controlUrl), ...ACTOR },
+  });
   t.is(d.status, 405);
   t.is(d.headers.get("allow"), "GET");
 });
@@ -187,13 +191,13 @@ test("413 payload_too_large and 415 unsupported_media_type", async (t) => {
   );
   const r = await fetch(`${p.controlUrl}/capabilities/set-secret`, {
     method: "POST",
-    headers: { "content-type": "text/plain", ...ACTOR },
+    headers: { ...controlAuth(p.controlUrl), "content-type": "text/plain", ...ACTOR },
     body: "app=x",
   });
   isError(t, { status: r.status, body: await r.json(), headers: r.headers }, "unsupported_media_type");
   const none = await fetch(`${p.controlUrl}/capabilities/set-secret`, {
     method: "POST",
-    headers: { ...ACTOR },
+    headers: { ...controlAuth(p.controlUrl), ...ACTOR },
     body: "{}",
   });
   t.is(none.status, 415);
@@ -242,18 +246,23 @@ test("an Idempotency-Key replay matches the body whatever the order of its field
   t.deepEqual(second.body, first.body);
 });
 
-test("401 on the control plane when the control token is required, 200 with it", async (t) => {
-  const p = await startTestPlatform(t.context.nats.url, {
-    role: "gateway",
-    plane: "control",
-    requireControlToken: true,
-  });
+test("401 on the control plane without the control token, even on loopback; 200 with it", async (t) => {
+  const p = await startTestPlatform(t.context.nats.url, { role: "gateway", plane: "control" });
   try {
-    isError(t, await get(p.controlUrl, "/resources"), "unauthenticated");
-    isError(t, await call(p.controlUrl, "inspect", { app: t.context.app, type: "app" }), "unauthenticated");
+    isError(t, await get(p.controlUrl, "/resources", { authorization: "" }), "unauthenticated");
+    isError(
+      t,
+      await call(p.controlUrl, "inspect", { app: t.context.app, type: "app" }, { authorization: "" }),
+      "unauthenticated",
+    );
+    isError(
+      t,
+      await get(p.controlUrl, "/resources", { authorization: "Bearer not-the-control-token" }),
+      "unauthenticated",
+    );
     const ok = await get(p.controlUrl, "/resources", { authorization: `Bearer ${p.controlToken}` });
     t.is(ok.status, 200);
-    t.is((await get(p.controlUrl, "/healthz")).status, 200, "health needs no token");
+    t.is((await get(p.controlUrl, "/healthz", { authorization: "" })).status, 200, "health needs no token");
   } finally {
     await p.close();
   }

@@ -13,6 +13,7 @@ import {
   platformPerFile,
   startTestPlatform,
   type PlatformContext,
+  controlAuth,
 } from "../helpers/infra.js";
 import { rawGet, rawRequest } from "../helpers/raw-http.js";
 
@@ -115,7 +116,7 @@ test("invalid UTF-8 inside a JSON string is a 400, never silently replaced", asy
   ]);
   const r = await fetch(`${p.controlUrl}/capabilities/set-secret`, {
     method: "POST",
-    headers: { "content-type": "application/json", ...ACTOR },
+    headers: { ...controlAuth(p.controlUrl), "content-type": "application/json", ...ACTOR },
     body,
   });
   t.is(r.status, 400);
@@ -141,7 +142,7 @@ test("an unknown actor type is 400 invalid_actor; on the data plane the recorded
   t.is(badId.body.error.code, "invalid_actor");
   const missing = await fetch(`${p.controlUrl}/capabilities/set-secret`, {
     method: "POST",
-    headers: { "content-type": "application/json" },
+    headers: { ...controlAuth(p.controlUrl), "content-type": "application/json" },
     body: JSON.stringify({ app, name: "K", value: "v" }),
   });
   t.is(((await missing.json()) as any).error.code, "missing_actor");
@@ -165,7 +166,7 @@ test("a trailing slash routes like no slash: POST /capabilities/set-secret/ sets
   const { p, app } = t.context;
   const r = await fetch(`${p.controlUrl}/capabilities/set-secret/`, {
     method: "POST",
-    headers: { "content-type": "application/json", ...ACTOR },
+    headers: { ...controlAuth(p.controlUrl), "content-type": "application/json", ...ACTOR },
     body: JSON.stringify({ app, name: "SLASH", value: "v" }),
   });
   t.is(r.status, 200);
@@ -238,7 +239,9 @@ test("reads refuse an unknown type, an unknown query parameter, a repeated one a
 test("an event tail with an invalid app_id or type is a 400 before the stream starts", async (t) => {
   const { p } = t.context;
   for (const q of ["app_id=Bad_Name", "type=Nope", "from_seq=x", "colour=red"]) {
-    const r = await fetch(`${p.controlUrl}/events/stream?${q}`, { headers: { accept: "text/event-stream" } });
+    const r = await fetch(`${p.controlUrl}/events/stream?${q}`, {
+      headers: { ...controlAuth(p.controlUrl), accept: "text/event-stream" },
+    });
     t.is(r.status, 400, q);
     t.regex(r.headers.get("content-type") ?? "", /application\/json/);
     t.is(((await r.json()) as any).error.code, "invalid_input");
@@ -248,7 +251,8 @@ test("an event tail with an invalid app_id or type is a 400 before the stream st
 test("Host and Origin: a rebinding host name or a browser page's Origin is 403 on both planes, also for the WebSocket tail", async (t) => {
   const { p, token } = t.context;
   for (const base of [p.controlUrl, p.dataUrl]) {
-    const auth: Record<string, string> = base === p.dataUrl ? { authorization: `Bearer ${token}` } : {};
+    const auth: Record<string, string> =
+      base === p.dataUrl ? { authorization: `Bearer ${token}` } : controlAuth(base);
     const evil = await rawRequest(
       port(base),
       rawGet("/events", { host: "rebind.attacker.example", ...auth }),
@@ -269,7 +273,7 @@ test("Host and Origin: a rebinding host name or a browser page's Origin is 403 o
   }
   // a page on this machine cannot open the event tail over WebSocket
   const ws = new WebSocket(`${p.controlUrl.replace("http", "ws")}/events/stream`, {
-    headers: { origin: "http://attacker.example" },
+    headers: { ...controlAuth(p.controlUrl), origin: "http://attacker.example" },
   });
   const status = await new Promise<number>((resolve) => {
     ws.on("unexpected-response", (_req, res) => resolve(res.statusCode ?? 0));
@@ -284,7 +288,7 @@ test("Host and Origin: a rebinding host name or a browser page's Origin is 403 o
 function openSse(url: string): Promise<{ status: number; close: () => void }> {
   return new Promise((resolve, reject) => {
     let req: ClientRequest | undefined;
-    req = request(url, { headers: { accept: "text/event-stream" } }, (res) => {
+    req = request(url, { headers: { ...controlAuth(url), accept: "text/event-stream" } }, (res) => {
       res.on("data", () => {});
       res.on("error", () => {});
       resolve({ status: res.statusCode ?? 0, close: () => req!.destroy() });
@@ -312,7 +316,9 @@ test("a closed SSE, WebSocket or log tail leaves no consumer behind (300 open/cl
     s.close();
   }
   for (let i = 0; i < 100; i++) {
-    const ws = new WebSocket(`${p.controlUrl.replace("http", "ws")}/events/stream?app_id=${app}`);
+    const ws = new WebSocket(`${p.controlUrl.replace("http", "ws")}/events/stream?app_id=${app}`, {
+      headers: controlAuth(p.controlUrl),
+    });
     await new Promise<void>((resolve, reject) => {
       ws.on("open", () => resolve());
       ws.on("error", reject);
@@ -417,7 +423,10 @@ test("names in SLIPWAY_ALLOWED_HOSTS and origins in SLIPWAY_ALLOWED_ORIGINS are 
   });
   try {
     const at = (headers: Record<string, string>) =>
-      rawRequest(port(gw.controlUrl), rawGet("/events?limit=1", headers)).then((r) => r.status);
+      rawRequest(
+        port(gw.controlUrl),
+        rawGet("/events?limit=1", { ...controlAuth(gw.controlUrl), ...headers }),
+      ).then((r) => r.status);
     t.is(await at({ host: "slipway.example" }), 200);
     t.is(await at({ host: "SLIPWAY.example:443" }), 200, "case and port do not matter");
     t.is(await at({ host: "a.corp.example" }), 200);

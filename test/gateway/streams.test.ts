@@ -3,7 +3,7 @@ import { randomUUID } from "node:crypto";
 import { request } from "node:http";
 import WebSocket from "ws";
 import { Compile } from "typebox/compile";
-import { call, eventually, platformPerFile, type PlatformContext } from "../helpers/infra.js";
+import { call, eventually, platformPerFile, type PlatformContext, controlAuth } from "../helpers/infra.js";
 import { appendLog } from "../../store/logs.js";
 import { encode } from "../../proto/codec.js";
 import { keys } from "../../proto/subjects.js";
@@ -33,33 +33,37 @@ function sseTail(
   });
   const events = new Promise<SseEvent[]>((resolve, reject) => {
     const evs: SseEvent[] = [];
-    const req = request(url, { headers: { accept: "text/event-stream", ...headers } }, (res) => {
-      if (res.statusCode !== 200) {
-        const e = new Error(`status ${res.statusCode}`);
-        failOpen(e);
-        return reject(e);
-      }
-      markOpen();
-      let buf = "";
-      res.on("data", (d: Buffer) => {
-        buf += d.toString();
-        for (let i = buf.indexOf("\n\n"); i >= 0; i = buf.indexOf("\n\n")) {
-          const block = buf.slice(0, i);
-          buf = buf.slice(i + 2);
-          const f: Record<string, string> = {};
-          for (const line of block.split("\n")) {
-            const m = /^(\w+): (.*)$/.exec(line);
-            if (m) f[m[1]!] = m[2]!;
-          }
-          if (f.data) evs.push({ id: f.id!, event: f.event!, data: JSON.parse(f.data) });
-          if (until(evs)) {
-            req.destroy();
-            clearTimeout(timer);
-            resolve(evs);
-          }
+    const req = request(
+      url,
+      { headers: { accept: "text/event-stream", ...controlAuth(url), ...headers } },
+      (res) => {
+        if (res.statusCode !== 200) {
+          const e = new Error(`status ${res.statusCode}`);
+          failOpen(e);
+          return reject(e);
         }
-      });
-    });
+        markOpen();
+        let buf = "";
+        res.on("data", (d: Buffer) => {
+          buf += d.toString();
+          for (let i = buf.indexOf("\n\n"); i >= 0; i = buf.indexOf("\n\n")) {
+            const block = buf.slice(0, i);
+            buf = buf.slice(i + 2);
+            const f: Record<string, string> = {};
+            for (const line of block.split("\n")) {
+              const m = /^(\w+): (.*)$/.exec(line);
+              if (m) f[m[1]!] = m[2]!;
+            }
+            if (f.data) evs.push({ id: f.id!, event: f.event!, data: JSON.parse(f.data) });
+            if (until(evs)) {
+              req.destroy();
+              clearTimeout(timer);
+              resolve(evs);
+            }
+          }
+        });
+      },
+    );
     const timer = setTimeout(() => {
       req.destroy();
       reject(new Error(`SSE: only ${evs.length} events`));
@@ -166,7 +170,7 @@ test("GET /logs?follow=1 streams lines as they come and ends when the resource e
   await appendLog(p.bus, id, { ts: now, stream: "stdout", line: "step 1" });
   const chunks: string[] = [];
   const body = new Promise<string>((resolve, reject) => {
-    request(`${p.controlUrl}/logs/${id}?follow=1`, (res) => {
+    request(`${p.controlUrl}/logs/${id}?follow=1`, { headers: controlAuth(p.controlUrl) }, (res) => {
       let all = "";
       res.on("data", (d: Buffer) => {
         chunks.push(d.toString());
@@ -196,7 +200,9 @@ test("SSE and WebSocket frames validate against the EventFrame schema published 
   const app = `f${randomUUID().slice(0, 8)}`;
   await call(p.controlUrl, "initialize-app", { name: app });
   await call(p.controlUrl, "set-secret", { app, name: "F", value: "1" });
-  const doc = (await (await fetch(`${p.controlUrl}/openapi.json`)).json()) as any;
+  const doc = (await (
+    await fetch(`${p.controlUrl}/openapi.json`, { headers: controlAuth(p.controlUrl) })
+  ).json()) as any;
   const schema = doc.components.schemas.EventFrame;
   t.truthy(schema, "EventFrame is published");
   t.deepEqual(doc.paths["/events/stream"].get.responses["200"].content["text/event-stream"].schema, {
@@ -212,7 +218,9 @@ test("SSE and WebSocket frames validate against the EventFrame schema published 
     t.true(frame.Check(e.data), JSON.stringify([...frame.Errors(e.data)]));
     t.is(String(e.data.seq), e.id, "the SSE id is the frame's seq");
   }
-  const ws = new WebSocket(`ws://127.0.0.1:${p.control!.port}/events/stream?app_id=${app}&from_seq=1`);
+  const ws = new WebSocket(`ws://127.0.0.1:${p.control!.port}/events/stream?app_id=${app}&from_seq=1`, {
+    headers: controlAuth(p.controlUrl),
+  });
   const viaWs = await new Promise<any[]>((resolve, reject) => {
     const got: any[] = [];
     ws.on("message", (d) => {

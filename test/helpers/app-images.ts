@@ -53,12 +53,12 @@ function follow(d: Docker, stream: NodeJS.ReadableStream): Promise<void> {
   );
 }
 
-/** Builds `<tag>` of the test app; `version` is what it reports. */
+/** Builds `<tag>` of the test app (or of `server`, a script of its own); `version` is what it reports. */
 export async function buildAppImage(
   dockerHost: string,
   tag: string,
   version: string,
-  opts: { neverReady?: boolean } = {},
+  opts: { neverReady?: boolean; server?: string } = {},
 ): Promise<AppImage> {
   const base = await new ContainerRuntime({ host: dockerHost }).ensureBaseImage();
   const pack = tar.pack();
@@ -72,7 +72,7 @@ export async function buildAppImage(
       "",
     ].join("\n"),
   );
-  pack.entry({ name: "server.js" }, SERVER);
+  pack.entry({ name: "server.js" }, opts.server ?? SERVER);
   pack.finalize();
   const d = dockerOf(dockerHost);
   await follow(d, await d.buildImage(pack as unknown as NodeJS.ReadableStream, { t: tag, rm: true }));

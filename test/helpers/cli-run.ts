@@ -1,5 +1,6 @@
 import { runCli } from "../../cli/mod.js";
 import type { CliWriter } from "../../cli/mod.js";
+import { controlAuth } from "./infra.js";
 
 /** What one in-process run of the `slipway` client printed and how it exited. */
 export interface CliResult {
@@ -22,7 +23,11 @@ function writer(): CliWriter & { text: () => string } {
   } as unknown as CliWriter & { text: () => string };
 }
 
-/** Runs the real client in process against a platform's control plane. */
+/**
+ * Runs the real client in process against a platform's control plane, with the control token of a
+ * platform this test process started in SLIPWAY_CONTROL_TOKEN (as the operator's CLI finds it on the
+ * same machine) unless `env` says otherwise.
+ */
 export async function runSlipway(
   controlUrl: string,
   argv: string[],
@@ -30,8 +35,14 @@ export async function runSlipway(
 ): Promise<CliResult> {
   const stdout = writer();
   const stderr = writer();
+  const token = controlAuth(controlUrl).authorization?.replace(/^Bearer /, "");
   const code = await runCli(argv, {
-    env: { SLIPWAY_CONTROL_URL: controlUrl, SLIPWAY_ACTOR_ID: "e2e-builder", ...env },
+    env: {
+      SLIPWAY_CONTROL_URL: controlUrl,
+      SLIPWAY_ACTOR_ID: "e2e-builder",
+      ...(token ? { SLIPWAY_CONTROL_TOKEN: token } : {}),
+      ...env,
+    },
     stdout,
     stderr,
   });

@@ -3,7 +3,6 @@ import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync
 import { request } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { forwardLoopback, type LoopbackForward } from "./netns-forward.js";
 import {
   claimTestNetns,
   ensureHostToContainers,
@@ -48,13 +47,6 @@ export interface TestDockerd {
    * routes it to the namespace.
    */
   readonly subnet: string;
-  /**
-   * Makes `127.0.0.1:<port>` on the host reach `127.0.0.1:<port>` in the
-   * namespace, where a container on the engine's host network listens (the
-   * host's loopback is no longer the engine's). Transitional, for callers
-   * whose containers still use the host network; `stop()` closes it.
-   */
-  forwardLoopback(port: number): Promise<void>;
   /** The last part of dockerd's own log, for a failing test's message. */
   log(): string;
   /**
@@ -115,13 +107,11 @@ export async function startTestDockerd(): Promise<TestDockerd | undefined> {
       return "";
     }
   };
-  const forwards: LoopbackForward[] = [];
 
   let stopped = false;
   const stop = async () => {
     if (stopped) return;
     stopped = true;
-    await Promise.all(forwards.map((f) => f.close()));
     if (!exited) {
       child.kill("SIGTERM");
       const t = setTimeout(() => {
@@ -154,9 +144,6 @@ export async function startTestDockerd(): Promise<TestDockerd | undefined> {
     netns: ns.name,
     hostAddress: ns.hostAddress,
     subnet: ns.subnet,
-    async forwardLoopback(port: number) {
-      forwards.push(await forwardLoopback(ns, port));
-    },
     log,
     stop,
   };

@@ -71,10 +71,42 @@ export async function startTestPlatform(
     // the test vault key unless the test sets its own
     env: { SLIPWAY_VAULT_KEY: TEST_VAULT_KEY, ...(opts.env ?? {}) },
   });
+  const controlUrl = h.control ? `http://127.0.0.1:${h.control.port}` : "";
+  if (controlUrl) rememberControlToken(controlUrl, h.controlToken);
   return Object.assign(Object.create(null), h, {
-    controlUrl: h.control ? `http://127.0.0.1:${h.control.port}` : "",
+    controlUrl,
     dataUrl: h.data ? `http://127.0.0.1:${h.data.port}` : "",
   }) as TestPlatform;
+}
+
+/**
+ * The control token of each control plane this test process started (by origin): {@link call} and
+ * {@link get} send it to that plane unless the caller gives an `authorization` header of its own
+ * (`{ authorization: "" }` sends none that counts: the plane answers 401).
+ */
+const controlTokens = new Map<string, string>();
+
+/** Makes {@link call} and {@link get} send `token` to the control plane at `url`. */
+export function rememberControlToken(url: string, token: string): void {
+  controlTokens.set(new URL(url).origin, token);
+}
+
+/** `authorization` for a control plane this process started (`{}` for anything else). */
+export function controlAuth(url: string): Record<string, string> {
+  let origin: string;
+  try {
+    origin = new URL(url).origin;
+  } catch {
+    return {};
+  }
+  const token = controlTokens.get(origin);
+  return token ? { authorization: `Bearer ${token}` } : {};
+}
+
+/** Headers with the control token added for a known control plane, unless `authorization` is given. */
+function withControlAuth(url: string, headers: Record<string, string>): Record<string, string> {
+  const given = Object.keys(headers).some((k) => k.toLowerCase() === "authorization");
+  return given ? headers : { ...controlAuth(url), ...headers };
 }
 
 /** A fixed vault key so several platform processes of one test share the vault. */
@@ -98,7 +130,7 @@ export async function call(
 ): Promise<CallResult> {
   const r = await fetch(`${baseUrl}/capabilities/${capability}`, {
     method: "POST",
-    headers: { "content-type": "application/json", ...ACTOR, ...headers },
+    headers: withControlAuth(baseUrl, { "content-type": "application/json", ...ACTOR, ...headers }),
     body: typeof body === "string" ? body : JSON.stringify(body),
   });
   return result(r);
@@ -121,7 +153,7 @@ export async function get(
   path: string,
   headers: Record<string, string> = {},
 ): Promise<CallResult> {
-  return result(await fetch(`${baseUrl}${path}`, { headers }));
+  return result(await fetch(`${baseUrl}${path}`, { headers: withControlAuth(baseUrl, headers) }));
 }
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
@@ -180,10 +212,12 @@ export interface WorkspacePlatform {
 }
 
 /** Starts a {@link WorkspacePlatform}; stop it with {@link stopWorkspacePlatform}. */
-export async function startWorkspacePlatform(): Promise<WorkspacePlatform> {
+export async function startWorkspacePlatform(
+  opts: Partial<PlatformOptions> = {},
+): Promise<WorkspacePlatform> {
   const nats = await startTestNats();
   const workspaces = tempDir();
-  const p = await startTestPlatform(nats.url, { workspaceRoot: workspaces });
+  const p = await startTestPlatform(nats.url, { ...opts, workspaceRoot: workspaces });
   return { nats, p, workspaces };
 }
 

@@ -5,13 +5,15 @@ import { freePort, tempDir } from "./infra.js";
 
 /**
  * A private image registry for one test file: Debian's `docker-registry`
- * (distribution 2.8) with its own config, listening on 127.0.0.1 on a free
- * port, storing in a temp dir, no auth (STACK.md: the package's own config
- * turns auth on and listens on every interface). 127.0.0.1 is an insecure
- * registry to dockerd by default, so push and pull by digest work over HTTP.
+ * (distribution 2.8) with its own config, listening on a free port of the
+ * given address, storing in a temp dir, no auth (STACK.md: the package's own
+ * config turns auth on and listens on every interface). Give it the test
+ * engine's `hostAddress` (test/helpers/dockerd.ts): the engine, in a network
+ * namespace of its own, reaches the host there and takes it as an insecure
+ * registry, so push and pull by digest work over HTTP.
  */
 export interface TestRegistry {
-  /** `127.0.0.1:<port>`: the prefix of its image references. */
+  /** `<address>:<port>`: the prefix of its image references. */
   readonly host: string;
   stop(): Promise<void>;
 }
@@ -23,7 +25,7 @@ export function registryMissing(): string | undefined {
   return undefined;
 }
 
-export async function startTestRegistry(): Promise<TestRegistry> {
+export async function startTestRegistry(address = "127.0.0.1"): Promise<TestRegistry> {
   const dir = tempDir("slipway-registry-");
   const port = await freePort();
   const config = join(dir, "config.yml");
@@ -39,12 +41,12 @@ export async function startTestRegistry(): Promise<TestRegistry> {
       "  delete:",
       "    enabled: true",
       "http:",
-      `  addr: 127.0.0.1:${port}`,
+      `  addr: ${address}:${port}`,
       "",
     ].join("\n"),
   );
   const child: ChildProcess = spawn("docker-registry", ["serve", config], { stdio: "ignore" });
-  const host = `127.0.0.1:${port}`;
+  const host = `${address}:${port}`;
   const deadline = Date.now() + 15_000;
   for (;;) {
     try {

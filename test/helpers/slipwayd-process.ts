@@ -1,10 +1,11 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { hasSetpriv } from "../../store/embedded-nats.js";
-import { freePort, tempDir } from "./infra.js";
+import { freePort, rememberControlToken, tempDir } from "./infra.js";
 
 const require = createRequire(import.meta.url);
 const tsx = require.resolve("tsx");
@@ -150,6 +151,12 @@ export interface SlipwaydSetup {
  */
 export async function slipwaydSetup(dataDir: string): Promise<SlipwaydSetup> {
   const [natsPort, controlPort, dataPort] = [await freePort(), await freePort(), await freePort()];
+  // the control token slipwayd would make at first boot, made here so the test knows it (a data dir
+  // used again keeps its own)
+  const tokenFile = join(dataDir, "control.token");
+  if (!existsSync(tokenFile))
+    writeFileSync(tokenFile, `slwc_${randomBytes(32).toString("base64url")}\n`, { mode: 0o600 });
+  rememberControlToken(`http://127.0.0.1:${controlPort}`, readFileSync(tokenFile, "utf8").trim());
   const env: NodeJS.ProcessEnv = {
     ...process.env,
     SLIPWAY_DATA_DIR: dataDir,
