@@ -10,7 +10,7 @@ import { SealedSchema } from "./command.js";
 
 /** One running instance of a service the proxy may send traffic to. */
 export const UpstreamSchema = Type.Object({
-  /** `http://127.0.0.1:<port>` (a host-network container) or `http://<name>:<port>` on a proxy network. */
+  /** `http://<address>:<port>`: a container at its address on the proxy network (or any upstream the route names). */
   url: Type.String(),
   /** The Deployment that started it. */
   deployment_id: Type.String(),

@@ -170,7 +170,7 @@ if (!process.env.NATS_URL && !onPath(natsBin)) {
     );
   } else if (!process.env.DOCKER_HOST && !existsSync("/var/run/docker.sock")) {
     say(
-      "note: dockerd is installed but not running: run-dev-server will answer 503 until it runs (systemctl start docker, or as root: dockerd --bridge=none --iptables=false &); the tests start their own",
+      "note: dockerd is installed but not running: run-dev-server will answer 503 until it runs (systemctl start docker, or as root: dockerd &); the tests start their own",
     );
   }
 }

@@ -21,7 +21,7 @@ import type { FactRequest, Facts, ProbeFact } from "./types.js";
 
 /**
  * Reads the facts a command's handler asked for (actors/facts/types.ts), on the
- * node, before the command's turn: the engine, containers, a free port, the
+ * node, before the command's turn: the engine, containers, the
  * app's health, whether a model is configured. Reads only, each with a time
  * bound; a read that fails is a fact too (the engine is not there).
  */
