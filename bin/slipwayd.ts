@@ -39,6 +39,11 @@ const PLAIN_ERRORS = new Set([
   "BridgeAddressError",
 ]);
 
+/** The addresses a gateway listens on for app containers (besides the first, its own), as a note. */
+function forContainers(hosts: readonly string[]): string {
+  return hosts.length > 1 ? ` (and ${hosts.slice(1).join(", ")} for app containers)` : "";
+}
+
 function fail(msg: string, code = 1): never {
   process.stderr.write(`slipwayd: ${msg}\n`);
   process.exit(code);
@@ -130,8 +135,10 @@ async function run(argv: string[]): Promise<void> {
   }
   const parts = [
     handle.nats ? `nats ${handle.natsUrl}` : `nats ${handle.natsUrl} (external)`,
-    handle.control ? `control http://127.0.0.1:${handle.control.port}` : "",
-    handle.data ? `data http://127.0.0.1:${handle.data.port}` : "",
+    handle.control
+      ? `control http://127.0.0.1:${handle.control.port}${forContainers(handle.control.hosts)}`
+      : "",
+    handle.data ? `data http://127.0.0.1:${handle.data.port}${forContainers(handle.data.hosts)}` : "",
     handle.proxy
       ? `proxy http://${base.proxyHost ?? "127.0.0.1"}:${handle.proxy.httpPort} https://${base.proxyHost ?? "127.0.0.1"}:${handle.proxy.httpsPort}`
       : "",
