@@ -343,7 +343,11 @@ async function startGateways(opts: PlatformOptions, s: Started): Promise<Gateway
   if (role === "up" || opts.plane !== "data") {
     let callers: DevCallerDirectory | undefined;
     // the engine of this process (DOCKER_HOST), as the runtime node's
-    if (bridge) callers = ContainerRuntime.fromEnv().devCallers();
+    if (bridge) {
+      const c = ContainerRuntime.fromEnv().devCallers();
+      closers.push(async () => c.close());
+      callers = c;
+    }
     const control = await startGateway({
       ...common,
       plane: "control",

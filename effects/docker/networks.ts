@@ -137,6 +137,36 @@ export class Networks {
     }
   }
 
+  /**
+   * Calls `onChange` whenever a container joins or leaves `network` (the engine's event stream),
+   * until the returned stop is called; `onEnd` when the stream ends or cannot be opened (an engine
+   * restart): the caller then trusts nothing it learnt before.
+   */
+  async watch(network: string, onChange: () => void, onEnd: () => void): Promise<() => void> {
+    const d = await this.engine.docker();
+    let stream: NodeJS.ReadableStream;
+    try {
+      stream = await d.getEvents({ filters: { type: ["network"], network: [network] } });
+    } catch (e) {
+      onEnd();
+      this.engine.fail(e, `following the events of network ${network}`);
+    }
+    let ended = false;
+    const end = () => {
+      if (ended) return;
+      ended = true;
+      onEnd();
+    };
+    stream.on("data", () => onChange());
+    stream.on("end", end);
+    stream.on("close", end);
+    stream.on("error", end);
+    return () => {
+      ended = true;
+      (stream as NodeJS.ReadableStream & { destroy?: () => void }).destroy?.();
+    };
+  }
+
   /** Every running dev container on `network`: its address and its app (from its labels). */
   async devContainers(network: string): Promise<{ address: string; app: string }[]> {
     const d = await this.engine.docker();

@@ -401,3 +401,43 @@ test.serial(
     t.is(seen.get("control: set-secret of its own app")!.status, 401);
   },
 );
+
+test.serial(
+  "an address a stopped dev container leaves is never taken for its app by the next container that gets it",
+  async (t) => {
+    const c = t.context;
+    const { p, dockerd, victim } = c;
+    const control = `http://${dockerd.hostAddress}:${p.control!.port}`;
+    // the victim's address is known to the control plane from the calls above; then its dev server stops
+    const stop = await call(p.controlUrl, "run-dev-server", { app: victim.name, action: "stop" });
+    t.is(stop.status, 200, stop.text);
+    const third = await proberApp(p, `third${randomUUID().slice(0, 6)}`);
+    const url = await devServer(p, third.name);
+    const reused = new URL(url).hostname === new URL(victim.url).hostname;
+    t.log(
+      `the next dev container got ${new URL(url).hostname} (${reused ? "the stopped one's address" : "another address"})`,
+    );
+    const seen = report(
+      t,
+      "next",
+      await probe(url, [
+        {
+          name: "control: set-secret of the app that held the address before",
+          kind: "http",
+          method: "POST",
+          url: `${control}/capabilities/set-secret`,
+          body: { app: victim.name, name: "TAKEN_OVER", value: "x" },
+        },
+        {
+          name: "control: set-secret of its own app",
+          kind: "http",
+          method: "POST",
+          url: `${control}/capabilities/set-secret`,
+          body: { app: third.name, name: "MINE", value: "x" },
+        },
+      ]),
+    );
+    t.is(seen.get("control: set-secret of the app that held the address before")!.status, 403);
+    t.is(seen.get("control: set-secret of its own app")!.status, 200);
+  },
+);
