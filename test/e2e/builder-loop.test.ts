@@ -317,7 +317,7 @@ test.serial(
     // the platform restarts while the dev server runs: the container goes on, and
     // `dev --status` on the new node follows its log again
     await t.context.p.close();
-    const p2 = await startTestPlatform(t.context.nats.url, { workspaceRoot: t.context.workspaces });
+    const p2 = await startTestPlatform(t.context.nats, { workspaceRoot: t.context.workspaces });
     t.context.more.push(p2);
     const since = Date.now();
     const status = await runSlipway(p2.controlUrl, ["dev", "--app", app, "--status", "--json"]);

@@ -121,7 +121,7 @@ test("commands sent while no node runs are applied when one starts", async (t) =
 
 test("the control plane bound to a non-loopback address requires the control token", async (t) => {
   // bound to every address; the test only ever connects to 127.0.0.1
-  const gw = await startTestPlatform(t.context.nats.url, {
+  const gw = await startTestPlatform(t.context.nats, {
     role: "gateway",
     plane: "control",
     controlHost: "0.0.0.0",
@@ -138,7 +138,7 @@ test("the control plane bound to a non-loopback address requires the control tok
     await gw.close();
   }
   // on loopback it does not
-  const local = await startTestPlatform(t.context.nats.url, { role: "gateway", plane: "control" });
+  const local = await startTestPlatform(t.context.nats, { role: "gateway", plane: "control" });
   try {
     t.is((await get(local.controlUrl, "/resources")).status, 200);
   } finally {
@@ -189,7 +189,7 @@ test("an unexpected error is a generic 500 internal; its cause is logged with th
 });
 
 test("inspect health probes the app's /health at its base URL and reports what it answered", async (t) => {
-  const p = await startTestPlatform(t.context.nats.url);
+  const p = await startTestPlatform(t.context.nats);
   let status = 200;
   const server: Server = createServer((req, res) => {
     res.writeHead(req.url === "/base/health" ? status : 404).end();

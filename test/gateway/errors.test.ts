@@ -243,7 +243,7 @@ test("an Idempotency-Key replay matches the body whatever the order of its field
 });
 
 test("401 on the control plane when the control token is required, 200 with it", async (t) => {
-  const p = await startTestPlatform(t.context.nats.url, {
+  const p = await startTestPlatform(t.context.nats, {
     role: "gateway",
     plane: "control",
     requireControlToken: true,
@@ -262,7 +262,7 @@ test("401 on the control plane when the control token is required, 200 with it",
 test("504 timeout when no runtime node answers", async (t) => {
   // a gateway on its own NATS with no runtime node: nobody applies the command
   const n = await startTestNats();
-  const lonely = await startTestPlatform(n.url, { role: "gateway", plane: "control", replyTimeoutMs: 300 });
+  const lonely = await startTestPlatform(n, { role: "gateway", plane: "control", replyTimeoutMs: 300 });
   try {
     isError(t, await call(lonely.controlUrl, "inspect", { app: "nobody", type: "app" }), "timeout");
   } finally {
