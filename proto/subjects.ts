@@ -190,6 +190,8 @@ export const keyPatterns = {
   certificates: "_certs.>",
   acmeAccounts: "_acme.*",
   acmeChallenges: "_challenge.*",
+  /** proto/connectors.ts `connectorGrantKey`: `_connectors.<app>.<provider>.<owner>`. */
+  connectorGrants: "_connectors.>",
   proxyLeases: "proxy.*",
 } as const;
 

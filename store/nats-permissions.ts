@@ -116,7 +116,8 @@ function merge(...grants: Grant[]): Grant {
 /**
  * Gateways: put commands on the stream and wait for their replies; read events, app events, logs
  * and the KV buckets they serve reads from; publish app events (policies, MCP, identity,
- * connectors); write connector grants into the vault. Never the commands stream, never the routes.
+ * connectors); write connector grants into the vault (their keys only: an app's secrets, its
+ * signing key among them, are the node's to write). Never the commands stream, never the routes.
  */
 function gateway(): Grant {
   const reads = [BUCKETS.resources, BUCKETS.vault, BUCKETS.apps, BUCKETS.idempotency, BUCKETS.jobs];
@@ -126,7 +127,7 @@ function gateway(): Grant {
     readStream(STREAMS.appEvents),
     readStream(STREAMS.logs),
     ...reads.map((b) => readBucket(b)),
-    writeBucket(BUCKETS.vault),
+    writeBucket(BUCKETS.vault, [keyPatterns.connectorGrants]),
   );
 }
 
