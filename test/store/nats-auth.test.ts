@@ -129,12 +129,18 @@ test("the proxy role cannot publish a command nor read the command stream", asyn
   t.is((await bus(t, "admin").jsm.streams.info(STREAMS.commands)).state.messages, 1, "only the gateway's");
 });
 
-test("the gateway role cannot write the routes; the proxy writes only its ACME challenges there", async (t) => {
+test("the gateway role cannot write the routes nor an app's secrets; the proxy writes only its ACME challenges there", async (t) => {
   const route = JSON.stringify({ host: "shop.test", upstreams: [{ url: "http://127.0.0.1:9" }] });
   await refused(t, bus(t, "gateway").kv.routes.put(keys.route("shop.test"), route), "gateway puts a route");
   await refused(t, bus(t, "gateway").kv.routes.delete(keys.route("shop.test")), "gateway deletes a route");
   await refused(t, bus(t, "proxy").kv.routes.put(keys.route("shop.test"), route), "proxy puts a route");
   t.truthy(await bus(t, "proxy").kv.routes.put(keys.acmeChallenge("tok1"), "key-authorization"));
+  // nor an app's secrets (its identity signing key among them): the gateways write connector grants only
+  await refused(
+    t,
+    bus(t, "gateway").kv.vault.put(keys.vault("shop", "SLIPWAY_AUTH_SIGNING_KEY"), "{}"),
+    "gateway writes an app's secret",
+  );
   t.truthy(await bus(t, "node").kv.routes.put(keys.route("shop.test"), route), "the node deploys routes");
   t.is((await bus(t, "admin").kv.routes.get(keys.route("shop.test")))?.string(), route);
 });
