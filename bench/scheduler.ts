@@ -43,7 +43,7 @@ import { keys, partitionOf, STREAMS, subjects } from "../proto/subjects.js";
 import { type Bus, openBus } from "../store/bus.js";
 import type { NatsRole } from "../store/nats-permissions.js";
 import { readStream } from "../store/read-stream.js";
-import { type EmbeddedNats, startEmbeddedNats } from "../store/embedded-nats.js";
+import { type EmbeddedNats, natsRefusalLog, startEmbeddedNats } from "../store/embedded-nats.js";
 import { natsSeedFile } from "../store/nats-identities.js";
 import { type NodeProcess, spawnNode } from "../test/helpers/processes.js";
 import {
@@ -436,7 +436,12 @@ async function roleBus(nats: EmbeddedNats, role: NatsRole, name: string): Promis
 }
 
 async function startNats(): Promise<EmbeddedNats> {
-  const nats = await startEmbeddedNats({ dir: tempDir("slipway-bench-sched-nats-"), port: await freePort() });
+  const nats = await startEmbeddedNats({
+    dir: tempDir("slipway-bench-sched-nats-"),
+    port: await freePort(),
+    // a role reaching past its permissions would be a bug: say so
+    log: natsRefusalLog(progress),
+  });
   live.nats.push(nats);
   return nats;
 }
