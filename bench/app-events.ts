@@ -18,6 +18,7 @@ import { performance } from "node:perf_hooks";
 import { jetstream } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { subjects } from "../proto/subjects.js";
+import { authOptions, type NatsAuth } from "../store/nats-auth.js";
 import {
   exitWhenDone,
   f0,
@@ -53,8 +54,8 @@ function eventOf(app: string, n: number) {
 }
 
 /** Raw JetStream: publish with ack, WINDOW in flight, for SECONDS. */
-async function raw(natsUrl: string, app: string): Promise<Phase> {
-  const nc = await connect({ servers: natsUrl, noAsyncTraces: true });
+async function raw(natsUrl: string, auth: NatsAuth, app: string): Promise<Phase> {
+  const nc = await connect({ servers: natsUrl, noAsyncTraces: true, ...authOptions(auth) });
   const js = jetstream(nc);
   const lat: number[] = [];
   let errors = 0;
@@ -131,12 +132,12 @@ function route(dataUrl: string, token: string, app: string): Promise<Phase> {
 async function main(): Promise<void> {
   const bp = await startBenchPlatform("aev", { SLIPWAY_RATE_LIMIT_APP_EVENTS: "off" });
   try {
-    const { control, data, natsUrl } = bp;
+    const { control, data, natsUrl, natsAuth } = bp;
     const init = await post(control, "initialize-app", { name: "aevbench" });
     if (init.status !== 200) throw new Error(`initialize-app: ${JSON.stringify(init.body)}`);
     const token: string = init.body.result.token;
     progress(`raw JetStream publish, ${SECONDS} s`);
-    const r = await raw(natsUrl, "aevraw");
+    const r = await raw(natsUrl, natsAuth, "aevraw");
     progress(`POST /app-events, ${SECONDS} s`);
     const a = await route(data, token, "aevbench");
     const ratio = a.rate / r.rate;

@@ -8,6 +8,7 @@ import { cpus, tmpdir, totalmem } from "node:os";
 import { join } from "node:path";
 import { type PlatformHandle, startPlatform } from "../bin/platform.js";
 import { type EmbeddedNats, natsServerVersion, startEmbeddedNats } from "../store/embedded-nats.js";
+import type { NatsAuth } from "../store/nats-auth.js";
 
 /** Logs `msg` to stderr as `[label <seconds since t0>s] msg`. */
 export type Progress = (msg: string) => void;
@@ -194,6 +195,8 @@ export function runMain(main: () => Promise<void>): void {
 export interface BenchPlatform {
   platform: PlatformHandle;
   natsUrl: string;
+  /** The admin's credentials on that server (a benchmark's own connections). */
+  natsAuth: NatsAuth;
   control: string;
   data: string;
   /** Stops the platform and its nats-server and removes the temp dir (safe to call twice). */
@@ -221,11 +224,13 @@ export async function startBenchPlatform(
   };
   try {
     const port = await freePort();
-    nats = await startEmbeddedNats({ dir: join(dir, "nats"), port });
+    const n = await startEmbeddedNats({ dir: join(dir, "nats"), port });
+    nats = n;
     const natsUrl = `nats://127.0.0.1:${port}`;
     platform = await startPlatform({
       role: "up",
       natsUrl,
+      natsAuth: (r) => n.auth(r),
       dataDir: dir,
       controlPort: 0,
       dataPort: 0,
@@ -237,7 +242,7 @@ export async function startBenchPlatform(
     const control = `http://127.0.0.1:${platform.control!.port}`;
     const data = `http://127.0.0.1:${platform.data!.port}`;
     await waitReady(data, 20_000, "data plane");
-    return { platform, natsUrl, control, data, close };
+    return { platform, natsUrl, natsAuth: n.auth("admin"), control, data, close };
   } catch (e) {
     await close();
     throw e;

@@ -34,6 +34,8 @@ import { startInstrumentedNode } from "../actors/testing.js";
 import { type PlatformHandle, startPlatform } from "../bin/platform.js";
 import { uwsIsNative } from "../gateway/server.js";
 import { type EmbeddedNats, startEmbeddedNats } from "../store/embedded-nats.js";
+import type { Bus } from "../store/bus.js";
+import { authOptions, type NatsAuth } from "../store/nats-auth.js";
 import {
   exitWhenDone,
   f0,
@@ -125,11 +127,12 @@ interface RawResult {
 
 async function rawWindow(
   natsUrl: string,
+  auth: NatsAuth,
   seconds: number,
   meter: CpuMeter,
   noAsyncTraces: boolean,
 ): Promise<RawRun> {
-  const nc = await connect({ servers: natsUrl, name: "bench-raw", noAsyncTraces });
+  const nc = await connect({ servers: natsUrl, name: "bench-raw", noAsyncTraces, ...authOptions(auth) });
   try {
     const js = jetstream(nc, { timeout: 5000 });
     const payload = new Uint8Array(RAW_PAYLOAD_BYTES).fill(120);
@@ -158,13 +161,13 @@ async function rawWindow(
   }
 }
 
-async function rawJetStream(natsUrl: string, meter: CpuMeter): Promise<RawResult> {
-  const nc = await connect({ servers: natsUrl, name: "bench-raw-admin" });
+async function rawJetStream(natsUrl: string, auth: NatsAuth, meter: CpuMeter): Promise<RawResult> {
+  const nc = await connect({ servers: natsUrl, name: "bench-raw-admin", ...authOptions(auth) });
   try {
     const jsm = await jetstreamManager(nc);
     await jsm.streams.add({ name: "BENCH_RAW", subjects: ["bench.raw.>"], storage: StorageType.File });
-    const windowed = await rawWindow(natsUrl, RAW_SECONDS, meter, false);
-    const windowedNoAsyncTraces = await rawWindow(natsUrl, RAW_FAST_SECONDS, meter, true);
+    const windowed = await rawWindow(natsUrl, auth, RAW_SECONDS, meter, false);
+    const windowedNoAsyncTraces = await rawWindow(natsUrl, auth, RAW_FAST_SECONDS, meter, true);
 
     const js = jetstream(nc, { timeout: 5000 });
     const payload = new Uint8Array(RAW_PAYLOAD_BYTES).fill(120);
@@ -253,6 +256,10 @@ interface BusTraffic {
 
 type MeasuredWrites = Measured & { bus: BusTraffic; loopMsPerWrite: number };
 
+const NO_TRAFFIC = { inMsgs: 0, outMsgs: 0, inBytes: 0, outBytes: 0 };
+/** The runtime node's connection with --in-process (captured by its launchNode). */
+let inProcessNodeBus: Bus | undefined;
+
 /** A set-secret phase, with the NATS traffic of the platform's connection per write. */
 async function measureWrites(
   meter: CpuMeter,
@@ -263,7 +270,8 @@ async function measureWrites(
   const node = platform.nodeThread;
   const stats = async () => {
     const main = platform.bus.nc.stats();
-    const n = node ? await node.busStats() : { inMsgs: 0, outMsgs: 0, inBytes: 0, outBytes: 0 };
+    // the node connects as its own NATS role: its worker thread's connection, or (--in-process) its own one here
+    const n = node ? await node.busStats() : (inProcessNodeBus?.nc.stats() ?? NO_TRAFFIC);
     return {
       inMsgs: main.inMsgs + n.inMsgs,
       outMsgs: main.outMsgs + n.outMsgs,
@@ -589,6 +597,8 @@ interface Bench {
   /** The control plane, `http://127.0.0.1:<port>`. */
   base: string;
   natsUrl: string;
+  /** The admin's credentials (the raw phases' own connections). */
+  natsAuth: NatsAuth;
   platform: PlatformHandle;
   gen: LoadGen;
   meter: CpuMeter;
@@ -600,7 +610,7 @@ async function rawPhases(b: Bench): Promise<{ raw: RawResult; bare: Measured }> 
   progress(
     `1. raw JetStream: window ${RAW_WINDOW} for ${RAW_SECONDS} s (+${RAW_FAST_SECONDS} s noAsyncTraces), then sequential`,
   );
-  const raw = await rawJetStream(b.natsUrl, b.meter);
+  const raw = await rawJetStream(b.natsUrl, b.natsAuth, b.meter);
   progress(
     `   ${f0(raw.windowed.msgsPerS)} msg/s (noAsyncTraces ${f0(raw.windowedNoAsyncTraces.msgsPerS)}); sequential p50 ${f2(raw.sequential.p50)} ms p99 ${f2(raw.sequential.p99)} ms`,
   );
@@ -855,16 +865,23 @@ async function main(): Promise<void> {
     const port = await freePort();
     nats = await startEmbeddedNats({ dir: natsDir, port });
     progress(`nats-server on ${nats.url}`);
+    const n = nats;
     platform = await startPlatform({
       role: "up",
       natsUrl: nats.url,
+      natsAuth: (r) => n.auth(r),
       dataDir,
       controlPort: 0,
       dataPort: 0,
       env: { SLIPWAY_VAULT_KEY: randomBytes(32).toString("base64") },
       log: () => {},
       ...(inProcess
-        ? { launchNode: (o) => startInstrumentedNode(o, { onApply: turns.hook }) }
+        ? {
+            launchNode: (o) => {
+              inProcessNodeBus = o.bus;
+              return startInstrumentedNode(o, { onApply: turns.hook });
+            },
+          }
         : { nodeThread: true }),
     });
     const base = `http://127.0.0.1:${platform.control!.port}`;
@@ -875,7 +892,15 @@ async function main(): Promise<void> {
     gen = new LoadGen();
     const meter = new CpuMeter(nats.pid, gen);
     meter.nodeWorker = platform.nodeThread?.worker;
-    const results = await runPhases({ base, natsUrl: nats.url, platform, gen, meter, turns });
+    const results = await runPhases({
+      base,
+      natsUrl: nats.url,
+      natsAuth: nats.auth("admin"),
+      platform,
+      gen,
+      meter,
+      turns,
+    });
     const report = makeReport(results, nats.pid, loadAvgBefore);
     if (!noProcesses) {
       // the in-process platform is closed first: its memory figures are taken, and it no longer runs beside

@@ -113,6 +113,7 @@ export async function deployPhase(progress: Progress, rolls: number): Promise<De
   const p = await startPlatform({
     role: "up",
     natsUrl: nats.url,
+    natsAuth: (r) => nats.auth(r),
     dataDir: join(dir, "data"),
     controlPort: 0,
     dataPort: 0,

@@ -6,6 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { type EmbeddedNats, startEmbeddedNats } from "../store/embedded-nats.js";
+import { natsSeedFile } from "../store/nats-identities.js";
 import {
   exitWhenDone,
   f0,
@@ -398,6 +399,7 @@ async function main(): Promise<void> {
     mailbox = await startMailbox();
     platform = startPlatform(e.args, {
       NATS_URL: nats.url,
+      SLIPWAY_NATS_CREDS: natsSeedFile(nats.dir, "admin"),
       SLIPWAY_DATA_DIR: join(dir, "data"),
       SLIPWAY_VAULT_KEY: randomBytes(32).toString("base64"),
       SLIPWAY_CONTROL_PORT: String(await freePort()),

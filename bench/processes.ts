@@ -20,6 +20,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { startEmbeddedNats } from "../store/embedded-nats.js";
+import { natsSeedFile } from "../store/nats-identities.js";
 import { freePort, post, procCpuS, rssMiB, sleep, waitReady } from "./common.js";
 import type { LoadGen } from "./core-meter.js";
 import type { LoadResult, SecretMix } from "./loadgen.js";
@@ -165,8 +166,10 @@ async function scenario(
     const bases: string[] = [];
     for (const s of spec) {
       // the proxy `up` starts gets free ports (8080/8443 may be taken on this machine)
+      const role = s.args[0] === "gateway" ? "gateway" : s.args[0] === "node" ? "node" : "admin";
       const env: Record<string, string> = {
         NATS_URL: nats.url,
+        SLIPWAY_NATS_CREDS: natsSeedFile(natsDir, role),
         SLIPWAY_VAULT_KEY: opts.vaultKey,
         SLIPWAY_HTTP_PORT: "0",
         SLIPWAY_HTTPS_PORT: "0",

@@ -27,6 +27,7 @@ import { Pool } from "undici";
 import { keys, type Route, type RouteApplied, subjects } from "../proto/mod.js";
 import { type Bus, openBus } from "../store/mod.js";
 import { type EmbeddedNats, startEmbeddedNats } from "../store/embedded-nats.js";
+import { natsSeedFile } from "../store/nats-identities.js";
 import { TEST_VAULT_KEY, tempDir } from "../test/helpers/infra.js";
 import { bundleSlipwayd, type SlipwaydProcess, spawnSlipwayd } from "../test/helpers/slipwayd-process.js";
 import {
@@ -291,7 +292,7 @@ async function main(): Promise<void> {
   try {
     progress("starting nats-server, the upstream app and slipwayd proxy (compiled)");
     nats = await startEmbeddedNats({ dir: tempDir("slipway-bench-nats-"), port: await freePort() });
-    bus = await openBus({ servers: nats.url, name: "bench-proxy" });
+    bus = await openBus({ servers: nats.url, name: "bench-proxy", auth: nats.auth("admin") });
     const acks: RouteApplied[] = [];
     bus.nc.subscribe(subjects.proxyApplied, {
       callback: (e, m) => {
@@ -304,6 +305,7 @@ async function main(): Promise<void> {
       {
         ...process.env,
         NATS_URL: nats.url,
+        SLIPWAY_NATS_CREDS: natsSeedFile(nats.dir, "proxy"),
         SLIPWAY_DATA_DIR: tempDir("slipway-bench-proxy-"),
         SLIPWAY_VAULT_KEY: TEST_VAULT_KEY,
         SLIPWAY_HTTP_PORT: String(httpPort),

@@ -40,9 +40,11 @@ import type { SchedulerHandle } from "../actors/scheduler.js";
 import { startInstrumentedScheduler } from "../actors/testing.js";
 import { type PlatformHandle, startPlatform } from "../bin/platform.js";
 import { keys, partitionOf, STREAMS, subjects } from "../proto/subjects.js";
-import type { Bus } from "../store/bus.js";
+import { type Bus, openBus } from "../store/bus.js";
+import type { NatsRole } from "../store/nats-permissions.js";
 import { readStream } from "../store/read-stream.js";
-import { type EmbeddedNats, startEmbeddedNats } from "../store/embedded-nats.js";
+import { type EmbeddedNats, natsRefusalLog, startEmbeddedNats } from "../store/embedded-nats.js";
+import { natsSeedFile } from "../store/nats-identities.js";
 import { type NodeProcess, spawnNode } from "../test/helpers/processes.js";
 import {
   exitWhenDone,
@@ -386,8 +388,17 @@ interface Cleanup {
   platforms: PlatformHandle[];
   children: NodeProcess[];
   targets: Target[];
+  buses: Bus[];
 }
-const live: Cleanup = { schedulers: [], dirs: [], nats: [], platforms: [], children: [], targets: [] };
+const live: Cleanup = {
+  schedulers: [],
+  dirs: [],
+  nats: [],
+  platforms: [],
+  children: [],
+  targets: [],
+  buses: [],
+};
 
 async function cleanupAll(): Promise<void> {
   for (const s of live.schedulers.splice(0)) await s.close().catch(() => {});
@@ -400,6 +411,7 @@ async function cleanupAll(): Promise<void> {
     clearTimeout(t);
   }
   for (const t of live.targets.splice(0)) await t.close().catch(() => {});
+  for (const b of live.buses.splice(0)) await b.close().catch(() => {});
   for (const p of live.platforms.splice(0)) await p.close().catch((e) => progress(`close: ${String(e)}`));
   for (const n of live.nats.splice(0)) await n.stop().catch(() => {});
   for (const d of live.dirs.splice(0)) rmSync(d, { recursive: true, force: true });
@@ -411,8 +423,25 @@ function tempDir(prefix: string): string {
   return d;
 }
 
+/** A connection of the benchmark's own to `nats` as `role` (admin: reads anything), closed by the cleanup. */
+async function roleBus(nats: EmbeddedNats, role: NatsRole, name: string): Promise<Bus> {
+  const b = await openBus({
+    servers: nats.url,
+    name,
+    auth: nats.auth(role),
+    inboxPrefix: subjects.inboxPrefix(role),
+  });
+  live.buses.push(b);
+  return b;
+}
+
 async function startNats(): Promise<EmbeddedNats> {
-  const nats = await startEmbeddedNats({ dir: tempDir("slipway-bench-sched-nats-"), port: await freePort() });
+  const nats = await startEmbeddedNats({
+    dir: tempDir("slipway-bench-sched-nats-"),
+    port: await freePort(),
+    // a role reaching past its permissions would be a bug: say so
+    log: natsRefusalLog(progress),
+  });
   live.nats.push(nats);
   return nats;
 }
@@ -463,6 +492,7 @@ async function phase1(vaultKey: string): Promise<PhaseReport> {
   const platform = await startPlatform({
     role: "up",
     natsUrl: nats.url,
+    natsAuth: (r) => nats.auth(r),
     dataDir: tempDir("slipway-bench-sched-data-"),
     controlPort: 0,
     dataPort: 0,
@@ -483,9 +513,11 @@ async function phase1(vaultKey: string): Promise<PhaseReport> {
   progress(`   nats ${nats.url}, control plane ${base}, target ${targetUrl}; making ${JOBS} jobs`);
   const created = await createJobs(base, targetUrl);
   // what startNode would start, with the test hook that counts fires
+  // the scheduler is a node's: it connects as the node role
+  const schedulerBus = await roleBus(nats, "node", "bench-scheduler");
   const scheduler = startInstrumentedScheduler(
     {
-      bus: platform.bus,
+      bus: schedulerBus,
       vault: platform.vault,
       nodeId: "bench-node",
       log: (m) => {
@@ -508,18 +540,18 @@ async function phase1(vaultKey: string): Promise<PhaseReport> {
   const meter = new ProcMeter();
   meter.add("bench process (platform: gateways + node + scheduler; target worker)", process.pid);
   meter.add("nats-server", nats.pid);
-  const stats0 = platform.bus.nc.stats();
+  const stats0 = schedulerBus.nc.stats();
   const w = await runWindow(meter, async (w0) => {
     window = [w0, w0 + SECONDS * 1000];
   });
   const cpu = meter.stop();
-  const stats1 = platform.bus.nc.stats();
+  const stats1 = schedulerBus.nc.stats();
   const hits = await target.collect();
   const figures = analyse(hits, w.w0, w.w1, ANALYSIS);
   progress(
     `   ${f0(figures.ticksReceived)} ticks, p99 ${f1(figures.lateness.p99)} ms late, ${figures.lost} lost; reading the bus`,
   );
-  const bus = await busFigures(platform.bus, schedulerStart);
+  const bus = await busFigures(await roleBus(nats, "admin", "bench-observer"), schedulerStart);
   progress(`   read the bus in ${f1(bus.scanSeconds)} s`);
   const ticks = Math.max(1, figures.ticksReceived);
   await cleanupAll();
@@ -562,6 +594,7 @@ async function phase0(vaultKey: string): Promise<PhaseReport> {
   const platform = await startPlatform({
     role: "up",
     natsUrl: nats.url,
+    natsAuth: (r) => nats.auth(r),
     dataDir: tempDir("slipway-bench-sched-up-"),
     controlPort: 0,
     dataPort: 0,
@@ -671,12 +704,14 @@ async function phase2(vaultKey: string): Promise<PhaseReport> {
     role: "gateway",
     plane: "control",
     natsUrl: nats.url,
+    natsAuth: (r) => nats.auth(r),
     dataDir: tempDir("slipway-bench-sched-gw-"),
     controlPort: 0,
     env: { SLIPWAY_VAULT_KEY: vaultKey },
     log: () => {},
   });
   live.platforms.push(gw);
+  const observer = await roleBus(nats, "admin", "bench-observer");
   const base = `http://127.0.0.1:${gw.control!.port}`;
   await waitReady(base, 20_000, "gateway");
   const nodeDir = tempDir("slipway-bench-sched-nodes-");
@@ -687,6 +722,7 @@ async function phase2(vaultKey: string): Promise<PhaseReport> {
   const maker = await startPlatform({
     role: "node",
     natsUrl: nats.url,
+    natsAuth: (r) => nats.auth(r),
     dataDir: nodeDir,
     env: { SLIPWAY_VAULT_KEY: vaultKey },
     log: () => {},
@@ -700,14 +736,20 @@ async function phase2(vaultKey: string): Promise<PhaseReport> {
   const schedulerStart = Date.now();
   const nodes = await Promise.all(
     ["nodea", "nodeb"].map(async (id) => {
-      const n = await spawnNode({ natsUrl: nats.url, dataDir: nodeDir, vaultKey, id, env });
+      const n = await spawnNode({
+        nats: { NATS_URL: nats.url, SLIPWAY_NATS_CREDS: natsSeedFile(nats.dir, "node") },
+        dataDir: nodeDir,
+        vaultKey,
+        id,
+        env,
+      });
       live.children.push(n);
       return n;
     }),
   );
   let leader: string | undefined;
   for (let i = 0; i < 200 && !leader; i++) {
-    leader = await leaseHolder(gw.bus);
+    leader = await leaseHolder(observer);
     if (!leader) await sleep(100);
   }
   if (!leader) throw new Error("no scheduler leader after 20 s");
@@ -722,7 +764,7 @@ async function phase2(vaultKey: string): Promise<PhaseReport> {
   let appPartitionAtKill: string | undefined;
   const w = await runWindow(meter, async (w0) => {
     await sleep(w0 + (SECONDS * 1000) / 2 - Date.now());
-    const holder = (await leaseHolder(gw.bus)) ?? leader!;
+    const holder = (await leaseHolder(observer)) ?? leader!;
     const victim = nodes.find((n) => n.id === holder) ?? nodes[0]!;
     const owner = nodes.find((n) => n.partitions.includes(partitionOf(APP)))?.id;
     meter.freeze(victim.child.pid!);
@@ -736,7 +778,7 @@ async function phase2(vaultKey: string): Promise<PhaseReport> {
     appPartitionAtKill = owner;
     const end = w0 + SECONDS * 1000;
     while (Date.now() < end) {
-      const h = await leaseHolder(gw.bus).catch(() => undefined);
+      const h = await leaseHolder(observer).catch(() => undefined);
       if (h && h !== victim.id) {
         kill.leaseTakenAt = Date.now();
         progress(`   ${h} holds the scheduler lease ${Date.now() - at} ms after the kill`);
@@ -751,7 +793,7 @@ async function phase2(vaultKey: string): Promise<PhaseReport> {
   progress(
     `   ${f0(figures.ticksReceived)} ticks, failover window ${figures.failover?.windowMs ?? "?"} ms; reading the bus`,
   );
-  const bus = await busFigures(gw.bus, schedulerStart);
+  const bus = await busFigures(observer, schedulerStart);
   progress(`   read the bus in ${f1(bus.scanSeconds)} s`);
   const schedulerLog = nodes.flatMap((n) =>
     n

@@ -1,12 +1,15 @@
 import { Worker } from "node:worker_threads";
 import type { NodeHandle, NodeOptions } from "../actors/mod.js";
+import type { NatsAuth } from "../store/mod.js";
 
 /** The node thread's young generation (V8's default is 48 MiB on 64-bit). */
 const NODE_THREAD_YOUNG_MIB = 16;
 
 /** What the main thread hands the node thread (structured-clone safe). */
 export interface NodeThreadData {
+  /** The NATS servers (without credentials) and the node role's credentials. */
   natsUrl: string;
+  natsAuth: NatsAuth;
   dataDir: string;
   workspaceRoot: string;
   nodeId?: string | undefined;

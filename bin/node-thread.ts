@@ -4,6 +4,7 @@
 // connection and vault; it talks to the main thread only by the messages of ./node-thread-api.ts.
 import { type MessagePort, parentPort, workerData } from "node:worker_threads";
 import { startNode, type NodeHandle } from "../actors/mod.js";
+import { subjects } from "../proto/mod.js";
 import { openBus, Vault } from "../store/mod.js";
 import type { FromNodeThread, NodeThreadData, ToNodeThread } from "./node-thread-api.js";
 import { watchTelemetry } from "./telemetry.js";
@@ -26,7 +27,13 @@ process.on("unhandledRejection", (reason) =>
 
 async function main(): Promise<void> {
   const vault = Vault.open(data.dataDir, process.env);
-  const bus = await openBus({ servers: data.natsUrl, name: "slipway-up-node" });
+  const bus = await openBus({
+    servers: data.natsUrl,
+    name: "slipway-up-node",
+    auth: data.natsAuth,
+    inboxPrefix: subjects.inboxPrefix("node"),
+    skipSetup: true,
+  });
   const telemetry = await watchTelemetry({ bus, vault, role: "node", env: process.env, log });
   let node: NodeHandle;
   try {

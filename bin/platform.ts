@@ -13,7 +13,7 @@ import {
   type GatewayHandle,
 } from "../gateway/mod.js";
 import { ContainerRuntime, type DevCallerDirectory } from "../effects/mod.js";
-import { DEFAULT_PORTS } from "../proto/mod.js";
+import { DEFAULT_PORTS, subjects } from "../proto/mod.js";
 import { findBridgeAddress } from "./bridge.js";
 import { type ProxyHandle, type ProxyOptions, startProxy } from "../proxy/mod.js";
 import {
@@ -24,6 +24,12 @@ import {
   ReadIndex,
   agreeOnVaultKey,
   Vault,
+  type NatsAuth,
+  type NatsRole,
+  natsAuthFromEnv,
+  natsRefusalLog,
+  natsUrlForDisplay,
+  refuseInsecureNats,
 } from "../store/mod.js";
 
 import { type NodeThreadData, type NodeThreadHandle, startNodeThread } from "./node-thread-api.js";
@@ -39,6 +45,12 @@ export interface PlatformOptions {
   workspaceRoot?: string;
   /** External NATS (no embedded server). */
   natsUrl?: string;
+  /**
+   * The credentials of each role's connection (`up` opens one per role: gateways, proxy, node).
+   * Default: the embedded server's seed files; with `natsUrl`, SLIPWAY_NATS_CREDS or the URL's
+   * user and password for every role (store/nats-auth.ts).
+   */
+  natsAuth?: (role: NatsRole) => NatsAuth;
   /** Port of the embedded nats-server. */
   natsPort?: number;
   /**
@@ -95,6 +107,7 @@ export interface PlatformOptions {
 
 export interface PlatformHandle {
   readonly dataDir: string;
+  /** The NATS servers, without credentials. */
   readonly natsUrl: string;
   readonly nats?: EmbeddedNats | undefined;
   readonly bus: Bus;
@@ -141,7 +154,8 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
   const env = opts.env ?? process.env;
   const dataDir = resolve(opts.dataDir ?? ".slipway");
   const workspaceRoot = resolve(opts.workspaceRoot ?? join(dataDir, "apps"));
-  mkdirSync(dataDir, { recursive: true });
+  // the data dir holds the vault key, the control token and the NATS seeds: its owner's only
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   mkdirSync(workspaceRoot, { recursive: true });
   const closers: (() => Promise<void>)[] = [];
   let closing: Promise<void> | undefined;
@@ -160,12 +174,28 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
     const nodeId = opts.nodeId || (role === "up" ? loadNodeId(dataDir) : undefined);
     let natsUrl = opts.natsUrl || nats?.url;
     if (!natsUrl) {
-      nats = await startEmbeddedNats({ dir: dataDir, port: opts.natsPort ?? DEFAULT_PORTS.nats, note: log });
+      nats = await startEmbeddedNats({
+        dir: dataDir,
+        port: opts.natsPort ?? DEFAULT_PORTS.nats,
+        note: log,
+        log: natsRefusalLog(log),
+      });
       natsUrl = nats.url;
       const n = nats;
       closers.push(() => n.stop());
     }
-    const bus = await openBus({ servers: natsUrl, name: `slipway-${role}` });
+    const natsAuth = await authOfRoles(natsUrl, nats, opts.natsAuth, env);
+    // one connection per role, each with its own identity and inbox (DESIGN §5)
+    const connect = (r: NatsRole, name: string, skipSetup = false) =>
+      openBus({
+        servers: natsUrl,
+        name,
+        auth: natsAuth(r),
+        inboxPrefix: subjects.inboxPrefix(r),
+        skipSetup,
+      });
+    const mainRole: NatsRole = role === "up" ? "gateway" : role;
+    const bus = await connect(mainRole, `slipway-${role}`);
     closers.push(() => bus.close());
     // every process of a deployment must seal and open with the same keys (DESIGN §5)
     await agreeOnVaultKey(bus.kv.meta, vault);
@@ -176,59 +206,42 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
       role === "up" || role === "gateway"
         ? await startGateways(opts, { role, dataDir, env, bus, vault, controlToken, log, closers })
         : ({} as Gateways);
+    let proxyBus = bus;
+    if (role === "up") {
+      const b = await connect("proxy", "slipway-up-proxy", true);
+      closers.push(() => b.close());
+      proxyBus = b;
+    }
     const proxy =
       role === "up" || role === "proxy"
-        ? await startEdgeProxy(opts, { bus, vault, log, proxyId: opts.proxyId ?? nodeId })
+        ? await startEdgeProxy(opts, { bus: proxyBus, vault, log, proxyId: opts.proxyId ?? nodeId })
         : undefined;
     if (proxy) closers.push(() => proxy.close());
-    let node: NodeHandle | undefined;
-    let nodeThread: NodeThreadHandle | undefined;
-    if (role === "up" || role === "node") {
-      const local = (host: string | undefined, port: number | undefined) =>
-        port
-          ? `http://${!host || host === "0.0.0.0" || host === "::" ? "127.0.0.1" : host}:${port}`
-          : undefined;
-      const ownControl = local(opts.controlHost, control?.port);
-      const ownData = local(opts.dataHost, data?.port);
-      const bridge = bridgeHost ?? (role === "node" ? await findBridgeAddress(opts, log) : undefined);
-      const inContainers = bridge
-        ? {
-            control: `http://${bridge}:${control?.port ?? opts.controlPort ?? DEFAULT_PORTS.control}`,
-            data: `http://${bridge}:${data?.port ?? opts.dataPort ?? DEFAULT_PORTS.data}`,
-          }
-        : undefined;
-      const platformUrls = {
-        ...(ownControl ? { control: ownControl } : {}),
-        ...(ownData ? { data: ownData } : {}),
-        ...(inContainers ? { containers: inContainers } : {}),
-        ...(opts.platformUrls ?? {}),
-      };
-      if (role === "up" && opts.nodeThread && !opts.launchNode)
-        nodeThread = await startNodeThread(
-          { natsUrl, dataDir, workspaceRoot, nodeId, platformUrls, ...threadOptions(opts.node) },
-          env,
-          log,
-        );
-      node =
-        nodeThread ??
-        (await (opts.launchNode ?? startNode)({
-          bus,
-          vault,
-          workspaceRoot,
-          platformUrls,
-          log,
-          ...(nodeId ? { nodeId } : {}),
-          ...opts.node,
-        }));
-      const n = node;
-      closers.push(() => n.close());
-    }
+    const { node, nodeThread } =
+      role === "up" || role === "node"
+        ? await startRuntime(opts, {
+            role,
+            dataDir,
+            workspaceRoot,
+            nodeId,
+            env,
+            log,
+            bus,
+            vault,
+            closers,
+            natsUrl,
+            natsAuth,
+            connect,
+            ownPorts: { control: control?.port, data: data?.port },
+            bridgeHost,
+          })
+        : ({} as Runtime);
     // gateways and the proxy close first (stop accepting, finish what is in flight), then the node
     // finishes in-flight work, then the bus drains, then nats stops
     const order = [control, data, proxy].filter(Boolean) as { close(): Promise<void> }[];
     return {
       dataDir,
-      natsUrl,
+      natsUrl: natsUrlForDisplay(natsUrl),
       nats,
       bus,
       vault,
@@ -251,6 +264,108 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
     await closeAll();
     throw e;
   }
+}
+
+/**
+ * Who each role's connection is: the caller's choice, else the embedded server's seed files, else
+ * (an external server) the credentials of the environment for every role, once the server is known
+ * to refuse anonymous clients (or SLIPWAY_NATS_INSECURE=1 says to go on).
+ */
+async function authOfRoles(
+  natsUrl: string,
+  nats: EmbeddedNats | undefined,
+  given: PlatformOptions["natsAuth"],
+  env: NodeJS.ProcessEnv,
+): Promise<(role: NatsRole) => NatsAuth> {
+  if (nats) return given ?? ((r) => nats.auth(r));
+  await refuseInsecureNats(natsUrl, env);
+  if (given) return given;
+  const auth = natsAuthFromEnv(natsUrl, env);
+  return () => auth;
+}
+
+interface Runtime {
+  node?: NodeHandle;
+  nodeThread?: NodeThreadHandle;
+}
+
+/**
+ * Starts the runtime node of `up` or `node`: in a worker thread with a connection of its own
+ * (`nodeThread`), or on this thread, on its own connection as the node role in `up`.
+ */
+async function startRuntime(
+  opts: PlatformOptions,
+  s: {
+    role: "up" | "node";
+    dataDir: string;
+    workspaceRoot: string;
+    nodeId: string | undefined;
+    env: NodeJS.ProcessEnv;
+    log: (msg: string) => void;
+    bus: Bus;
+    vault: Vault;
+    closers: (() => Promise<void>)[];
+    natsUrl: string;
+    natsAuth: (role: NatsRole) => NatsAuth;
+    connect: (role: NatsRole, name: string, skipSetup?: boolean) => Promise<Bus>;
+    ownPorts: { control: number | undefined; data: number | undefined };
+    /** Where app containers reach this process's gateways (up), if anywhere. */
+    bridgeHost: string | undefined;
+  },
+): Promise<Runtime> {
+  const local = (host: string | undefined, port: number | undefined) =>
+    port ? `http://${!host || host === "0.0.0.0" || host === "::" ? "127.0.0.1" : host}:${port}` : undefined;
+  const ownControl = local(opts.controlHost, s.ownPorts.control);
+  const ownData = local(opts.dataHost, s.ownPorts.data);
+  // where app containers reach the planes: the bridge address (docs/security.md)
+  const bridge = s.bridgeHost ?? (s.role === "node" ? await findBridgeAddress(opts, s.log) : undefined);
+  const inContainers = bridge
+    ? {
+        control: `http://${bridge}:${s.ownPorts.control ?? opts.controlPort ?? DEFAULT_PORTS.control}`,
+        data: `http://${bridge}:${s.ownPorts.data ?? opts.dataPort ?? DEFAULT_PORTS.data}`,
+      }
+    : undefined;
+  const platformUrls = {
+    ...(ownControl ? { control: ownControl } : {}),
+    ...(ownData ? { data: ownData } : {}),
+    ...(inContainers ? { containers: inContainers } : {}),
+    ...(opts.platformUrls ?? {}),
+  };
+  const { nodeId, log } = s;
+  let nodeThread: NodeThreadHandle | undefined;
+  if (s.role === "up" && opts.nodeThread && !opts.launchNode)
+    nodeThread = await startNodeThread(
+      {
+        natsUrl: natsUrlForDisplay(s.natsUrl),
+        natsAuth: s.natsAuth("node"),
+        dataDir: s.dataDir,
+        workspaceRoot: s.workspaceRoot,
+        nodeId,
+        platformUrls,
+        ...threadOptions(opts.node),
+      },
+      s.env,
+      log,
+    );
+  let bus = s.bus;
+  if (s.role === "up" && !nodeThread) {
+    const b = await s.connect("node", "slipway-up-node", true);
+    s.closers.push(() => b.close());
+    bus = b;
+  }
+  const node =
+    nodeThread ??
+    (await (opts.launchNode ?? startNode)({
+      bus,
+      vault: s.vault,
+      workspaceRoot: s.workspaceRoot,
+      platformUrls,
+      log,
+      ...(nodeId ? { nodeId } : {}),
+      ...opts.node,
+    }));
+  s.closers.push(() => node.close());
+  return { node, ...(nodeThread ? { nodeThread } : {}) };
 }
 
 /** Starts the edge proxy of `up` or `proxy` (docs/proxy.md). */

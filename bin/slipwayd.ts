@@ -8,7 +8,7 @@ import type { PlatformHandle } from "./platform.js";
 import { DEFAULT_PORTS, PLATFORM_MODEL } from "../proto/mod.js";
 import type { Bus } from "../store/mod.js";
 // biome-ignore lint/style/noRestrictedImports: only the nats-server launcher up front; store/mod.js (NATS client, LevelDB) loads while the server starts
-import { startEmbeddedNats, type EmbeddedNats } from "../store/embedded-nats.js";
+import { natsRefusalLog, startEmbeddedNats, type EmbeddedNats } from "../store/embedded-nats.js";
 
 const USAGE = `slipwayd: the Slipway platform (model ${PLATFORM_MODEL})
 
@@ -21,6 +21,8 @@ usage:
 
 environment:
   SLIPWAY_DATA_DIR (./.slipway)  SLIPWAY_WORKSPACE (<data>/apps)  NATS_URL (no embedded server)
+  SLIPWAY_NATS_CREDS (with NATS_URL: a .creds or nkey seed file; or nats://user:pass@host in NATS_URL)
+  SLIPWAY_NATS_INSECURE=1 (start even when the NATS_URL server accepts clients without credentials)
   SLIPWAY_CONTROL_HOST/PORT  SLIPWAY_DATA_HOST/PORT  SLIPWAY_NATS_PORT  SLIPWAY_VAULT_KEY  SLIPWAY_CONTROL_TOKEN
   SLIPWAY_NODE_ID (up: <data>/node.id)  SLIPWAY_ALLOWED_HOSTS  SLIPWAY_ALLOWED_ORIGINS
   SLIPWAY_TAILS_PER_TOKEN (32)  SLIPWAY_JOB_QUOTA (100)  SLIPWAY_JOB_TIMEOUT_MS (30000)
@@ -37,6 +39,9 @@ const PLAIN_ERRORS = new Set([
   "VaultKeyMismatchError",
   "ControlTokenError",
   "BridgeAddressError",
+  "NatsInsecureError",
+  "NatsCredentialsError",
+  "NatsIdentityError",
 ]);
 
 /** The addresses a gateway listens on for app containers (besides the first, its own), as a note. */
@@ -66,20 +71,28 @@ async function run(argv: string[]): Promise<void> {
   if (cmd === "vault") {
     if (sub !== "rotate") fail(`unknown vault command ${sub ?? ""}; try: slipwayd vault rotate`, 2);
     const dataDir = resolve(base.dataDir ?? ".slipway");
-    const { openBus, addKeyToFile, agreeOnVaultKey, Vault, resealAll } = await import("../store/mod.js");
+    const store = await import("../store/mod.js");
+    const { openBus, addKeyToFile, agreeOnVaultKey, Vault, resealAll } = store;
     // With SLIPWAY_VAULT_KEY the keys live in the environment: put the new key first in that list
     // (old ones after it), restart the processes, then run this to re-seal under it.
     const fromEnv = Boolean(process.env.SLIPWAY_VAULT_KEY);
     if (fromEnv) note("keys come from SLIPWAY_VAULT_KEY; re-sealing under its first key");
-    let url = base.natsUrl ?? `nats://127.0.0.1:${base.natsPort ?? DEFAULT_PORTS.nats}`;
     let embedded: EmbeddedNats | undefined;
     let bus: Bus;
-    try {
-      bus = await openBus({ servers: url, name: "slipwayd-vault" });
-    } catch {
-      embedded = await startEmbeddedNats({ dir: dataDir, port: base.natsPort ?? DEFAULT_PORTS.nats, note });
-      url = embedded.url;
-      bus = await openBus({ servers: url, name: "slipwayd-vault" });
+    if (base.natsUrl) {
+      await store.refuseInsecureNats(base.natsUrl);
+      const auth = store.natsAuthFromEnv(base.natsUrl);
+      bus = await openBus({ servers: base.natsUrl, name: "slipwayd-vault", auth });
+    } else {
+      // the embedded server of a running `up` on this data dir, as the admin; else one of our own
+      const port = base.natsPort ?? DEFAULT_PORTS.nats;
+      try {
+        const auth = store.roleAuth(dataDir, "admin");
+        bus = await openBus({ servers: `nats://127.0.0.1:${port}`, name: "slipwayd-vault", auth });
+      } catch {
+        embedded = await startEmbeddedNats({ dir: dataDir, port, note, log: natsRefusalLog(note) });
+        bus = await openBus({ servers: embedded.url, name: "slipwayd-vault", auth: embedded.auth("admin") });
+      }
     }
     try {
       // this process's keys must be the deployment's before a new key joins them
@@ -114,6 +127,7 @@ async function run(argv: string[]): Promise<void> {
         dir: resolve(base.dataDir ?? ".slipway"),
         port: base.natsPort ?? DEFAULT_PORTS.nats,
         note,
+        log: natsRefusalLog(note),
       }),
       loading,
     ]);

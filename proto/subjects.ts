@@ -75,9 +75,19 @@ export const subjects = {
   reply: (gatewayId: string, commandId: string) =>
     `slipway.reply.${token(gatewayId, "gateway id")}.${token(commandId, "command id")}`,
   replyInbox: (gatewayId: string) => `slipway.reply.${token(gatewayId, "gateway id")}.>`,
-  /** Where JetStream acknowledges the `n`th publish of one connection's publisher (store/publisher.ts). */
-  ack: (owner: string, n: number) => `slipway.ack.${token(owner, "publisher id")}.${n}`,
-  ackInbox: (owner: string) => `slipway.ack.${token(owner, "publisher id")}.*`,
+  repliesAll: "slipway.reply.>",
+  /**
+   * Where JetStream acknowledges the `n`th publish of one connection's publisher (store/publisher.ts):
+   * inside the connection's inbox prefix, so only that role can read it.
+   */
+  ack: (inboxPrefix: string, owner: string, n: number) =>
+    `${token(inboxPrefix, "inbox prefix")}.ack.${token(owner, "publisher id")}.${n}`,
+  ackInbox: (inboxPrefix: string, owner: string) =>
+    `${token(inboxPrefix, "inbox prefix")}.ack.${token(owner, "publisher id")}.*`,
+  /** The inbox prefix of a NATS identity's connections (nats.js `inboxPrefix`): replies, consumers, acks. */
+  inboxPrefix: (role: string) => `_INBOX_${token(role, "role")}`,
+  /** Every subject under an identity's inbox prefix. */
+  inboxOf: (role: string) => `_INBOX_${token(role, "role")}.>`,
   /** A platform event. */
   event: (app: string, resourceType: string, eventType: string) =>
     `slipway.evt.${token(app, "app")}.${token(resourceType, "resource type")}.${token(eventType, "event type")}`,
@@ -169,6 +179,55 @@ export function parseLeaseKey(
 /** The stream behind a KV bucket, and the subject of one of its keys (nats-server's KV layout). */
 export const kvStream = (bucket: string) => `KV_${bucket}`;
 export const kvSubject = (bucket: string, key: string) => `$KV.${bucket}.${key}`;
+
+/**
+ * Key patterns (NATS wildcards) of the keys one role writes or reads alone: the NATS permissions of
+ * store/nats-permissions.ts. Each matches what the builder of the same name in {@link keys} makes.
+ */
+export const keyPatterns = {
+  all: ">",
+  /** `keys.certificate`: a host has dots, so the rest of the subject. */
+  certificates: "_certs.>",
+  acmeAccounts: "_acme.*",
+  acmeChallenges: "_challenge.*",
+  /** proto/connectors.ts `connectorGrantKey`: `_connectors.<app>.<provider>.<owner>`. */
+  connectorGrants: "_connectors.>",
+  proxyLeases: "proxy.*",
+} as const;
+
+/**
+ * JetStream's API and the subjects it acknowledges and controls flow on (nats-server's layout), for
+ * NATS permissions (store/nats-permissions.ts). `stream` may be a name or a wildcard token.
+ */
+export const jsApi = {
+  accountInfo: "$JS.API.INFO",
+  streamInfo: (stream: string) => `$JS.API.STREAM.INFO.${stream}`,
+  streamCreate: (stream: string) => `$JS.API.STREAM.CREATE.${stream}`,
+  streamUpdate: (stream: string) => `$JS.API.STREAM.UPDATE.${stream}`,
+  streamDelete: (stream: string) => `$JS.API.STREAM.DELETE.${stream}`,
+  streamPurge: (stream: string) => `$JS.API.STREAM.PURGE.${stream}`,
+  streamNames: "$JS.API.STREAM.NAMES",
+  /** A message by sequence or by last subject, in the request's body (not narrowable by subject). */
+  msgGet: (stream: string) => `$JS.API.STREAM.MSG.GET.${stream}`,
+  msgDelete: (stream: string) => `$JS.API.STREAM.MSG.DELETE.${stream}`,
+  /** Direct get with the query in the body (by sequence: any subject of the stream). */
+  directGet: (stream: string) => `$JS.API.DIRECT.GET.${stream}`,
+  /** Direct get of the last message on `subject` (a KV get: narrowable to keys). */
+  directGetLast: (stream: string, subject: string) => `$JS.API.DIRECT.GET.${stream}.${subject}`,
+  /** An ephemeral consumer without a name (its filter in the body). */
+  consumerCreate: (stream: string) => `$JS.API.CONSUMER.CREATE.${stream}`,
+  /** A named consumer, its filter subject in the API subject (2.9's create API: narrowable to a filter). */
+  consumerCreateFiltered: (stream: string, filter: string) => `$JS.API.CONSUMER.CREATE.${stream}.*.${filter}`,
+  /** A named consumer without a filter (the whole stream). */
+  consumerCreateNamed: (stream: string) => `$JS.API.CONSUMER.CREATE.${stream}.*`,
+  consumerInfo: (stream: string) => `$JS.API.CONSUMER.INFO.${stream}.*`,
+  consumerDelete: (stream: string) => `$JS.API.CONSUMER.DELETE.${stream}.*`,
+  consumerNext: (stream: string) => `$JS.API.CONSUMER.MSG.NEXT.${stream}.*`,
+  /** Acknowledgements of a stream's consumers' messages. */
+  ack: (stream: string) => `$JS.ACK.${stream}.>`,
+  /** Flow control answers of a stream's push consumers (KV watches). */
+  flowControl: (stream: string) => `$JS.FC.${stream}.>`,
+} as const;
 
 /** Splits a resource key `<app>.<Type>.<id>`. */
 export function parseResourceKey(key: string): { app: string; type: string; id: string } | undefined {

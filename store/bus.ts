@@ -12,6 +12,7 @@ import {
 } from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
 import { randomBytes } from "node:crypto";
+import { authOptions, type NatsAuth, parseNatsServers } from "./nats-auth.js";
 import { JsPublisher } from "./publisher.js";
 import {
   BUCKETS,
@@ -76,10 +77,20 @@ export interface Bus {
 }
 
 export interface BusOptions {
-  /** One URL or a comma-separated list of servers. */
+  /**
+   * One URL or a comma-separated list of servers. A `user:pass@` in one is taken out of every URL
+   * and used as the credentials when `auth` says nothing.
+   */
   servers: string;
   /** Connection name shown by the server (e.g. `slipway-node-<id>`). */
   name: string;
+  /** The connection's credentials (store/nats-auth.ts). */
+  auth?: NatsAuth;
+  /**
+   * Prefix of the connection's inboxes (request replies, consumers, the publisher's acks): a role's
+   * own (`subjects.inboxPrefix(role)`), so that no other role may read them. Default `_INBOX`.
+   */
+  inboxPrefix?: string;
   /** Skip stream and bucket creation (they must exist). */
   skipSetup?: boolean;
 }
@@ -171,9 +182,14 @@ function versionAtLeast(v: string, major: number, minor: number): boolean {
  * Slipway needs (JetStream on 2.9 or newer), and makes streams and buckets.
  */
 export async function openBus(opts: BusOptions): Promise<Bus> {
+  const { servers, userpass } = parseNatsServers(opts.servers);
+  const auth: NatsAuth = opts.auth ?? (userpass ? { kind: "userpass", ...userpass } : { kind: "none" });
+  const inboxPrefix = opts.inboxPrefix ?? "_INBOX";
   const nc = await connect({
-    servers: opts.servers.split(",").map((s) => s.trim()),
+    servers,
     name: opts.name,
+    ...authOptions(auth),
+    inboxPrefix,
     maxReconnectAttempts: -1,
     reconnectTimeWait: 250,
     reconnectJitter: 50,
@@ -195,7 +211,7 @@ export async function openBus(opts: BusOptions): Promise<Bus> {
   if (!opts.skipSetup) await ensureStreams(jsm);
   const kv = await openBuckets(nc);
   const js = jetstream(nc, { timeout: 5000 });
-  const pub = new JsPublisher(nc, randomBytes(8).toString("hex"));
+  const pub = new JsPublisher(nc, randomBytes(8).toString("hex"), undefined, inboxPrefix);
   pub.start();
   let up = true;
   const listeners: ((c: boolean) => void)[] = [];

@@ -1,6 +1,7 @@
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import {
   accessSync,
+  chmodSync,
   constants,
   existsSync,
   mkdirSync,
@@ -10,6 +11,9 @@ import {
 } from "node:fs";
 import { createConnection } from "node:net";
 import { basename, delimiter, join, resolve } from "node:path";
+import type { NatsAuth } from "./nats-auth.js";
+import { authorizationConfig, ensureNatsIdentities, roleAuth } from "./nats-identities.js";
+import type { NatsRole } from "./nats-permissions.js";
 
 /** nats-server is not installed. */
 export class NatsServerMissingError extends Error {
@@ -23,8 +27,12 @@ export class NatsServerStartError extends Error {
 export interface EmbeddedNats {
   readonly url: string;
   readonly port: number;
+  /** Its data dir: the store, nats.conf and the roles' seed files (`natsSeedFile`). */
+  readonly dir: string;
   /** Pid of the nats-server process itself (also in {@link natsPidFile}). */
   readonly pid: number;
+  /** The credentials of a role (its seed file `<data>/nats-<role>.nk`): the server admits no one else. */
+  auth(role: NatsRole): NatsAuth;
   /** Stops the server (SIGTERM, then SIGKILL after 5 s). */
   stop(): Promise<void>;
   /** Kills the server at once (tests). */
@@ -248,8 +256,28 @@ export async function stopStaleServer(
 }
 
 /**
+ * A `log` for {@link startEmbeddedNats} that passes on the server's refusals only: permission
+ * violations (a role reaching past its subjects: a bug, or a process that should not be there) and
+ * failed authentications, each line prefixed with `nats-server: `.
+ */
+export function natsRefusalLog(log: (m: string) => void): (chunk: string) => void {
+  return (chunk) => {
+    for (const line of chunk.split("\n"))
+      if (/Violation|authentication error/.test(line)) log(`nats-server: ${line.trim()}`);
+  };
+}
+
+/** Writes nats.conf readable by its owner only (an older version left it world-readable). */
+function writeNatsConfig(conf: string, lines: string[]): void {
+  if (existsSync(conf)) chmodSync(conf, 0o600);
+  writeFileSync(conf, lines.join("\n"), { mode: 0o600 });
+  chmodSync(conf, 0o600);
+}
+
+/**
  * Starts `nats-server -js` on 127.0.0.1:<port> with its store in `<dir>/nats`
- * (the platform's embedded default, and every test's own server). The server
+ * (the platform's embedded default, and every test's own server), admitting only
+ * the nkey users of the roles (store/nats-identities.ts). The server
  * dies with this process ({@link DeathSignal}) and writes its pid to
  * `<dir>/nats.pid`; a server of the same dir left by a dead process is stopped
  * first.
@@ -288,20 +316,20 @@ export async function startEmbeddedNats(opts: {
   }
   const store = join(dir, "nats");
   mkdirSync(store, { recursive: true });
+  chmodSync(dir, 0o700);
   const conf = natsConfigFile(dir);
   const pidFile = natsPidFile(dir);
-  writeFileSync(
-    conf,
-    [
-      "listen: 127.0.0.1:" + opts.port,
-      "max_payload: 8MB",
-      `pid_file: ${JSON.stringify(pidFile)}`,
-      "jetstream {",
-      `  store_dir: ${JSON.stringify(store)}`,
-      "}",
-      "",
-    ].join("\n"),
-  );
+  writeNatsConfig(conf, [
+    "listen: 127.0.0.1:" + opts.port,
+    "max_payload: 8MB",
+    `pid_file: ${JSON.stringify(pidFile)}`,
+    "jetstream {",
+    `  store_dir: ${JSON.stringify(store)}`,
+    "}",
+    // one nkey user per role, no anonymous access (DESIGN §5)
+    authorizationConfig(ensureNatsIdentities(dir)),
+    "",
+  ]);
   const preferred: DeathSignal = opts.deathSignal ?? (hasSetpriv() ? "setpriv" : "watchdog");
   try {
     return await launch(preferred);
@@ -379,7 +407,9 @@ export async function startEmbeddedNats(opts: {
     return {
       url: `nats://127.0.0.1:${opts.port}`,
       port: opts.port,
+      dir,
       pid: serverPid,
+      auth: (role) => roleAuth(dir, role),
       stop: async () => {
         if (exited) return;
         child.kill("SIGTERM");

@@ -41,7 +41,8 @@ const EMPTY = new Uint8Array(0);
 
 /**
  * Publishes to JetStream with the acknowledgement addressed to one
- * subscription of this connection (`slipway.ack.<owner>.<n>`) instead of a
+ * subscription of this connection (`<inbox prefix>.ack.<owner>.<n>`: inside
+ * the connection's inbox, which only its NATS identity may read) instead of a
  * request per message: no subscription, timer, request object or error object
  * per publish in the client library, and many publishes pipelined in one
  * socket write (docs/performance.md). Errors are the client library's own
@@ -53,6 +54,7 @@ const EMPTY = new Uint8Array(0);
 export class JsPublisher {
   private readonly nc: NatsConnection;
   private readonly owner: string;
+  private readonly inbox: string;
   private readonly timeoutMs: number;
   /** In publish order, so in deadline order: the sweep stops at the first one still in time. */
   private readonly waiting = new Map<number, Waiter>();
@@ -60,14 +62,16 @@ export class JsPublisher {
   private sub: Subscription | undefined;
   private sweep: NodeJS.Timeout | undefined;
 
-  constructor(nc: NatsConnection, owner: string, timeoutMs = 5000) {
+  /** `inboxPrefix`: the connection's (nats.js `inboxPrefix`, `_INBOX` by default). */
+  constructor(nc: NatsConnection, owner: string, timeoutMs = 5000, inboxPrefix = "_INBOX") {
     this.nc = nc;
     this.owner = owner;
+    this.inbox = inboxPrefix;
     this.timeoutMs = timeoutMs;
   }
 
   start(): void {
-    this.sub = this.nc.subscribe(subjects.ackInbox(this.owner), {
+    this.sub = this.nc.subscribe(subjects.ackInbox(this.inbox, this.owner), {
       callback: (err, msg) => {
         if (!err) this.onAck(msg);
       },
@@ -97,7 +101,10 @@ export class JsPublisher {
         for (const [k, v] of Object.entries(opts.headers ?? {})) h.set(k, v);
       }
       try {
-        this.nc.publish(subject, data, { reply: subjects.ack(this.owner, n), ...(h ? { headers: h } : {}) });
+        this.nc.publish(subject, data, {
+          reply: subjects.ack(this.inbox, this.owner, n),
+          ...(h ? { headers: h } : {}),
+        });
       } catch (e) {
         return reject(e);
       }

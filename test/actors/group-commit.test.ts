@@ -199,7 +199,7 @@ test("a set-secret update is five JetStream writes (command, commit, resource, v
   const id = r.body.resource.id as string;
   const here = await get(c.gw.controlUrl, `/logs/${id}`);
   t.regex(here.text, /sealed OPS \(version 1, key [^)]+\)\n.*sealed OPS \(version 2, key [^)]+\)/s);
-  const other = await startTestPlatform(c.nats.url, { role: "gateway", plane: "control" });
+  const other = await startTestPlatform(c.nats, { role: "gateway", plane: "control" });
   t.teardown(() => other.close());
   await eventually(async () => (await get(other.controlUrl, `/logs/${id}`)).text.includes("version 2"));
   t.is((await get(other.controlUrl, `/logs/${id}`)).text, here.text);

@@ -96,9 +96,9 @@ test("a stored job whose target would leave the app's origin never calls another
   });
   t.is(reg.status, 200);
   const key = `${app}.steal`;
-  const e = await p.bus.kv.jobs.get(key);
+  const e = await t.context.cluster.bus.kv.jobs.get(key);
   const def = e!.json<Record<string, unknown>>();
-  await p.bus.kv.jobs.put(
+  await t.context.cluster.bus.kv.jobs.put(
     key,
     JSON.stringify({
       ...def,

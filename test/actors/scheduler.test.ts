@@ -298,7 +298,7 @@ test("the outcomes of an app's ticks that end together reach its actor as one re
     t.is((await call(p.controlUrl, "schedule-job", { app, name, remove: true })).status, 200);
   // the reports on the app's command subject: the three jobs tick within milliseconds of each other
   const reports: { runs: { name: string; due_at: string }[] }[] = [];
-  for await (const m of readStream(p.bus, STREAMS.commands, subjects.command(app))) {
+  for await (const m of readStream(t.context.cluster.bus, STREAMS.commands, subjects.command(app))) {
     const cmd = m.json<{ capability: string; input: { runs?: { name: string; due_at: string }[] } }>();
     if (cmd.capability === "_job_ran" && cmd.input.runs?.some((r) => names.includes(r.name)))
       reports.push({ runs: cmd.input.runs });

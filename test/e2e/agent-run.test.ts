@@ -53,7 +53,7 @@ test.before(async (t) => {
   process.env.SLIPWAY_MODEL_MAX_RETRIES = "0";
   delete process.env.ANTHROPIC_API_KEY;
   const nats = await startTestNats();
-  const p = await startTestPlatform(nats.url);
+  const p = await startTestPlatform(nats);
   const app = `agt${randomUUID().slice(0, 8)}`;
   const otherApp = `agx${randomUUID().slice(0, 8)}`;
   t.context = {

@@ -22,7 +22,7 @@ const test = anyTest as TestFn<Ctx>;
 test.before(async (t) => {
   const nats = await startTestNats();
   // app events: 50/s with a burst of 1,100 (the 1,000-event test fits in it); capabilities: 5/s, burst 10
-  const p = await startTestPlatform(nats.url, {
+  const p = await startTestPlatform(nats, {
     env: { SLIPWAY_RATE_LIMIT: "5/10", SLIPWAY_RATE_LIMIT_APP_EVENTS: "50/1100" },
   });
   const apps = {} as Ctx["apps"];

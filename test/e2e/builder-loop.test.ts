@@ -330,7 +330,7 @@ test.serial(
     // the platform restarts while the dev server runs: the container goes on, and
     // `dev --status` on the new node follows its log again
     await t.context.p.close();
-    const p2 = await startTestPlatform(t.context.nats.url, {
+    const p2 = await startTestPlatform(t.context.nats, {
       workspaceRoot: t.context.workspaces,
       bridgeAddress: t.context.dockerd.hostAddress,
     });

@@ -1,10 +1,18 @@
 import test from "ava";
 import { randomUUID } from "node:crypto";
-import { call, eventually, get, sleep, startTestNats, startTestPlatform } from "../helpers/infra.js";
+import {
+  call,
+  eventually,
+  get,
+  sleep,
+  startTestNats,
+  startTestPlatform,
+  testNatsLog,
+} from "../helpers/infra.js";
 
 test("nats-server restarted under load: 503 bus_unavailable meanwhile, serving again well within the reply timeout, no acknowledged command lost", async (t) => {
   const nats = await startTestNats();
-  const p = await startTestPlatform(nats.url, { replyTimeoutMs: 15_000, node: { tickMs: 250 } });
+  const p = await startTestPlatform(nats, { replyTimeoutMs: 15_000, node: { tickMs: 250 } });
   try {
     const app = `r${randomUUID().slice(0, 8)}`;
     t.is((await call(p.controlUrl, "initialize-app", { name: app })).status, 200);
@@ -60,6 +68,7 @@ test("nats-server restarted under load: 503 bus_unavailable meanwhile, serving a
     nats.server = await (await import("../../store/embedded-nats.js")).startEmbeddedNats({
       dir: nats.dir,
       port: Number(new URL(nats.url).port),
+      log: testNatsLog("test/e2e/bus-restart.test.ts"),
     });
     upAt = Date.now();
     await eventually(async () => firstOkAfterUp > 0, 30_000, 50);

@@ -122,7 +122,7 @@ test("commands sent while no node runs are applied when one starts", async (t) =
 test("the control plane requires the control token wherever it is bound, loopback included", async (t) => {
   // bound to every address; the test only ever connects to 127.0.0.1
   for (const controlHost of ["0.0.0.0", "127.0.0.1"]) {
-    const gw = await startTestPlatform(t.context.nats.url, {
+    const gw = await startTestPlatform(t.context.nats, {
       role: "gateway",
       plane: "control",
       controlHost,
@@ -184,7 +184,7 @@ test("an unexpected error is a generic 500 internal; its cause is logged with th
 });
 
 test("inspect health probes the app's /health at its base URL and reports what it answered", async (t) => {
-  const p = await startTestPlatform(t.context.nats.url);
+  const p = await startTestPlatform(t.context.nats);
   let status = 200;
   const server: Server = createServer((req, res) => {
     res.writeHead(req.url === "/base/health" ? status : 404).end();

@@ -45,7 +45,7 @@ test.before(async (t) => {
   if (!dockerd) throw new Error("a private dockerd cannot run here (root and docker.io are needed)");
   process.env.DOCKER_HOST = dockerd.host;
   const nats = await startTestNats();
-  const p = await startTestPlatform(nats.url, { bridgeAddress: dockerd.hostAddress });
+  const p = await startTestPlatform(nats, { bridgeAddress: dockerd.hostAddress });
   t.context = { dockerd, nats, p };
 });
 
@@ -118,7 +118,7 @@ async function standInRelease(
     service: f.service ?? "web",
     publish_mode: "local",
   };
-  await t.context.p.bus.kv.resources.put(keys.resource(app, "Release", id), JSON.stringify(doc));
+  await t.context.p.admin.kv.resources.put(keys.resource(app, "Release", id), JSON.stringify(doc));
   return id;
 }
 

@@ -47,7 +47,7 @@ test.before(async (t) => {
   process.env.DOCKER_HOST = dockerd.host;
   const registry = await startTestRegistry(dockerd.hostAddress);
   const nats = await startTestNats();
-  const p = await startTestPlatform(nats.url, { bridgeAddress: dockerd.hostAddress });
+  const p = await startTestPlatform(nats, { bridgeAddress: dockerd.hostAddress });
   const [v1, v2, broken] = [
     await buildAppImage(dockerd.host, "deploytest/app:v1", "v1"),
     await buildAppImage(dockerd.host, "deploytest/app:v2", "v2"),
@@ -156,7 +156,7 @@ test("deploy rolls the web service start-first: the new version serves, the old 
   const v1Answer = await askVersion(first.doc.upstream);
   t.is(v1Answer.version, "v1");
   t.is(v1Answer.greeting, "hello from the env file", "env from .env.prod");
-  const route = await p.bus.kv.routes.get(`${app}.example.com`);
+  const route = await p.admin.kv.routes.get(`${app}.example.com`);
   t.is(
     route?.json<{ upstreams: { url: string }[] }>().upstreams[0]?.url,
     first.doc.upstream,

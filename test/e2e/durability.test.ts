@@ -7,15 +7,26 @@ import { createRequire } from "node:module";
 import { fileURLToPath } from "node:url";
 import { startPlatform, type PlatformHandle } from "../../bin/platform.js";
 import { readStream } from "../../store/read-stream.js";
+import { type Bus, openBus } from "../../store/bus.js";
 import { STREAMS, BUCKETS } from "../../proto/subjects.js";
 import { encode } from "../../proto/codec.js";
 import { VaultTamperedError, secretAad } from "../../store/vault.js";
 import { resealAll } from "../../store/vault-rotate.js";
-import { call, eventually, freePort, get, rememberControlToken, tempDir } from "../helpers/infra.js";
+import {
+  call,
+  eventually,
+  freePort,
+  get,
+  rememberControlToken,
+  tempDir,
+  testNatsLog,
+} from "../helpers/infra.js";
 
 const require = createRequire(import.meta.url);
 const tsx = require.resolve("tsx");
 const slipwayd = fileURLToPath(new URL("../../bin/slipwayd.ts", import.meta.url));
+
+const refusals = testNatsLog("test/e2e/durability.test.ts");
 
 async function up(dataDir: string, natsPort: number): Promise<Platform> {
   const h = await startPlatform({
@@ -24,13 +35,22 @@ async function up(dataDir: string, natsPort: number): Promise<Platform> {
     natsPort,
     controlPort: 0,
     dataPort: 0,
-    log: () => {},
+    // only the embedded server's refusals, into a whole run's sweep (test/helpers/infra.ts)
+    log: (m) => m.startsWith("nats-server:") && refusals(m),
     env: {},
   });
   rememberControlToken(`http://127.0.0.1:${h.control!.port}`, h.controlToken);
+  // the test's own reads and writes behind the platform's back, as the NATS admin
+  const admin = await openBus({ servers: h.natsUrl, name: "durability-admin", auth: h.nats!.auth("admin") });
+  const close = h.close;
   return Object.assign(h, {
     url: `http://127.0.0.1:${h.control!.port}`,
     dataUrl: `http://127.0.0.1:${h.data!.port}`,
+    admin,
+    close: async () => {
+      await admin.close().catch(() => {});
+      await close();
+    },
   });
 }
 
@@ -52,7 +72,7 @@ function filesUnder(dir: string): string[] {
   return out;
 }
 
-type Platform = PlatformHandle & { url: string; dataUrl: string };
+type Platform = PlatformHandle & { url: string; dataUrl: string; admin: Bus };
 
 /** One data dir through several lives of the platform; `keep` records every answer for the final scan. */
 interface Lives {
@@ -131,7 +151,7 @@ async function secondLife(t: ExecutionContext, l: Lives, before: Before): Promis
     ["S0:ok", "S1:ok", "S2:ok", "S3:ok", "S4:ok"],
   );
   // the vault opens the value sealed in the first life
-  const e0 = await p.bus.kv.vault.get(`${app}.S1`);
+  const e0 = await p.admin.kv.vault.get(`${app}.S1`);
   t.is(p.vault.openString(e0!.json<{ sealed: never }>().sealed, secretAad(app, "S1")), secrets[1]!);
   // the token minted in the first life still works
   t.is(
@@ -153,16 +173,16 @@ async function rebuiltIndex(t: ExecutionContext, l: Lives, before: Before): Prom
 /** 4. a tampered sealed value is refused, never decrypted. */
 async function tampering(t: ExecutionContext, l: Lives): Promise<void> {
   const { p, app, keep } = l;
-  const entry = await p.bus.kv.vault.get(`${app}.S2`);
+  const entry = await p.admin.kv.vault.get(`${app}.S2`);
   const doc = entry!.json<{ sealed: { ct: string } }>();
   const ct = Buffer.from(doc.sealed.ct, "base64");
   ct[0] = ct[0]! ^ 0xff;
   const tampered = { ...doc, sealed: { ...doc.sealed, ct: ct.toString("base64") } };
-  await p.bus.kv.vault.put(`${app}.S2`, encode(tampered));
-  const stored = (await p.bus.kv.vault.get(`${app}.S2`))!.json<{ sealed: never }>().sealed;
+  await p.admin.kv.vault.put(`${app}.S2`, encode(tampered));
+  const stored = (await p.admin.kv.vault.get(`${app}.S2`))!.json<{ sealed: never }>().sealed;
   t.throws(() => p.vault.open(stored, secretAad(app, "S2")), { instanceOf: VaultTamperedError });
   // moving a sealed value to another name is refused too (AAD names it)
-  const s3 = (await p.bus.kv.vault.get(`${app}.S3`))!.json<{ sealed: never }>().sealed;
+  const s3 = (await p.admin.kv.vault.get(`${app}.S3`))!.json<{ sealed: never }>().sealed;
   t.throws(() => p.vault.open(s3, secretAad(app, "S4")), { instanceOf: VaultTamperedError });
   const afterTamper = keep(await call(p.url, "inspect", { app, type: "secrets" }));
   t.is(
@@ -195,7 +215,7 @@ async function rotation(t: ExecutionContext, l: Lives): Promise<void> {
   const intact = items.filter((i) => i.name !== "S2");
   t.is(intact.length, 4, "the four intact secrets are listed");
   t.true(intact.every((i) => i.key_id === report.active_key_id && i.integrity === "ok"));
-  const r2 = await resealAll(p.bus, p.vault);
+  const r2 = await resealAll(p.admin, p.vault);
   t.is(r2.resealed, 0, "nothing left to re-seal");
 }
 
@@ -207,11 +227,11 @@ async function scan(t: ExecutionContext, l: Lives): Promise<void> {
     text: b,
   }));
   for (const stream of Object.values(STREAMS)) {
-    for await (const m of readStream(p.bus, stream, ">"))
+    for await (const m of readStream(p.admin, stream, ">"))
       haystacks.push({ where: `${stream} seq ${m.seq}`, text: Buffer.from(m.data).toString("latin1") });
   }
   for (const name of Object.values(BUCKETS)) {
-    for await (const m of readStream(p.bus, `KV_${name}`, ">"))
+    for await (const m of readStream(p.admin, `KV_${name}`, ">"))
       haystacks.push({ where: `KV ${name} ${m.subject}`, text: Buffer.from(m.data).toString("latin1") });
   }
   await p.close();

@@ -77,7 +77,7 @@ test.before(async (t) => {
   if (!dockerd) throw new Error("a private dockerd cannot run here (root and docker.io are needed)");
   process.env.DOCKER_HOST = dockerd.host;
   const nats = await startTestNats();
-  const p = await startTestPlatform(nats.url, { bridgeAddress: dockerd.hostAddress });
+  const p = await startTestPlatform(nats, { bridgeAddress: dockerd.hostAddress });
   const suffix = randomUUID().slice(0, 6);
   const evil = await proberApp(p, `evil${suffix}`);
   const victim = await proberApp(p, `victim${suffix}`);

@@ -55,7 +55,7 @@ test.before(async (t) => {
   process.env.SLIPWAY_MODEL_MAX_RETRIES = "0";
   process.env.SLIPWAY_SMTP_URL = smtp.url();
   process.env.SLIPWAY_MAIL_FROM = "no-reply@slipway.example";
-  const p = await startTestPlatform(nats.url);
+  const p = await startTestPlatform(nats);
   const app = `auth-${randomUUID().slice(0, 8)}`;
   const r = await call(p.controlUrl, "initialize-app", { name: app });
   if (r.status !== 200) throw new Error(`initialize-app: ${r.text}`);
@@ -914,7 +914,7 @@ test.serial("nothing stored holds a password, a refresh, access or verification 
   const { p, nats } = t.context;
   t.true(SECRETS.length >= 10);
   // every message of every stream (events, logs, commands, and the KV buckets)
-  const jsm = await jetstreamManager(p.bus.nc);
+  const jsm = await jetstreamManager(p.admin.nc);
   let messages = 0;
   const dec = new TextDecoder();
   for await (const si of jsm.streams.list()) {

@@ -53,7 +53,7 @@ test.before(async (t) => {
   const nats = await startTestNats();
   const smtp = await startTestSmtp();
   delete process.env.SLIPWAY_SMTP_URL;
-  const p = await startTestPlatform(nats.url);
+  const p = await startTestPlatform(nats);
   const [a, b] = await Promise.all([newApp(p, "inc"), newApp(p, "incb")]);
   const s = await call(p.controlUrl, "set-secret", {
     app: a.name,

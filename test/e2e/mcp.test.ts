@@ -126,7 +126,7 @@ async function toolCalls(p: TestPlatform, app: string): Promise<any[]> {
 test.before(async (t) => {
   const nats = await startTestNats();
   const dataDir = tempDir();
-  const p = await startTestPlatform(nats.url, { dataDir });
+  const p = await startTestPlatform(nats, { dataDir });
   const app = `mcp-${randomUUID().slice(0, 8)}`;
   const frontPort = await freePort();
   const init = await call(p.controlUrl, "initialize-app", {

@@ -13,7 +13,7 @@ test.after.always(async (t) => {
 });
 
 test("up with the node in its own thread serves writes; a thread that dies is started again with its node id and serves again", async (t) => {
-  const p = await startTestPlatform(t.context.nats.url, { nodeThread: true, node: { tickMs: 200 } });
+  const p = await startTestPlatform(t.context.nats, { nodeThread: true, node: { tickMs: 200 } });
   t.teardown(() => p.close());
   const thread = p.nodeThread;
   if (!thread) return t.fail("no node thread");

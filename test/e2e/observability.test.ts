@@ -37,7 +37,7 @@ const BASIC = `Basic ${Buffer.from(`${PUBLIC_KEY}:${SECRET_KEY}`).toString("base
 test.before(async (t) => {
   const nats = await startTestNats();
   const rx = await startOtlpReceiver({ auth: BASIC });
-  const p = await startTestPlatform(nats.url, { env: { SLIPWAY_OTLP_METRICS_INTERVAL_MS: "300" } });
+  const p = await startTestPlatform(nats, { env: { SLIPWAY_OTLP_METRICS_INTERVAL_MS: "300" } });
   t.context = { nats, p, rx };
 });
 

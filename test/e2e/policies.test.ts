@@ -45,7 +45,7 @@ test.before(async (t) => {
   process.env.SLIPWAY_MODEL_MAX_RETRIES = "0";
   process.env.SLIPWAY_APPROVAL_TTL_S = String(TTL_S);
   const nats = await startTestNats();
-  const p = await startTestPlatform(nats.url);
+  const p = await startTestPlatform(nats);
   const app = `pol-${randomUUID().slice(0, 8)}`;
   const r = await call(p.controlUrl, "initialize-app", { name: app });
   if (r.status !== 200) throw new Error(`initialize-app: ${r.text}`);

@@ -33,12 +33,12 @@ test("kill -9 of the node during publish: release again with the same commit ski
   t.teardown(() => dockerd.stop());
   process.env.DOCKER_HOST = dockerd.host;
   const c = await clusterFor(t);
-  const proxy = await startTestPlatform(c.nats.url, { role: "proxy" });
+  const proxy = await startTestPlatform(c.nats, { role: "proxy" });
   c.onClose(() => proxy.close());
   await c.spawnNode("n1");
   const control = c.gw.controlUrl;
   // the cluster's gateway is the control plane's: the starter's /auth routes need a data plane
-  const dataGw = await startTestPlatform(c.nats.url, {
+  const dataGw = await startTestPlatform(c.nats, {
     role: "gateway",
     plane: "data",
     bridgeAddress: dockerd.hostAddress,

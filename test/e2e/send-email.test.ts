@@ -63,7 +63,7 @@ test.before(async (t) => {
   const envUrl = smtp.url({ user: USER, pass: PASS });
   process.env.SLIPWAY_SMTP_URL = envUrl;
   process.env.SLIPWAY_MAIL_FROM = "no-reply@slipway.example";
-  const p = await startTestPlatform(nats.url);
+  const p = await startTestPlatform(nats);
   const [main, badPass, gone] = await Promise.all([
     newApp(p, "mail"),
     newApp(p, "mailpw"),

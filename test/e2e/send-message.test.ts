@@ -45,7 +45,7 @@ test.before(async (t) => {
   }
   const nats = await startTestNats();
   const logs: string[] = [];
-  const p = await startTestPlatform(nats.url, { log: (m: string) => logs.push(m) });
+  const p = await startTestPlatform(nats, { log: (m: string) => logs.push(m) });
   const app = `msg-${randomUUID().slice(0, 8)}`;
   const init = await call(p.controlUrl, "initialize-app", { name: app });
   if (init.status !== 200) throw new Error(`initialize-app: ${init.text}`);

@@ -63,7 +63,7 @@ test("Ctrl-C (SIGINT to the process group) of slipwayd up ends running long work
   await exited;
   // what the platform left in its store: read it with a plain server, no platform running
   const nats = await startEmbeddedNats({ dir: dataDir, port: await freePort() });
-  const bus = await openBus({ servers: nats.url, name: "shutdown-check" });
+  const bus = await openBus({ servers: nats.url, name: "shutdown-check", auth: nats.auth("admin") });
   try {
     const e = await bus.kv.resources.get(`${app}.Build.${id}`);
     const doc = e?.json<{ status: string; error?: string }>();

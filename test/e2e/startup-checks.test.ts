@@ -29,7 +29,13 @@ const shared = key();
 
 function baseEnv(extra: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = { ...process.env, SLIPWAY_CONTROL_PORT: "0", SLIPWAY_DATA_PORT: "0" };
-  for (const k of ["NATS_URL", "SLIPWAY_VAULT_KEY", "SLIPWAY_NODE_ID", "SLIPWAY_CONTROL_TOKEN"])
+  for (const k of [
+    "NATS_URL",
+    "SLIPWAY_NATS_CREDS",
+    "SLIPWAY_VAULT_KEY",
+    "SLIPWAY_NODE_ID",
+    "SLIPWAY_CONTROL_TOKEN",
+  ])
     delete env[k];
   return { ...env, ...extra };
 }
@@ -57,7 +63,7 @@ test.serial(
     const a = shared;
     const gateway = slipwayd(
       ["gateway", "--plane", "control"],
-      baseEnv({ NATS_URL: nats.url, SLIPWAY_DATA_DIR: tempDir(), SLIPWAY_VAULT_KEY: a }),
+      baseEnv({ ...nats.env("gateway"), SLIPWAY_DATA_DIR: tempDir(), SLIPWAY_VAULT_KEY: a }),
     );
     await gateway.ready();
 
@@ -65,7 +71,7 @@ test.serial(
     const other = await refused(
       slipwayd(
         ["node"],
-        baseEnv({ NATS_URL: nats.url, SLIPWAY_DATA_DIR: tempDir(), SLIPWAY_VAULT_KEY: key() }),
+        baseEnv({ ...nats.env("node"), SLIPWAY_DATA_DIR: tempDir(), SLIPWAY_VAULT_KEY: key() }),
       ),
     );
     t.not(other.code, 0);
@@ -77,7 +83,7 @@ test.serial(
     // another key from a data dir's vault.key (SLIPWAY_VAULT_KEY unset): names the file, and the variable
     const dir = tempDir();
     const fromFile = await refused(
-      slipwayd(["node"], baseEnv({ NATS_URL: nats.url, SLIPWAY_DATA_DIR: dir })),
+      slipwayd(["node"], baseEnv({ ...nats.env("node"), SLIPWAY_DATA_DIR: dir })),
     );
     t.not(fromFile.code, 0);
     t.true(fromFile.out.includes(join(dir, "vault.key")), fromFile.out);
@@ -86,7 +92,7 @@ test.serial(
 
     // vault rotate with a key of its own refuses before it adds a key to the file
     const rotate = await refused(
-      slipwayd(["vault", "rotate"], baseEnv({ NATS_URL: nats.url, SLIPWAY_DATA_DIR: dir })),
+      slipwayd(["vault", "rotate"], baseEnv({ ...nats.env("admin"), SLIPWAY_DATA_DIR: dir })),
     );
     t.not(rotate.code, 0);
     t.regex(rotate.out, /vault key mismatch/);
@@ -95,13 +101,13 @@ test.serial(
     // the same key, twice: starts, and a rotation of that deployment works
     const node = slipwayd(
       ["node"],
-      baseEnv({ NATS_URL: nats.url, SLIPWAY_DATA_DIR: tempDir(), SLIPWAY_VAULT_KEY: a }),
+      baseEnv({ ...nats.env("node"), SLIPWAY_DATA_DIR: tempDir(), SLIPWAY_VAULT_KEY: a }),
     );
     await node.ready();
     t.regex(node.out(), /slipwayd node ready in/);
     const rotated = slipwayd(
       ["vault", "rotate"],
-      baseEnv({ NATS_URL: nats.url, SLIPWAY_DATA_DIR: tempDir(), SLIPWAY_VAULT_KEY: `${key()},${a}` }),
+      baseEnv({ ...nats.env("admin"), SLIPWAY_DATA_DIR: tempDir(), SLIPWAY_VAULT_KEY: `${key()},${a}` }),
     );
     t.is(await rotated.exited(), 0, rotated.out());
     t.regex(rotated.out(), /"active_key_id"/);
@@ -111,7 +117,7 @@ test.serial(
 test.serial(
   "a second up on a data dir in use refuses to start (its node would share the node id)",
   async (t) => {
-    const env = baseEnv({ NATS_URL: natsOf().url, SLIPWAY_DATA_DIR: tempDir(), SLIPWAY_VAULT_KEY: shared });
+    const env = baseEnv({ ...natsOf().env("admin"), SLIPWAY_DATA_DIR: tempDir(), SLIPWAY_VAULT_KEY: shared });
     const first = slipwayd(["up"], env);
     await first.ready();
     const second = await refused(slipwayd(["up"], env));

@@ -91,7 +91,7 @@ async function startBroken(): Promise<Ctx["broken"]> {
 
 test.before(async (t) => {
   const nats = await startTestNats();
-  const p = await startTestPlatform(nats.url);
+  const p = await startTestPlatform(nats);
   const app = `vfy-${randomUUID().slice(0, 8)}`;
   const init = await call(p.controlUrl, "initialize-app", { name: app });
   if (init.status !== 200) throw new Error(`initialize-app: ${init.text}`);
@@ -355,10 +355,10 @@ test("verify: a host the platform's edge serves is reached through the edge, wit
     upstreams: [{ url: starter.base, deployment_id: "dpl_test", health_path: "/health" }],
     updated_at: new Date().toISOString(),
   };
-  await p.bus.pub.kvPut(BUCKETS.routes, keys.route(host), encode(route));
+  await p.admin.pub.kvPut(BUCKETS.routes, keys.route(host), encode(route));
   // the edge serves it (the name resolves nowhere: only the edge can reach it)
   const { doc } = await verifyAndWait(t, { host: `http://${host}` });
   t.is(doc.status, "succeeded", JSON.stringify(doc.assertions));
   t.regex(doc.via, /^127\.0\.0\.1:\d+$/);
-  await p.bus.pub.kvDelete(BUCKETS.routes, keys.route(host));
+  await p.admin.pub.kvDelete(BUCKETS.routes, keys.route(host));
 });

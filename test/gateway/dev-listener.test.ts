@@ -26,7 +26,7 @@ const test = anyTest as TestFn<Ctx>;
 
 test.before(async (t) => {
   const nats = await startTestNats();
-  const p = await startTestPlatform(nats.url);
+  const p = await startTestPlatform(nats);
   const shop = `s${randomUUID().slice(0, 8)}`;
   const other = `o${randomUUID().slice(0, 8)}`;
   for (const name of [shop, other]) t.is((await call(p.controlUrl, "initialize-app", { name })).status, 200);

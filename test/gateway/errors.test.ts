@@ -247,7 +247,7 @@ test("an Idempotency-Key replay matches the body whatever the order of its field
 });
 
 test("401 on the control plane without the control token, even on loopback; 200 with it", async (t) => {
-  const p = await startTestPlatform(t.context.nats.url, { role: "gateway", plane: "control" });
+  const p = await startTestPlatform(t.context.nats, { role: "gateway", plane: "control" });
   try {
     isError(t, await get(p.controlUrl, "/resources", { authorization: "" }), "unauthenticated");
     isError(
@@ -271,7 +271,7 @@ test("401 on the control plane without the control token, even on loopback; 200 
 test("504 timeout when no runtime node answers", async (t) => {
   // a gateway on its own NATS with no runtime node: nobody applies the command
   const n = await startTestNats();
-  const lonely = await startTestPlatform(n.url, { role: "gateway", plane: "control", replyTimeoutMs: 300 });
+  const lonely = await startTestPlatform(n, { role: "gateway", plane: "control", replyTimeoutMs: 300 });
   try {
     isError(t, await call(lonely.controlUrl, "inspect", { app: "nobody", type: "app" }), "timeout");
   } finally {

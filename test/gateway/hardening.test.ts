@@ -2,7 +2,7 @@ import anyTest, { type ExecutionContext, type TestFn } from "ava";
 import { randomUUID } from "node:crypto";
 import { request, type ClientRequest } from "node:http";
 import WebSocket from "ws";
-import { openBus, type Bus } from "../../store/bus.js";
+import type { Bus } from "../../store/bus.js";
 import { STREAMS, subjects } from "../../proto/subjects.js";
 import { TAILS_PER_TOKEN_DEFAULT } from "../../gateway/tails.js";
 import {
@@ -19,10 +19,10 @@ import { rawGet, rawRequest } from "../helpers/raw-http.js";
 
 const test = anyTest as TestFn<PlatformContext & { app: string; token: string; bus: Bus }>;
 
-platformPerFile(test, async (p) => {
+platformPerFile(test, async (p, nats) => {
   const app = `h${randomUUID().slice(0, 8)}`;
   const r = await call(p.controlUrl, "initialize-app", { name: app });
-  const bus = await openBus({ servers: p.natsUrl, name: "hardening-observer" });
+  const bus = await nats.bus("hardening-observer");
   return { app, token: r.body.result.token as string, bus };
 });
 test.after.always(async (t) => {
@@ -412,7 +412,7 @@ test("app names ending in - are refused, enum errors list the allowed values, an
 });
 
 test("names in SLIPWAY_ALLOWED_HOSTS and origins in SLIPWAY_ALLOWED_ORIGINS are served; others still are not", async (t) => {
-  const gw = await startTestPlatform(t.context.p.natsUrl, {
+  const gw = await startTestPlatform(t.context.nats, {
     role: "gateway",
     plane: "control",
     env: {

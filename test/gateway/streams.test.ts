@@ -166,8 +166,8 @@ test("GET /logs?follow=1 streams lines as they come and ends when the resource e
   const key = keys.resource(app, "Build", id);
   const now = new Date().toISOString();
   const doc = { type: "Build", id, app_id: app, status: "running", created_at: now, updated_at: now };
-  await p.bus.kv.resources.put(key, encode(doc));
-  await appendLog(p.bus, id, { ts: now, stream: "stdout", line: "step 1" });
+  await p.admin.kv.resources.put(key, encode(doc));
+  await appendLog(p.admin, id, { ts: now, stream: "stdout", line: "step 1" });
   const chunks: string[] = [];
   const body = new Promise<string>((resolve, reject) => {
     request(`${p.controlUrl}/logs/${id}?follow=1`, { headers: controlAuth(p.controlUrl) }, (res) => {
@@ -183,10 +183,10 @@ test("GET /logs?follow=1 streams lines as they come and ends when the resource e
   });
   // each line is written only once the one before it has reached the reader: the log streams
   await eventually(async () => chunks.join("").includes("step 1"), 30_000, 20);
-  await appendLog(p.bus, id, { ts: new Date().toISOString(), stream: "stdout", line: "step 2" });
+  await appendLog(p.admin, id, { ts: new Date().toISOString(), stream: "stdout", line: "step 2" });
   await eventually(async () => chunks.join("").includes("step 2"), 30_000, 20);
-  await appendLog(p.bus, id, { ts: new Date().toISOString(), stream: "stdout", line: "done" });
-  await p.bus.kv.resources.put(
+  await appendLog(p.admin, id, { ts: new Date().toISOString(), stream: "stdout", line: "done" });
+  await p.admin.kv.resources.put(
     key,
     encode({ ...doc, status: "succeeded", updated_at: new Date().toISOString() }),
   );

@@ -8,7 +8,7 @@ import type { PlatformOptions } from "../../bin/platform.js";
 import { CommandClient } from "../../gateway/command-client.js";
 import type { PartitionRecord } from "../../proto/records.js";
 import { keys, partitionOf, STREAMS, subjects } from "../../proto/subjects.js";
-import { type Bus, openBus } from "../../store/bus.js";
+import type { Bus } from "../../store/bus.js";
 import { Vault } from "../../store/vault.js";
 import {
   call,
@@ -50,7 +50,7 @@ export interface Cluster {
   readonly nats: TestNats;
   /** The platform in front of the nodes (a new one after {@link Cluster.startGateway}). */
   readonly gw: TestPlatform;
-  /** The observer connection: reads and writes KV and streams, carries {@link Cluster.commandClient}s. */
+  /** The observer connection (admin): reads and writes KV and streams, carries {@link Cluster.commandClient}s. */
   readonly bus: Bus;
   /** Workspace root of the in-process nodes; data dir of the child-process nodes. */
   readonly workspace: string;
@@ -107,8 +107,8 @@ export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> 
   let gw: TestPlatform | undefined;
   let bus: Bus;
   try {
-    gw = await startTestPlatform(nats.url, gwOptions);
-    bus = await openBus({ servers: nats.url, name: opts.observer ?? "test-observer" });
+    gw = await startTestPlatform(nats, gwOptions);
+    bus = await nats.bus(opts.observer ?? "test-observer");
   } catch (e) {
     await gw?.close().catch(() => {});
     await nats.stop().catch(() => {});
@@ -150,7 +150,7 @@ function assemble(s: {
     },
     async addNode(id, nodeOpts = {}, instrument) {
       claim(id);
-      const ownBus = nodeOpts.bus ? undefined : await openBus({ servers: nats.url, name: id });
+      const ownBus = nodeOpts.bus ? undefined : await nats.bus(id, "node");
       const full: NodeOptions = {
         vault,
         workspaceRoot: workspace,
@@ -170,7 +170,7 @@ function assemble(s: {
     async spawnNode(id, o = {}) {
       claim(id);
       const proc = await spawnNode({
-        natsUrl: nats.url,
+        nats: nats.env("node"),
         dataDir: workspace,
         vaultKey: TEST_VAULT_KEY,
         id,
@@ -198,7 +198,7 @@ function assemble(s: {
     },
     async startGateway() {
       if (!gwStopped) throw new Error("the gateway runs: stopGateway() first");
-      gw = await startTestPlatform(nats.url, s.gwOptions);
+      gw = await startTestPlatform(nats, s.gwOptions);
       gwStopped = false;
       return gw;
     },

@@ -1,9 +1,14 @@
 import { freePort } from "../../effects/net.js";
 import type { TestFn } from "ava";
-import { mkdtempSync, rmSync } from "node:fs";
+import { appendFileSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startEmbeddedNats, type EmbeddedNats } from "../../store/embedded-nats.js";
+import type { NatsAuth } from "../../store/nats-auth.js";
+import { natsSeedFile } from "../../store/nats-identities.js";
+import type { NatsRole } from "../../store/nats-permissions.js";
+import { type Bus, openBus } from "../../store/bus.js";
+import { subjects } from "../../proto/subjects.js";
 import { startPlatform, type PlatformHandle, type PlatformOptions } from "../../bin/platform.js";
 
 export { freePort };
@@ -21,23 +26,69 @@ export interface TestNats {
   readonly url: string;
   readonly dir: string;
   server: EmbeddedNats;
+  /** The credentials of a role (the server admits nothing else). */
+  auth(role: NatsRole): NatsAuth;
+  /** The admin's credentials: the tests' observers (every subject). */
+  readonly admin: NatsAuth;
+  /** A role's seed file (`SLIPWAY_NATS_CREDS` of a process started against this server). */
+  seedFile(role: NatsRole): string;
+  /** The environment of a process connecting as `role`: NATS_URL and SLIPWAY_NATS_CREDS. */
+  env(role: NatsRole): { NATS_URL: string; SLIPWAY_NATS_CREDS: string };
+  /** A bus of this server as `role` (default admin), with that role's inbox. */
+  bus(name: string, role?: NatsRole): Promise<Bus>;
   /** Stops and starts the server again on the same port and store. */
   restart(downMs?: number): Promise<void>;
   stop(): Promise<void>;
+}
+
+/**
+ * The log of a test nats-server: its refusals (permission violations, failed authentications)
+ * appended to the file SLIPWAY_TEST_NATS_VIOLATIONS names (a whole run's sweep), everything to
+ * stderr with SLIPWAY_TEST_LOG.
+ */
+export function testNatsLog(label: string): (chunk: string) => void {
+  const file = process.env.SLIPWAY_TEST_NATS_VIOLATIONS;
+  return (chunk) => {
+    if (process.env.SLIPWAY_TEST_LOG) process.stderr.write(`[nats ${label}] ${chunk}\n`);
+    if (!file) return;
+    for (const line of chunk.split("\n"))
+      if (/Violation|authentication error/.test(line)) appendFileSync(file, `${label}: ${line}\n`);
+  };
+}
+
+/** The running test file (ava's), for log lines; outside ava (benchmarks) the script. */
+async function testFileName(): Promise<string> {
+  if (!process.env.SLIPWAY_TEST_NATS_VIOLATIONS && !process.env.SLIPWAY_TEST_LOG) return "nats";
+  try {
+    const ava = (await import("ava")).default;
+    return ava.meta.file.replace(/^.*\/test\//, "test/");
+  } catch {
+    return process.argv[1] ?? "nats";
+  }
 }
 
 /** A real nats-server -js on a free port with a temp store, for one test file. */
 export async function startTestNats(): Promise<TestNats> {
   const dir = tempDir("slipway-nats-");
   const port = await freePort();
+  const label = await testFileName();
+  const start = () => startEmbeddedNats({ dir, port, log: testNatsLog(label) });
+  const url = `nats://127.0.0.1:${port}`;
+  const server = await start();
   const t: TestNats = {
-    url: `nats://127.0.0.1:${port}`,
+    url,
     dir,
-    server: await startEmbeddedNats({ dir, port }),
+    server,
+    auth: (role) => t.server.auth(role),
+    admin: server.auth("admin"),
+    seedFile: (role) => natsSeedFile(dir, role),
+    env: (role) => ({ NATS_URL: url, SLIPWAY_NATS_CREDS: natsSeedFile(dir, role) }),
+    bus: (name, role = "admin") =>
+      openBus({ servers: url, name, auth: t.auth(role), inboxPrefix: subjects.inboxPrefix(role) }),
     async restart(downMs = 0) {
       await t.server.stop();
       if (downMs) await new Promise((r) => setTimeout(r, downMs));
-      t.server = await startEmbeddedNats({ dir, port });
+      t.server = await start();
     },
     async stop() {
       await t.server.stop();
@@ -50,17 +101,26 @@ export async function startTestNats(): Promise<TestNats> {
 export interface TestPlatform extends PlatformHandle {
   readonly controlUrl: string;
   readonly dataUrl: string;
+  /**
+   * A connection of the test's own as the NATS admin (`bus` is the platform's, limited to its role):
+   * what a test writes or reads behind the platform's back. Closed by `close()`.
+   */
+  readonly admin: Bus;
 }
 
-/** Starts a platform role against a test NATS, on free ports, in a temp data dir. */
+/**
+ * Starts a platform role against a test NATS, on free ports, in a temp data dir; each of its
+ * connections with its role's credentials.
+ */
 export async function startTestPlatform(
-  natsUrl: string,
+  nats: TestNats,
   opts: Partial<PlatformOptions> = {},
 ): Promise<TestPlatform> {
   const dataDir = opts.dataDir ?? tempDir();
   const h = await startPlatform({
     role: "up",
-    natsUrl,
+    natsUrl: nats.url,
+    natsAuth: (role) => nats.auth(role),
     log: process.env.SLIPWAY_TEST_LOG ? (m: string) => process.stderr.write(`[platform] ${m}\n`) : () => {},
     ...opts,
     dataDir,
@@ -73,9 +133,21 @@ export async function startTestPlatform(
   });
   const controlUrl = h.control ? `http://127.0.0.1:${h.control.port}` : "";
   if (controlUrl) rememberControlToken(controlUrl, h.controlToken);
+  let admin: Bus;
+  try {
+    admin = await nats.bus("test-admin");
+  } catch (e) {
+    await h.close();
+    throw e;
+  }
   return Object.assign(Object.create(null), h, {
     controlUrl,
     dataUrl: h.data ? `http://127.0.0.1:${h.data.port}` : "",
+    admin,
+    close: async () => {
+      await h.close();
+      await admin.close().catch(() => {});
+    },
   }) as TestPlatform;
 }
 
@@ -191,12 +263,12 @@ export interface PlatformContext {
  */
 export function platformPerFile<X extends object = Record<never, never>>(
   test: TestFn<PlatformContext & X>,
-  extra?: (p: TestPlatform) => Promise<X>,
+  extra?: (p: TestPlatform, nats: TestNats) => Promise<X>,
 ): void {
   test.before(async (t) => {
     const nats = await startTestNats();
-    const p = await startTestPlatform(nats.url);
-    t.context = { nats, p, ...((await extra?.(p)) ?? ({} as X)) };
+    const p = await startTestPlatform(nats);
+    t.context = { nats, p, ...((await extra?.(p, nats)) ?? ({} as X)) };
   });
   test.after.always(async (t) => {
     await t.context.p?.close();
@@ -217,7 +289,7 @@ export async function startWorkspacePlatform(
 ): Promise<WorkspacePlatform> {
   const nats = await startTestNats();
   const workspaces = tempDir();
-  const p = await startTestPlatform(nats.url, { ...opts, workspaceRoot: workspaces });
+  const p = await startTestPlatform(nats, { ...opts, workspaceRoot: workspaces });
   return { nats, p, workspaces };
 }
 

@@ -1,6 +1,6 @@
 /**
  * A runtime node in its own process, for tests that kill -9 it.
- * env: NATS_URL, SLIPWAY_DATA_DIR, SLIPWAY_VAULT_KEY, SLIPWAY_NODE_ID.
+ * env: NATS_URL, SLIPWAY_NATS_CREDS, SLIPWAY_DATA_DIR, SLIPWAY_VAULT_KEY, SLIPWAY_NODE_ID.
  * Prints `READY <node id>` once started and `PARTITIONS <list>` when its set changes.
  */
 import { startPlatform } from "../../bin/platform.js";

@@ -19,7 +19,8 @@ export interface NodeProcess {
 
 /** Starts a runtime node in its own process (`node --import tsx`, one pid). */
 export async function spawnNode(opts: {
-  natsUrl: string;
+  /** NATS_URL and SLIPWAY_NATS_CREDS (a node's seed file): `TestNats.env("node")`. */
+  nats: { NATS_URL: string; SLIPWAY_NATS_CREDS: string };
   dataDir: string;
   vaultKey: string;
   id: string;
@@ -28,7 +29,7 @@ export async function spawnNode(opts: {
   const child = spawn(process.execPath, ["--import", tsxLoader, nodeScript], {
     env: {
       ...process.env,
-      NATS_URL: opts.natsUrl,
+      ...opts.nats,
       SLIPWAY_DATA_DIR: opts.dataDir,
       SLIPWAY_VAULT_KEY: opts.vaultKey,
       SLIPWAY_NODE_ID: opts.id,

@@ -5,7 +5,7 @@ import { createRequire } from "node:module";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { hasSetpriv } from "../../store/embedded-nats.js";
-import { freePort, rememberControlToken, tempDir } from "./infra.js";
+import { freePort, rememberControlToken, tempDir, testNatsLog } from "./infra.js";
 
 const require = createRequire(import.meta.url);
 const tsx = require.resolve("tsx");
@@ -66,8 +66,13 @@ export function spawnSlipwayd(args: string[], env: NodeJS.ProcessEnv, entry?: st
   const withPorts = { SLIPWAY_HTTP_PORT: "0", SLIPWAY_HTTPS_PORT: "0", ...env };
   const child = spawn(cmd!, rest, { env: withPorts, stdio: ["ignore", "pipe", "pipe"] });
   let out = "";
+  // the embedded server's refusals, which slipwayd logs, into a whole run's sweep (test/helpers/infra.ts)
+  const refusals = testNatsLog(`slipwayd ${args.join(" ")}`);
   child.stdout!.on("data", (d: Buffer) => (out += d.toString()));
-  child.stderr!.on("data", (d: Buffer) => (out += d.toString()));
+  child.stderr!.on("data", (d: Buffer) => {
+    out += d.toString();
+    if (process.env.SLIPWAY_TEST_NATS_VIOLATIONS) refusals(d.toString());
+  });
   const exit = new Promise<number | string>((resolve) =>
     child.once("exit", (code, signal) => resolve(code ?? signal ?? -1)),
   );
@@ -166,7 +171,13 @@ export async function slipwaydSetup(dataDir: string): Promise<SlipwaydSetup> {
     SLIPWAY_HTTP_PORT: "0",
     SLIPWAY_HTTPS_PORT: "0",
   };
-  for (const k of ["NATS_URL", "SLIPWAY_VAULT_KEY", "SLIPWAY_NODE_ID", "SLIPWAY_CONTROL_TOKEN"])
+  for (const k of [
+    "NATS_URL",
+    "SLIPWAY_NATS_CREDS",
+    "SLIPWAY_VAULT_KEY",
+    "SLIPWAY_NODE_ID",
+    "SLIPWAY_CONTROL_TOKEN",
+  ])
     delete env[k];
   return { dataDir, natsPort, controlPort, dataPort, control: `http://127.0.0.1:${controlPort}`, env };
 }

@@ -1,7 +1,7 @@
 import anyTest, { type TestFn } from "ava";
 import { connect } from "node:net";
 import { keys, type RouteApplied, subjects } from "../../proto/mod.js";
-import { type Bus, openBus } from "../../store/mod.js";
+import type { Bus } from "../../store/mod.js";
 import {
   eventually,
   freePort,
@@ -33,11 +33,11 @@ const test = anyTest as TestFn<Ctx>;
 
 test.before(async (t) => {
   const nats = await startTestNats();
-  const bus = await openBus({ servers: nats.url, name: "proxy-fuzz" });
+  const bus = await nats.bus("proxy-fuzz");
   const port = await freePort();
   const proxy = spawnSlipwayd(["proxy"], {
     ...process.env,
-    NATS_URL: nats.url,
+    ...nats.env("proxy"),
     SLIPWAY_DATA_DIR: tempDir(),
     SLIPWAY_VAULT_KEY: TEST_VAULT_KEY,
     SLIPWAY_HTTP_PORT: String(port),

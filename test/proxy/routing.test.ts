@@ -213,7 +213,7 @@ test("proxy: an ACME HTTP-01 challenge in slipway_routes is answered for any hos
 test("proxy: closing lets a request in flight finish, then stops serving", async (t) => {
   const w = t.context;
   const { startProxy } = await import("../../proxy/mod.js");
-  const other = await startProxy({ bus: w.bus, vault: w.vault, log: () => {} });
+  const other = await startProxy({ bus: w.proxyBus, vault: w.vault, log: () => {} });
   const up = await startUpstream("slow");
   t.teardown(async () => {
     await other.close();

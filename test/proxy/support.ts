@@ -4,7 +4,7 @@ import { type Agent, request as httpRequest } from "node:http";
 import type { AddressInfo } from "node:net";
 import { WebSocketServer } from "ws";
 import { BUCKETS, keys, type Route, type RouteApplied, subjects, type Upstream } from "../../proto/mod.js";
-import { type Bus, openBus, Vault } from "../../store/mod.js";
+import { type Bus, Vault } from "../../store/mod.js";
 import { startProxy, type ProxyHandle, type ProxyOptions } from "../../proxy/mod.js";
 import { startTestNats, type TestNats, TEST_VAULT_KEY, tempDir } from "../helpers/infra.js";
 
@@ -119,7 +119,10 @@ export const testHost = (what = "app") => `${what}-${randomUUID().slice(0, 8)}.t
 /** Everything one proxy test file runs on: a nats-server, a bus, a vault and a proxy. */
 export interface ProxyWorld {
   nats: TestNats;
+  /** The test's own connection (admin): writes routes, reads what the proxy wrote. */
   bus: Bus;
+  /** The proxy's connection, as the proxy role. */
+  proxyBus: Bus;
   vault: Vault;
   proxy: ProxyHandle;
   base: string;
@@ -128,7 +131,8 @@ export interface ProxyWorld {
 
 export async function startWorld(opts: Partial<ProxyOptions> = {}): Promise<ProxyWorld> {
   const nats = await startTestNats();
-  const bus = await openBus({ servers: nats.url, name: "proxy-test" });
+  const bus = await nats.bus("proxy-test");
+  const proxyBus = await nats.bus("proxy-under-test", "proxy");
   const vault = Vault.open(tempDir(), { SLIPWAY_VAULT_KEY: TEST_VAULT_KEY });
   const applied: RouteApplied[] = [];
   bus.nc.subscribe(subjects.proxyApplied, {
@@ -138,18 +142,19 @@ export async function startWorld(opts: Partial<ProxyOptions> = {}): Promise<Prox
   });
   await bus.nc.flush();
   const proxy = await startProxy({
-    bus,
+    bus: proxyBus,
     vault,
     httpPort: 0,
     httpsPort: 0,
     log: process.env.SLIPWAY_TEST_LOG ? (m) => process.stderr.write(`[proxy] ${m}\n`) : () => {},
     ...opts,
   });
-  return { nats, bus, vault, proxy, base: `http://127.0.0.1:${proxy.httpPort}`, applied };
+  return { nats, bus, proxyBus, vault, proxy, base: `http://127.0.0.1:${proxy.httpPort}`, applied };
 }
 
 export async function stopWorld(w: Partial<ProxyWorld> | undefined): Promise<void> {
   await w?.proxy?.close();
+  await w?.proxyBus?.close();
   await w?.bus?.close();
   await w?.nats?.stop();
 }

@@ -7,13 +7,13 @@ import {
   certificateAad,
   keys,
 } from "../../proto/mod.js";
-import { openBus, resealAll, Vault } from "../../store/mod.js";
+import { resealAll, Vault } from "../../store/mod.js";
 import { startTestNats, tempDir } from "../helpers/infra.js";
 import { makeCa } from "./tls-support.js";
 
 test("vault rotate re-seals the proxy's certificates and ACME account keys under the new key, and they still open", async (t) => {
   const nats = await startTestNats();
-  const bus = await openBus({ servers: nats.url, name: "rotate-test" });
+  const bus = await nats.bus("rotate-test");
   t.teardown(async () => {
     await bus.close();
     await nats.stop();

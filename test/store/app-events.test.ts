@@ -1,21 +1,14 @@
 import { randomUUID } from "node:crypto";
 import anyTest, { type TestFn } from "ava";
 import { isPlatformError, subjects } from "../../proto/mod.js";
-import {
-  type Bus,
-  appEventMsgId,
-  latestAppEvents,
-  listAppEvents,
-  openBus,
-  publishAppEvent,
-} from "../../store/mod.js";
+import { type Bus, appEventMsgId, latestAppEvents, listAppEvents, publishAppEvent } from "../../store/mod.js";
 import { startTestNats, type TestNats } from "../helpers/infra.js";
 
 const test = anyTest as TestFn<{ nats: TestNats; bus: Bus }>;
 
 test.before(async (t) => {
   const nats = await startTestNats();
-  const bus = await openBus({ servers: nats.url, name: "app-events-test" });
+  const bus = await nats.bus("app-events-test");
   t.context = { nats, bus };
 });
 

@@ -1,21 +1,14 @@
 import { randomUUID } from "node:crypto";
 import anyTest, { type TestFn } from "ava";
 import { BUCKETS } from "../../proto/mod.js";
-import {
-  type Bus,
-  isCasConflict,
-  isTransientBusError,
-  JsPublisher,
-  kvKeys,
-  openBus,
-} from "../../store/mod.js";
+import { type Bus, isCasConflict, isTransientBusError, JsPublisher, kvKeys } from "../../store/mod.js";
 import { startTestNats, type TestNats } from "../helpers/infra.js";
 
 const test = anyTest as TestFn<{ nats: TestNats; bus: Bus }>;
 
 test.before(async (t) => {
   const nats = await startTestNats();
-  const bus = await openBus({ servers: nats.url, name: "publisher-test" });
+  const bus = await nats.bus("publisher-test");
   await bus.jsm.streams.add({ name: "PUBTEST", subjects: ["pubtest.>"] });
   t.context = { nats, bus };
 });
