@@ -24,8 +24,8 @@ ENV NODE_ENV=production \
   SLIPWAY_CONTROL_HOST=0.0.0.0 \
   SLIPWAY_DATA_HOST=0.0.0.0
 # Loopback inside a container is unreachable from outside, so both planes bind
-# 0.0.0.0. That turns the control token on: SLIPWAY_CONTROL_TOKEN, or the one
-# generated at first boot into /data/control.token.
+# 0.0.0.0. The control plane always wants its token: SLIPWAY_CONTROL_TOKEN, or
+# the one generated at first boot into /data/control.token.
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force

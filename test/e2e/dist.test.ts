@@ -57,8 +57,11 @@ for (const entry of ["dist/bin/slipwayd.js", "dist/bin/slipwayd.mjs"]) {
         ...process.env,
         SLIPWAY_CONTROL_URL: s.control,
         SLIPWAY_ACTOR_ID: "dist-test",
+        // the operator's CLI on the same machine: it reads the control token of this data dir
+        SLIPWAY_DATA_DIR: dataDir,
       };
       delete cliEnv.SLIPWAY_TOKEN;
+      delete cliEnv.SLIPWAY_CONTROL_TOKEN;
       // the platform's own client, from dist/
       const app = `d${randomUUID().slice(0, 8)}`;
       const init = run(

@@ -27,7 +27,7 @@ import {
 } from "../../store/nats-auth.js";
 import { natsSeedFile, readRoleSeed } from "../../store/nats-identities.js";
 import { NATS_ROLES, type NatsRole } from "../../store/nats-permissions.js";
-import { call, freePort, TEST_VAULT_KEY, testNatsLog } from "../helpers/infra.js";
+import { call, freePort, TEST_VAULT_KEY, testNatsLog, rememberControlToken } from "../helpers/infra.js";
 import { spawnSlipwayd, tempDirs, within } from "../helpers/slipwayd-process.js";
 
 // NATS is always authenticated (DESIGN §5): the embedded server admits only the roles' nkeys, each
@@ -180,6 +180,7 @@ test("up: the gateways, the proxy and the node each connect as their own role", 
   });
   t.teardown(() => p.close());
   const control = `http://127.0.0.1:${p.control!.port}`;
+  rememberControlToken(control, p.controlToken);
   // the node applies (it writes its commit records, which the gateway role may not)
   const r = await call(control, "initialize-app", { name: "authshop" });
   t.is(r.status, 200, JSON.stringify(r.body));
