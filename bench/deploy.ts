@@ -17,7 +17,16 @@ import { startEmbeddedNats } from "../store/embedded-nats.js";
 import { buildAppImage } from "../test/helpers/app-images.js";
 import { dockerdMissing, startTestDockerd } from "../test/helpers/dockerd.js";
 import { tempDir } from "../test/helpers/infra.js";
-import { freePort, post, type Progress, sleep, summary } from "./common.js";
+import {
+  type ControlPlane,
+  controlPlaneOf,
+  freePort,
+  getControl,
+  post,
+  type Progress,
+  sleep,
+  summary,
+} from "./common.js";
 
 export interface DeployRoll {
   roll: number;
@@ -44,10 +53,11 @@ export function deployPhaseMissing(): string | undefined {
   return dockerdMissing();
 }
 
-async function waitEnd(base: string, id: string): Promise<Record<string, unknown>> {
+async function waitEnd(control: ControlPlane, id: string): Promise<Record<string, unknown>> {
   for (;;) {
-    const r = await fetch(`${base}/resources/Deployment/${id}`);
-    const doc = (await r.json()) as Record<string, unknown>;
+    const r = await getControl(control, `/resources/Deployment/${id}`);
+    if (r.status !== 200) throw new Error(`GET Deployment ${id}: HTTP ${r.status} ${JSON.stringify(r.body)}`);
+    const doc = r.body as Record<string, unknown>;
     if (doc.status === "succeeded" || doc.status === "rolled_back" || doc.status === "failed") return doc;
     await sleep(100);
   }
@@ -121,7 +131,7 @@ export async function deployPhase(progress: Progress, rolls: number): Promise<De
     log: () => {},
   });
   try {
-    const base = `http://127.0.0.1:${p.control!.port}`;
+    const control = controlPlaneOf(p);
     const proxyPort = p.proxy!.httpPort;
     progress("deploy: building the app image on a private dockerd");
     const image = await buildAppImage(dockerd.host, "benchdeploy/app:v1", "v1");
@@ -129,14 +139,14 @@ export async function deployPhase(progress: Progress, rolls: number): Promise<De
     const host = "benchapp.example.com";
     const ws = join(p.dataDir, "apps", app);
     const must = async (cap: string, body: Record<string, unknown>, status: number) => {
-      const r = await post(base, cap, body);
+      const r = await post(control, cap, body);
       if (r.status !== status) throw new Error(`${cap}: HTTP ${r.status} ${JSON.stringify(r.body)}`);
       return r.body as { resource: { id: string } };
     };
     await must("initialize-app", { name: app }, 200);
     await must("productionize", { app, host, web_image: image.id }, 200);
     writeFileSync(join(ws, ".env.prod"), "GREETING=roll-0\n");
-    await waitEnd(base, (await must("deploy", { app, drain_seconds: 1 }, 202)).resource.id);
+    await waitEnd(control, (await must("deploy", { app, drain_seconds: 1 }, 202)).resource.id);
     const w = watcher(proxyPort, host, 4);
     await sleep(3000);
     const steady = [...w.lat].sort((a, b) => a - b);
@@ -147,7 +157,7 @@ export async function deployPhase(progress: Progress, rolls: number): Promise<De
       const t0 = Date.now();
       const id = (await must("deploy", { app, drain_seconds: 1 }, 202)).resource.id;
       while (!w.firstSeen.has(`roll-${i}`) && Date.now() - t0 < 60_000) await sleep(5);
-      const doc = await waitEnd(base, id);
+      const doc = await waitEnd(control, id);
       if (doc.status !== "succeeded") throw new Error(`roll ${i}: ${doc.status} ${String(doc.reason)}`);
       const timings = doc.timings as { ready_ms: number };
       out.push({
