@@ -19,7 +19,8 @@
  * worker thread of this process, see loadgen.ts). Each phase also records
  * where the CPU went (this process, nats-server, anything else on the
  * machine) and how busy the platform's event loop was. It prints; it asserts
- * nothing. Progress goes to stderr, the report to stdout.
+ * nothing. Progress goes to stderr, the report to stdout. BENCH_QUICK=1 runs
+ * each timed phase 1 s (a smoke run).
  */
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -68,23 +69,26 @@ import type { LoadResult, LoadTask, SecretMix } from "./loadgen.js";
 import { type ProcessesResult, processPhases } from "./processes.js";
 
 // ---- parameters ----
+/** BENCH_QUICK=1: every timed phase runs 1 s, a smoke run of every path (its figures mean little). */
+const QUICK = process.env.BENCH_QUICK === "1";
+const phaseSeconds = (n: number) => (QUICK ? 1 : n);
 const RAW_WINDOW = 128;
-const RAW_SECONDS = 5;
-const RAW_FAST_SECONDS = 3;
+const RAW_SECONDS = phaseSeconds(5);
+const RAW_FAST_SECONDS = phaseSeconds(3);
 const RAW_PAYLOAD_BYTES = 512; // about the size of a sealed set-secret command
-const SEQ_SECONDS = 2;
+const SEQ_SECONDS = phaseSeconds(2);
 const SEQ_MAX = 5000;
 const UWS_CONNECTIONS = 10;
-const UWS_SECONDS = 5;
+const UWS_SECONDS = phaseSeconds(5);
 const APPS = 50;
 const NAMES_PER_APP = 10;
 const LIGHT_RATE = 100;
 const PACED_RATE = 1000;
-const PACED_SECONDS = 5;
+const PACED_SECONDS = phaseSeconds(5);
 const MAX_CONNECTIONS = 64;
-const MAX_SECONDS = 8;
+const MAX_SECONDS = phaseSeconds(8);
 const READ_CONNECTIONS = 10;
-const READ_SECONDS = 5;
+const READ_SECONDS = phaseSeconds(5);
 
 /** A phase during which other processes used this much of a core (percent) is flagged as noisy. */
 const NOISY_OTHER_PCT = 25;
