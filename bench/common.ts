@@ -1,8 +1,10 @@
 import { freePort } from "../effects/net.js";
 /**
  * Helpers shared by the benchmarks (bench/core.ts, bench/scheduler.ts): progress logging, /proc sampling,
- * percentiles, a free port, table printing, platform calls and the main()/cleanup/watchdog scaffolding.
+ * percentiles, a free port, table printing, control-plane calls with its token and the main()/cleanup/watchdog
+ * scaffolding.
  */
+import { randomBytes } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { cpus, tmpdir, totalmem } from "node:os";
 import { join } from "node:path";
@@ -106,25 +108,62 @@ export function machineInfo(): {
 }
 
 // ---- platform calls ----
+/**
+ * A control plane to call: where it is and its token. Every route of it but `/readyz`, `/healthz`,
+ * `/version` and `/openapi.json` answers 401 to a request without `Authorization: Bearer <token>`,
+ * on loopback too (the data plane takes app tokens instead).
+ */
+export interface ControlPlane {
+  /** `http://127.0.0.1:<port>`. */
+  readonly url: string;
+  /** The control token (`PlatformHandle.controlToken`, `<data dir>/control.token` or SLIPWAY_CONTROL_TOKEN). */
+  readonly token: string;
+}
+
+/** The control plane of a platform started in this process (its gateway on 127.0.0.1). */
+export function controlPlaneOf(platform: PlatformHandle): ControlPlane {
+  if (!platform.control) throw new Error("the platform runs no control plane");
+  return { url: `http://127.0.0.1:${platform.control.port}`, token: platform.controlToken };
+}
+
+/** The header that lets a request into the control plane: its token as a Bearer. */
+export function controlHeaders(token: string): { authorization: string } {
+  return { authorization: `Bearer ${token}` };
+}
+
+/** A control token for a `slipwayd` the benchmark spawns (its SLIPWAY_CONTROL_TOKEN), made as slipwayd makes its own. */
+export function newControlToken(): string {
+  return `slwc_${randomBytes(32).toString("base64url")}`;
+}
+
 const ACTOR_HEADERS = {
   "content-type": "application/json",
   "x-platform-actor-type": "builder",
   "x-platform-actor-id": "bench",
 };
 
-/** POSTs `body` to a capability of the control plane at `base` as the bench builder; optional timeout in ms. */
+/** POSTs `body` to a capability of `control` as the bench builder, with its token; optional timeout in ms. */
 export async function post(
-  base: string,
+  control: ControlPlane,
   capability: string,
   body: unknown,
   timeoutMs?: number,
 ): Promise<{ status: number; body: any }> {
-  const r = await fetch(`${base}/capabilities/${capability}`, {
+  const r = await fetch(`${control.url}/capabilities/${capability}`, {
     method: "POST",
-    headers: ACTOR_HEADERS,
+    headers: { ...ACTOR_HEADERS, ...controlHeaders(control.token) },
     body: JSON.stringify(body),
     ...(timeoutMs === undefined ? {} : { signal: AbortSignal.timeout(timeoutMs) }),
   });
+  return { status: r.status, body: await r.json().catch(() => undefined) };
+}
+
+/** GETs `path` of `control` with its token; the answer's status and JSON body (undefined when not JSON). */
+export async function getControl(
+  control: ControlPlane,
+  path: string,
+): Promise<{ status: number; body: any }> {
+  const r = await fetch(`${control.url}${path}`, { headers: controlHeaders(control.token) });
   return { status: r.status, body: await r.json().catch(() => undefined) };
 }
 
@@ -197,7 +236,9 @@ export interface BenchPlatform {
   natsUrl: string;
   /** The admin's credentials on that server (a benchmark's own connections). */
   natsAuth: NatsAuth;
-  control: string;
+  /** The control plane and its token. */
+  control: ControlPlane;
+  /** The data plane, `http://127.0.0.1:<port>` (app tokens). */
   data: string;
   /** Stops the platform and its nats-server and removes the temp dir (safe to call twice). */
   close(): Promise<void>;
@@ -239,7 +280,7 @@ export async function startBenchPlatform(
       log: () => {},
       env: { ...process.env, ...env },
     });
-    const control = `http://127.0.0.1:${platform.control!.port}`;
+    const control = controlPlaneOf(platform);
     const data = `http://127.0.0.1:${platform.data!.port}`;
     await waitReady(data, 20_000, "data plane");
     return { platform, natsUrl, natsAuth: n.auth("admin"), control, data, close };

@@ -19,7 +19,8 @@
  * worker thread of this process, see loadgen.ts). Each phase also records
  * where the CPU went (this process, nats-server, anything else on the
  * machine) and how busy the platform's event loop was. It prints; it asserts
- * nothing. Progress goes to stderr, the report to stdout.
+ * nothing. Progress goes to stderr, the report to stdout. BENCH_QUICK=1 runs
+ * each timed phase 1 s (a smoke run).
  */
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -37,6 +38,9 @@ import { type EmbeddedNats, startEmbeddedNats } from "../store/embedded-nats.js"
 import type { Bus } from "../store/bus.js";
 import { authOptions, type NatsAuth } from "../store/nats-auth.js";
 import {
+  type ControlPlane,
+  controlHeaders,
+  controlPlaneOf,
   exitWhenDone,
   f0,
   freePort,
@@ -65,23 +69,26 @@ import type { LoadResult, LoadTask, SecretMix } from "./loadgen.js";
 import { type ProcessesResult, processPhases } from "./processes.js";
 
 // ---- parameters ----
+/** BENCH_QUICK=1: every timed phase runs 1 s, a smoke run of every path (its figures mean little). */
+const QUICK = process.env.BENCH_QUICK === "1";
+const phaseSeconds = (n: number) => (QUICK ? 1 : n);
 const RAW_WINDOW = 128;
-const RAW_SECONDS = 5;
-const RAW_FAST_SECONDS = 3;
+const RAW_SECONDS = phaseSeconds(5);
+const RAW_FAST_SECONDS = phaseSeconds(3);
 const RAW_PAYLOAD_BYTES = 512; // about the size of a sealed set-secret command
-const SEQ_SECONDS = 2;
+const SEQ_SECONDS = phaseSeconds(2);
 const SEQ_MAX = 5000;
 const UWS_CONNECTIONS = 10;
-const UWS_SECONDS = 5;
+const UWS_SECONDS = phaseSeconds(5);
 const APPS = 50;
 const NAMES_PER_APP = 10;
 const LIGHT_RATE = 100;
 const PACED_RATE = 1000;
-const PACED_SECONDS = 5;
+const PACED_SECONDS = phaseSeconds(5);
 const MAX_CONNECTIONS = 64;
-const MAX_SECONDS = 8;
+const MAX_SECONDS = phaseSeconds(8);
 const READ_CONNECTIONS = 10;
-const READ_SECONDS = 5;
+const READ_SECONDS = phaseSeconds(5);
 
 /** A phase during which other processes used this much of a core (percent) is flagged as noisy. */
 const NOISY_OTHER_PCT = 25;
@@ -232,11 +239,11 @@ async function bareUws(gen: LoadGen, meter: CpuMeter): Promise<Measured> {
 }
 
 // ---- 3./4. the platform ----
-async function createApps(base: string, names: string[]): Promise<void> {
+async function createApps(control: ControlPlane, names: string[]): Promise<void> {
   const queue = [...names];
   const worker = async () => {
     for (let n = queue.shift(); n !== undefined; n = queue.shift()) {
-      const r = await post(base, "initialize-app", { name: n });
+      const r = await post(control, "initialize-app", { name: n });
       if (r.status !== 200)
         throw new Error(`initialize-app ${n}: HTTP ${r.status} ${JSON.stringify(r.body)}`);
     }
@@ -594,8 +601,8 @@ interface PhaseResults {
 
 /** The running platform and the instruments the phases share. */
 interface Bench {
-  /** The control plane, `http://127.0.0.1:<port>`. */
-  base: string;
+  /** The control plane and its token. */
+  control: ControlPlane;
   natsUrl: string;
   /** The admin's credentials (the raw phases' own connections). */
   natsAuth: NatsAuth;
@@ -625,13 +632,13 @@ async function rawPhases(b: Bench): Promise<{ raw: RawResult; bare: Measured }> 
  * `--otlp`: the platform exports its traces, metrics and logs (setup-observability) to a sink in a
  * child process that takes every OTLP request (as a collector beside the platform would).
  */
-async function exportTo(base: string): Promise<void> {
+async function exportTo(control: ControlPlane): Promise<void> {
   const port = await freePort();
   const sink = `require("node:http").createServer((q, s) => { q.resume(); q.on("end", () => s.end("{}")); }).listen(${port}, "127.0.0.1")`;
   const child = spawn(process.execPath, ["-e", sink], { stdio: "ignore" });
   process.once("exit", () => child.kill());
   await sleep(300);
-  const r = await post(base, "setup-observability", { endpoint: `http://127.0.0.1:${port}` });
+  const r = await post(control, "setup-observability", { endpoint: `http://127.0.0.1:${port}` });
   progress(`--otlp: setup-observability answered ${r.status}; exporting to a sink on port ${port}`);
   await sleep(1500);
 }
@@ -639,15 +646,16 @@ async function exportTo(base: string): Promise<void> {
 /** The apps, and a first set-secret of every name (the Secrets the later phases update). */
 async function warmUp(b: Bench): Promise<{ mix: SecretMix; apps: string[]; warmup: MeasuredWrites }> {
   const apps = Array.from({ length: APPS }, (_, i) => `bench-${String(i).padStart(2, "0")}`);
-  await createApps(b.base, apps);
-  if (process.argv.includes("--otlp")) await exportTo(b.base); // docs/observability.md
+  await createApps(b.control, apps);
+  if (process.argv.includes("--otlp")) await exportTo(b.control); // docs/observability.md
   const mix: SecretMix = { apps, names: NAMES_PER_APP };
   progress(
     `created ${APPS} apps; warm-up: ${APPS * NAMES_PER_APP} set-secrets (${NAMES_PER_APP} names per app)`,
   );
   const warmup = await measureWrites(b.meter, b.gen, b.platform, {
     kind: "set-secret-fill",
-    url: b.base,
+    url: b.control.url,
+    auth: controlHeaders(b.control.token),
     concurrency: 32,
     maxS: 20,
     mix,
@@ -665,7 +673,8 @@ async function pacedPhases(
   const pacedWrites = (rate: number) =>
     measureWrites(b.meter, b.gen, b.platform, {
       kind: "set-secret-paced",
-      url: b.base,
+      url: b.control.url,
+      auth: controlHeaders(b.control.token),
       rate,
       durationS: PACED_SECONDS,
       maxSockets: 256,
@@ -689,10 +698,11 @@ async function pacedPhases(
 /** 4.: GET of one Secret through the gateway's read index. */
 async function readPhase(b: Bench, app: string | undefined): Promise<Measured> {
   // 4. a Secret to read
-  const s = await post(b.base, "set-secret", { app, name: "READ_ME", value: "read-me" });
+  const s = await post(b.control, "set-secret", { app, name: "READ_ME", value: "read-me" });
   if (s.status !== 200) throw new Error(`set-secret READ_ME: HTTP ${s.status}`);
-  const readUrl = `${b.base}${s.body.links.resource as string}`;
-  const check = await fetch(readUrl);
+  const readUrl = `${b.control.url}${s.body.links.resource as string}`;
+  const auth = controlHeaders(b.control.token);
+  const check = await fetch(readUrl, { headers: auth });
   await check.arrayBuffer();
   if (check.status !== 200) throw new Error(`GET ${readUrl}: HTTP ${check.status}`);
   await sleep(500);
@@ -700,6 +710,7 @@ async function readPhase(b: Bench, app: string | undefined): Promise<Measured> {
   const reads = await measure(b.meter, b.gen, {
     kind: "get",
     url: readUrl,
+    auth,
     connections: READ_CONNECTIONS,
     durationS: READ_SECONDS,
   });
@@ -713,7 +724,8 @@ async function maxPhase(b: Bench, mix: SecretMix): Promise<{ max: MeasuredWrites
   const stopMax = b.turns.start();
   const max = await measureWrites(b.meter, b.gen, b.platform, {
     kind: "set-secret-max",
-    url: b.base,
+    url: b.control.url,
+    auth: controlHeaders(b.control.token),
     connections: MAX_CONNECTIONS,
     durationS: MAX_SECONDS,
     mix,
@@ -884,16 +896,16 @@ async function main(): Promise<void> {
           }
         : { nodeThread: true }),
     });
-    const base = `http://127.0.0.1:${platform.control!.port}`;
-    await waitReady(base, 15_000, "platform");
+    const control = controlPlaneOf(platform);
+    await waitReady(control.url, 15_000, "platform");
     progress(
-      `platform up, control plane ${base}, partitions held: ${platform.node?.partitions().length ?? 0}`,
+      `platform up, control plane ${control.url}, partitions held: ${platform.node?.partitions().length ?? 0}`,
     );
     gen = new LoadGen();
     const meter = new CpuMeter(nats.pid, gen);
     meter.nodeWorker = platform.nodeThread?.worker;
     const results = await runPhases({
-      base,
+      control,
       natsUrl: nats.url,
       natsAuth: nats.auth("admin"),
       platform,

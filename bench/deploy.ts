@@ -9,15 +9,24 @@
  * version through the proxy, next to the new container's time to ready (the
  * target: serving within ready + 2 s), and the requests that failed (target 0).
  */
-import { writeFileSync } from "node:fs";
+import { rmSync, writeFileSync } from "node:fs";
 import { Agent, request } from "node:http";
 import { join } from "node:path";
-import { startPlatform } from "../bin/platform.js";
-import { startEmbeddedNats } from "../store/embedded-nats.js";
+import { type PlatformHandle, startPlatform } from "../bin/platform.js";
+import { type EmbeddedNats, startEmbeddedNats } from "../store/embedded-nats.js";
 import { buildAppImage } from "../test/helpers/app-images.js";
 import { dockerdMissing, startTestDockerd } from "../test/helpers/dockerd.js";
 import { tempDir } from "../test/helpers/infra.js";
-import { freePort, post, type Progress, sleep, summary } from "./common.js";
+import {
+  type ControlPlane,
+  controlPlaneOf,
+  freePort,
+  getControl,
+  post,
+  type Progress,
+  sleep,
+  summary,
+} from "./common.js";
 
 export interface DeployRoll {
   roll: number;
@@ -44,10 +53,11 @@ export function deployPhaseMissing(): string | undefined {
   return dockerdMissing();
 }
 
-async function waitEnd(base: string, id: string): Promise<Record<string, unknown>> {
+async function waitEnd(control: ControlPlane, id: string): Promise<Record<string, unknown>> {
   for (;;) {
-    const r = await fetch(`${base}/resources/Deployment/${id}`);
-    const doc = (await r.json()) as Record<string, unknown>;
+    const r = await getControl(control, `/resources/Deployment/${id}`);
+    if (r.status !== 200) throw new Error(`GET Deployment ${id}: HTTP ${r.status} ${JSON.stringify(r.body)}`);
+    const doc = r.body as Record<string, unknown>;
     if (doc.status === "succeeded" || doc.status === "rolled_back" || doc.status === "failed") return doc;
     await sleep(100);
   }
@@ -109,55 +119,49 @@ export async function deployPhase(progress: Progress, rolls: number): Promise<De
   const previousHost = process.env.DOCKER_HOST;
   process.env.DOCKER_HOST = dockerd.host;
   const dir = tempDir("slipway-bench-deploy-");
-  const nats = await startEmbeddedNats({ dir: join(dir, "nats"), port: await freePort() });
-  const p = await startPlatform({
-    role: "up",
-    natsUrl: nats.url,
-    natsAuth: (r) => nats.auth(r),
-    dataDir: join(dir, "data"),
-    controlPort: 0,
-    dataPort: 0,
-    env: { SLIPWAY_VAULT_KEY: Buffer.alloc(32, 9).toString("base64") },
-    log: () => {},
-  });
+  let nats: EmbeddedNats | undefined;
+  let p: PlatformHandle | undefined;
+  let w: ReturnType<typeof watcher> | undefined;
   try {
-    const base = `http://127.0.0.1:${p.control!.port}`;
-    const proxyPort = p.proxy!.httpPort;
+    const n = await startEmbeddedNats({ dir: join(dir, "nats"), port: await freePort() });
+    nats = n;
+    p = await startPlatform({
+      role: "up",
+      natsUrl: n.url,
+      natsAuth: (r) => n.auth(r),
+      dataDir: join(dir, "data"),
+      controlPort: 0,
+      dataPort: 0,
+      // the engine runs in a network namespace of its own: its containers reach the platform at the
+      // host's end of the namespace's veth, and the proxy reaches them at their own address (`upstream`)
+      bridgeAddress: dockerd.hostAddress,
+      env: { SLIPWAY_VAULT_KEY: Buffer.alloc(32, 9).toString("base64") },
+      log: () => {},
+    });
+    const control = controlPlaneOf(p);
     progress("deploy: building the app image on a private dockerd");
     const image = await buildAppImage(dockerd.host, "benchdeploy/app:v1", "v1");
     const app = "benchapp";
     const host = "benchapp.example.com";
     const ws = join(p.dataDir, "apps", app);
     const must = async (cap: string, body: Record<string, unknown>, status: number) => {
-      const r = await post(base, cap, body);
+      const r = await post(control, cap, body);
       if (r.status !== status) throw new Error(`${cap}: HTTP ${r.status} ${JSON.stringify(r.body)}`);
       return r.body as { resource: { id: string } };
     };
     await must("initialize-app", { name: app }, 200);
     await must("productionize", { app, host, web_image: image.id }, 200);
     writeFileSync(join(ws, ".env.prod"), "GREETING=roll-0\n");
-    await waitEnd(base, (await must("deploy", { app, drain_seconds: 1 }, 202)).resource.id);
-    const w = watcher(proxyPort, host, 4);
+    const first = await waitEnd(control, (await must("deploy", { app, drain_seconds: 1 }, 202)).resource.id);
+    if (first.status !== "succeeded")
+      throw new Error(`first deploy: ${first.status} ${String(first.reason)}`);
+    progress(`deploy: roll-0 serves at ${String(first.upstream)}; the proxy on port ${p.proxy!.httpPort}`);
+    w = watcher(p.proxy!.httpPort, host, 4);
     await sleep(3000);
     const steady = [...w.lat].sort((a, b) => a - b);
     w.lat.length = 0;
     const out: DeployRoll[] = [];
-    for (let i = 1; i <= rolls; i++) {
-      writeFileSync(join(ws, ".env.prod"), `GREETING=roll-${i}\n`);
-      const t0 = Date.now();
-      const id = (await must("deploy", { app, drain_seconds: 1 }, 202)).resource.id;
-      while (!w.firstSeen.has(`roll-${i}`) && Date.now() - t0 < 60_000) await sleep(5);
-      const doc = await waitEnd(base, id);
-      if (doc.status !== "succeeded") throw new Error(`roll ${i}: ${doc.status} ${String(doc.reason)}`);
-      const timings = doc.timings as { ready_ms: number };
-      out.push({
-        roll: i,
-        servingMs: (w.firstSeen.get(`roll-${i}`) ?? Number.NaN) - t0,
-        readyMs: timings.ready_ms,
-        totalMs: Date.now() - t0,
-      });
-      progress(`deploy: roll ${i} serving after ${out.at(-1)!.servingMs} ms (ready ${timings.ready_ms} ms)`);
-    }
+    for (let i = 1; i <= rolls; i++) out.push(await roll(i, ws, app, control, w, progress));
     await w.stop();
     const during = [...w.lat].sort((a, b) => a - b);
     const { requests, failed } = w.counts();
@@ -169,12 +173,42 @@ export async function deployPhase(progress: Progress, rolls: number): Promise<De
       p99Rolls: summary(during).p99,
     };
   } finally {
-    await p.close();
-    await nats.stop();
+    await w?.stop();
+    await p?.close();
+    await nats?.stop();
     await dockerd.stop();
+    rmSync(dir, { recursive: true, force: true });
     if (previousHost === undefined) delete process.env.DOCKER_HOST;
     else process.env.DOCKER_HOST = previousHost;
   }
+}
+
+/** Roll `i`: a new GREETING, a deploy, then the time to its first answer through the proxy and its Deployment's timings. */
+async function roll(
+  i: number,
+  ws: string,
+  app: string,
+  control: ControlPlane,
+  w: ReturnType<typeof watcher>,
+  progress: Progress,
+): Promise<DeployRoll> {
+  writeFileSync(join(ws, ".env.prod"), `GREETING=roll-${i}\n`);
+  const t0 = Date.now();
+  const r = await post(control, "deploy", { app, drain_seconds: 1 });
+  if (r.status !== 202) throw new Error(`deploy: HTTP ${r.status} ${JSON.stringify(r.body)}`);
+  const id = (r.body as { resource: { id: string } }).resource.id;
+  while (!w.firstSeen.has(`roll-${i}`) && Date.now() - t0 < 60_000) await sleep(5);
+  const doc = await waitEnd(control, id);
+  if (doc.status !== "succeeded") throw new Error(`roll ${i}: ${doc.status} ${String(doc.reason)}`);
+  const timings = doc.timings as { ready_ms: number };
+  const out = {
+    roll: i,
+    servingMs: (w.firstSeen.get(`roll-${i}`) ?? Number.NaN) - t0,
+    readyMs: timings.ready_ms,
+    totalMs: Date.now() - t0,
+  };
+  progress(`deploy: roll ${i} serving after ${out.servingMs} ms (ready ${timings.ready_ms} ms)`);
+  return out;
 }
 
 /** The phase's lines for the report. */

@@ -8,7 +8,7 @@ import { performance } from "node:perf_hooks";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { simpleParser } from "mailparser";
 import { SMTPServer } from "smtp-server";
-import { sleep } from "./common.js";
+import { type ControlPlane, newControlToken, sleep } from "./common.js";
 
 /**
  * bench:identity's plumbing (bench/identity.ts measures): what runs the
@@ -173,18 +173,21 @@ export const authCall = (agent: Agent, dp: DataPlane, route: string, body: unkno
 
 export interface Platform {
   child: ChildProcess;
-  control: string;
+  /** The control plane and its token (SLIPWAY_CONTROL_TOKEN of the process). */
+  control: ControlPlane;
   data: string;
   /** The last lines it wrote to stderr, for a failure's report. */
   tail: () => string;
 }
 
+/** `slipwayd up` with `env` (SLIPWAY_CONTROL_TOKEN made when `env` has none), nothing SLIPWAY_ of this process's. */
 export function startPlatform(args: string[], env: Record<string, string>): Platform {
   const inherited: Record<string, string> = {};
   for (const [k, v] of Object.entries(process.env))
     if (v !== undefined && !k.startsWith("SLIPWAY_") && k !== "NATS_URL") inherited[k] = v;
+  const token = env.SLIPWAY_CONTROL_TOKEN || newControlToken();
   const child = spawn(process.execPath, [...args, "up"], {
-    env: { ...inherited, ...env },
+    env: { ...inherited, ...env, SLIPWAY_CONTROL_TOKEN: token },
     stdio: ["ignore", "ignore", "pipe"],
   });
   let tail = "";
@@ -193,7 +196,7 @@ export function startPlatform(args: string[], env: Record<string, string>): Plat
   });
   return {
     child,
-    control: `http://127.0.0.1:${env.SLIPWAY_CONTROL_PORT}`,
+    control: { url: `http://127.0.0.1:${env.SLIPWAY_CONTROL_PORT}`, token },
     data: `http://127.0.0.1:${env.SLIPWAY_DATA_PORT}`,
     tail: () => tail,
   };

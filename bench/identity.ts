@@ -419,7 +419,10 @@ async function main(): Promise<void> {
     exitedEarly.catch(() => {});
     const pids: Pids = { platform: p.child.pid!, nats: nats.pid };
     await Promise.race([
-      Promise.all([waitReady(p.control, 60_000, "control plane"), waitReady(p.data, 60_000, "data plane")]),
+      Promise.all([
+        waitReady(p.control.url, 60_000, "control plane"),
+        waitReady(p.data, 60_000, "data plane"),
+      ]),
       exitedEarly,
     ]);
     progress("slipwayd up ready");

@@ -15,22 +15,36 @@ export interface SecretMix {
   names: number;
 }
 
+/**
+ * Every set-secret task goes to a control plane: `auth` holds its token's header (`controlHeaders` of
+ * bench/common.ts). A GET carries it only when it reads the control plane (not the bare uWS reference).
+ */
+type Auth = { authorization: string };
+
 export type LoadTask =
   /** autocannon, closed loop, GET `path`. */
-  | { kind: "get"; url: string; connections: number; durationS: number }
+  | { kind: "get"; url: string; connections: number; durationS: number; auth?: Auth }
   /** autocannon, closed loop, POST set-secret over the mix. */
-  | { kind: "set-secret-max"; url: string; connections: number; durationS: number; mix: SecretMix }
+  | {
+      kind: "set-secret-max";
+      url: string;
+      auth: Auth;
+      connections: number;
+      durationS: number;
+      mix: SecretMix;
+    }
   /** Own open loop: set-secret at a fixed rate, latency of every request (sub-millisecond). */
   | {
       kind: "set-secret-paced";
       url: string;
+      auth: Auth;
       rate: number;
       durationS: number;
       maxSockets: number;
       mix: SecretMix;
     }
   /** Own closed loop: every (app, name) of the mix once, `concurrency` at a time (warm-up; creates the Secrets). */
-  | { kind: "set-secret-fill"; url: string; concurrency: number; maxS: number; mix: SecretMix };
+  | { kind: "set-secret-fill"; url: string; auth: Auth; concurrency: number; maxS: number; mix: SecretMix };
 
 export interface LoadResult {
   /** Wall-clock seconds the load ran. */
@@ -107,6 +121,7 @@ function runAutocannon(opts: autocannon.Options): Promise<LoadResult> {
 function post(
   agent: Agent,
   url: URL,
+  auth: Auth,
   body: string,
 ): Promise<{ status: number; ms: number; timeout: boolean }> {
   return new Promise((resolve) => {
@@ -124,7 +139,7 @@ function post(
         method: "POST",
         path: SET_SECRET,
         agent,
-        headers: { ...HEADERS, "content-length": Buffer.byteLength(body) },
+        headers: { ...HEADERS, ...auth, "content-length": Buffer.byteLength(body) },
       },
       (res) => {
         res.on("data", () => {});
@@ -210,7 +225,7 @@ async function paced(task: Extract<LoadTask, { kind: "set-secret-paced" }>): Pro
         const i = sent++;
         inflight++;
         maxInflight = Math.max(maxInflight, inflight);
-        const p = post(agent, url, secretBody(task.mix, i)).then((r) => {
+        const p = post(agent, url, task.auth, secretBody(task.mix, i)).then((r) => {
           inflight--;
           count(t, r);
           pending.delete(p);
@@ -241,7 +256,7 @@ async function fill(task: Extract<LoadTask, { kind: "set-secret-fill" }>): Promi
   const loop = async () => {
     while (next < total && performance.now() < endAt) {
       const i = next++;
-      count(t, await post(agent, url, secretBody(task.mix, i)));
+      count(t, await post(agent, url, task.auth, secretBody(task.mix, i)));
     }
   };
   await Promise.all(Array.from({ length: task.concurrency }, loop));
@@ -252,7 +267,12 @@ async function fill(task: Extract<LoadTask, { kind: "set-secret-fill" }>): Promi
 async function run(task: LoadTask): Promise<LoadResult> {
   switch (task.kind) {
     case "get":
-      return runAutocannon({ url: task.url, connections: task.connections, duration: task.durationS });
+      return runAutocannon({
+        url: task.url,
+        connections: task.connections,
+        duration: task.durationS,
+        ...(task.auth ? { headers: { ...task.auth } } : {}),
+      });
     case "set-secret-max": {
       let i = 0;
       const mix = task.mix;
@@ -264,7 +284,7 @@ async function run(task: LoadTask): Promise<LoadResult> {
           {
             method: "POST",
             path: SET_SECRET,
-            headers: { ...HEADERS },
+            headers: { ...HEADERS, ...task.auth },
             setupRequest: (req) => ({ ...req, body: secretBody(mix, i++) }),
           },
         ],

@@ -21,6 +21,7 @@ import { performance } from "node:perf_hooks";
 import { Pool } from "undici";
 import { signServiceToken } from "../proto/service-token.js";
 import {
+  controlHeaders,
   exitWhenDone,
   f0,
   freePort,
@@ -167,9 +168,10 @@ async function main(): Promise<void> {
         break;
       await sleep(50);
     }
-    const reg = await fetch(`${control}/mcp/tools`, {
+    const reg = await fetch(`${control.url}/mcp/tools`, {
       method: "POST",
       headers: {
+        ...controlHeaders(control.token),
         "content-type": "application/json",
         "x-platform-actor-type": "builder",
         "x-platform-actor-id": "bench",

@@ -1,6 +1,7 @@
 import { performance } from "node:perf_hooks";
 import { compileRules, evaluate, type PolicyRule } from "../proto/policies.js";
 import {
+  controlHeaders,
   exitWhenDone,
   machineInfo,
   makeProgress,
@@ -122,9 +123,10 @@ async function main(): Promise<void> {
       apps[name] = init.body.result.token as string;
     }
     for (const rule of hundredRules()) {
-      const r = await fetch(`${control}/policies`, {
+      const r = await fetch(`${control.url}/policies`, {
         method: "POST",
         headers: {
+          ...controlHeaders(control.token),
           "content-type": "application/json",
           "x-platform-actor-type": "cli",
           "x-platform-actor-id": "bench",

@@ -21,7 +21,17 @@ import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { startEmbeddedNats } from "../store/embedded-nats.js";
 import { natsSeedFile } from "../store/nats-identities.js";
-import { freePort, post, procCpuS, rssMiB, sleep, waitReady } from "./common.js";
+import {
+  type ControlPlane,
+  controlHeaders,
+  freePort,
+  newControlToken,
+  post,
+  procCpuS,
+  rssMiB,
+  sleep,
+  waitReady,
+} from "./common.js";
 import type { LoadGen } from "./core-meter.js";
 import type { LoadResult, SecretMix } from "./loadgen.js";
 
@@ -83,19 +93,20 @@ async function stopChild(c: Child): Promise<void> {
   rmSync(c.dir, { recursive: true, force: true });
 }
 
-/** set-secret max on each base URL at once (the connections split between them), summed. */
+/** set-secret max on each control plane at once (the connections split between them), summed. */
 async function load(
   gen: LoadGen,
-  bases: string[],
+  bases: ControlPlane[],
   connections: number,
   durationS: number,
   mix: SecretMix,
 ): Promise<{ rps: number; non2xx: number; errors: number; p50: number; p99: number }> {
   const results: LoadResult[] = await Promise.all(
-    bases.map((url) =>
+    bases.map((c) =>
       gen.run({
         kind: "set-secret-max",
-        url,
+        url: c.url,
+        auth: controlHeaders(c.token),
         connections: Math.ceil(connections / bases.length),
         durationS,
         mix,
@@ -112,7 +123,7 @@ async function load(
 }
 
 /** Creates the apps and each of their Secrets once (so the load updates, as phase 3 does). */
-async function prepare(base: string, mix: SecretMix): Promise<void> {
+async function prepare(base: ControlPlane, mix: SecretMix): Promise<void> {
   for (const app of mix.apps) {
     const r = await post(base, "initialize-app", { name: app });
     if (r.status !== 200) throw new Error(`initialize-app ${app}: HTTP ${r.status}`);
@@ -162,8 +173,10 @@ async function scenario(
   const natsDir = mkdtempSync(join(tmpdir(), "slipway-bench-proc-nats-"));
   const nats = await startEmbeddedNats({ dir: natsDir, port: await freePort() });
   const children: Child[] = [];
+  // every gateway of the scenario takes the same control token (each child has a data dir of its own)
+  const token = newControlToken();
   try {
-    const bases: string[] = [];
+    const bases: ControlPlane[] = [];
     for (const s of spec) {
       // the proxy `up` starts gets free ports (8080/8443 may be taken on this machine)
       const role = s.args[0] === "gateway" ? "gateway" : s.args[0] === "node" ? "node" : "admin";
@@ -171,6 +184,7 @@ async function scenario(
         NATS_URL: nats.url,
         SLIPWAY_NATS_CREDS: natsSeedFile(natsDir, role),
         SLIPWAY_VAULT_KEY: opts.vaultKey,
+        SLIPWAY_CONTROL_TOKEN: token,
         SLIPWAY_HTTP_PORT: "0",
         SLIPWAY_HTTPS_PORT: "0",
         ...s.env,
@@ -179,11 +193,11 @@ async function scenario(
         const port = await freePort();
         env.SLIPWAY_CONTROL_PORT = String(port);
         if (s.args[0] === "up") env.SLIPWAY_DATA_PORT = String(await freePort());
-        bases.push(`http://127.0.0.1:${port}`);
+        bases.push({ url: `http://127.0.0.1:${port}`, token });
       }
       children.push(startChild(s.what, opts.cmd, s.args, env));
     }
-    for (const b of bases) await waitReady(b, 30_000, "gateway");
+    for (const b of bases) await waitReady(b.url, 30_000, "gateway");
     await sleep(3000); // the nodes take their partitions
     await prepare(bases[0]!, opts.mix);
     opts.progress(`   ${children.length} process(es) ready; set-secret max for ${opts.durationS} s`);

@@ -15,7 +15,7 @@
  * Each phase records where the CPU went. It prints; it asserts nothing. Progress on stderr, the
  * report on stdout. Targets: proxied GET at least 60 % of direct req/s; 0 failed during rolls.
  *
- *   npm run bench:proxy [-- --duration 8 --connections 16 --rolls 8 --json]
+ *   npm run bench:proxy [-- --duration 8 --connections 16 --rolls 8 --deploy-rolls 5 --no-deploy --json]
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -51,6 +51,7 @@ const { values } = parseArgs({
     duration: { type: "string", default: "8" },
     connections: { type: "string", default: "16" },
     rolls: { type: "string", default: "8" },
+    "deploy-rolls": { type: "string", default: "5" },
     "no-deploy": { type: "boolean", default: false },
     "serve-upstream": { type: "string" },
     "serve-bare": { type: "string" },
@@ -390,7 +391,7 @@ async function main(): Promise<void> {
     if (why) deploy = { skipped: why };
     else {
       progress("deploy: real rolls through slipwayd up and its proxy");
-      deploy = await deployPhase(progress, 5);
+      deploy = await deployPhase(progress, Number(values["deploy-rolls"]));
     }
     report({ rows, roll, swapMs, logLines, connections, durationS, rolls, deploy });
   } finally {

@@ -44,6 +44,8 @@ async function main(): Promise<void> {
       for (;;) {
         const r = await call(control, "set-secret", { app, name: "K", value: `v${i}` }).catch(() => null);
         if (r?.status === 200) break;
+        // refused, not down: waiting would never end (slipwaydSetup gave call() the control token)
+        if (r?.status === 401 || r?.status === 403) throw new Error(`set-secret: HTTP ${r.status} ${r.text}`);
         await sleep(5);
       }
       restart.push(Date.now() - next.startedAt);

@@ -47,6 +47,8 @@ import { type EmbeddedNats, natsRefusalLog, startEmbeddedNats } from "../store/e
 import { natsSeedFile } from "../store/nats-identities.js";
 import { type NodeProcess, spawnNode } from "../test/helpers/processes.js";
 import {
+  type ControlPlane,
+  controlPlaneOf,
   exitWhenDone,
   f0,
   freePort,
@@ -122,8 +124,8 @@ const f1 = (n: number) => n.toFixed(1);
 
 // ---- platform calls ----
 /** A capability call, given up on after 60 s. */
-const post = (base: string, capability: string, body: unknown) =>
-  postCapability(base, capability, body, 60_000);
+const post = (control: ControlPlane, capability: string, body: unknown) =>
+  postCapability(control, capability, body, 60_000);
 
 /**
  * initialize-app with the target as base_url, then the jobs; returns how long the jobs took to make.
@@ -131,15 +133,18 @@ const post = (base: string, capability: string, body: unknown) =>
  * jobs tick, their `_job_ran` reports alone take more than it can apply, so the rest of the
  * schedule-job commands wait behind them past the gateway's 30 s reply timeout.
  */
-async function createJobs(base: string, targetUrl: string): Promise<{ seconds: number; perS: number }> {
-  const a = await post(base, "initialize-app", { name: APP, base_url: targetUrl });
+async function createJobs(
+  control: ControlPlane,
+  targetUrl: string,
+): Promise<{ seconds: number; perS: number }> {
+  const a = await post(control, "initialize-app", { name: APP, base_url: targetUrl });
   if (a.status !== 200) throw new Error(`initialize-app: HTTP ${a.status} ${JSON.stringify(a.body)}`);
   const start = performance.now();
   let next = 1;
   const worker = async () => {
     for (let i = next++; i <= JOBS; i = next++) {
       const name = jobName(i);
-      const r = await post(base, "schedule-job", {
+      const r = await post(control, "schedule-job", {
         app: APP,
         name,
         target_path: `/cron/${name}`,
@@ -505,13 +510,13 @@ async function phase1(vaultKey: string): Promise<PhaseReport> {
     node: { scheduler: false },
   });
   live.platforms.push(platform);
-  const base = `http://127.0.0.1:${platform.control!.port}`;
-  await waitReady(base, 20_000, "gateway");
+  const control = controlPlaneOf(platform);
+  await waitReady(control.url, 20_000, "gateway");
   const target = new Target();
   live.targets.push(target);
   const targetUrl = await target.start();
-  progress(`   nats ${nats.url}, control plane ${base}, target ${targetUrl}; making ${JOBS} jobs`);
-  const created = await createJobs(base, targetUrl);
+  progress(`   nats ${nats.url}, control plane ${control.url}, target ${targetUrl}; making ${JOBS} jobs`);
+  const created = await createJobs(control, targetUrl);
   // what startNode would start, with the test hook that counts fires
   // the scheduler is a node's: it connects as the node role
   const schedulerBus = await roleBus(nats, "node", "bench-scheduler");
@@ -603,18 +608,18 @@ async function phase0(vaultKey: string): Promise<PhaseReport> {
     nodeThread: true,
   });
   live.platforms.push(platform);
-  const base = `http://127.0.0.1:${platform.control!.port}`;
-  await waitReady(base, 20_000, "gateway");
+  const control = controlPlaneOf(platform);
+  await waitReady(control.url, 20_000, "gateway");
   for (let i = 0; i < 300 && !platform.node?.isSchedulerLeader(); i++) await sleep(50);
   const target = new Target();
   live.targets.push(target);
   const targetUrl = await target.start();
   const apps = Array.from({ length: APPS }, (_, i) => `bsu${String(i).padStart(2, "0")}`);
   for (const app of apps) {
-    const a = await post(base, "initialize-app", { name: app, base_url: targetUrl });
+    const a = await post(control, "initialize-app", { name: app, base_url: targetUrl });
     if (a.status !== 200) throw new Error(`initialize-app ${app}: HTTP ${a.status}`);
   }
-  const reg = await registerLive(base, apps);
+  const reg = await registerLive(control, apps);
   progress(
     `   ${JOBS} jobs in ${f1(reg.seconds)} s, answer p50 ${f1(reg.p50Ms)} ms p99 ${f1(reg.p99Ms)} ms max ${f1(reg.maxMs)} ms, ${reg.refused} refused; measuring ${SECONDS} s`,
   );
@@ -623,7 +628,7 @@ async function phase0(vaultKey: string): Promise<PhaseReport> {
   meter.add("nats-server", nats.pid);
   let alone: PhaseReport["alone"];
   const w = await runWindow(meter, async (w0) => {
-    alone = await probeAlone(base, apps, w0 + SECONDS * 1000);
+    alone = await probeAlone(control, apps, w0 + SECONDS * 1000);
   });
   const cpu = meter.stop();
   const hits = await target.collect();
@@ -649,13 +654,17 @@ async function phase0(vaultKey: string): Promise<PhaseReport> {
  * One schedule-job call at a time during the window, each to the next app, with an `at` an hour away
  * (a job that does not fire in the window), about 5 a second: how long a user waits while everything ticks.
  */
-async function probeAlone(base: string, apps: string[], until: number): Promise<PhaseReport["alone"]> {
+async function probeAlone(
+  control: ControlPlane,
+  apps: string[],
+  until: number,
+): Promise<PhaseReport["alone"]> {
   const times: number[] = [];
   let refused = 0;
   const at = new Date(Date.now() + 3_600_000).toISOString();
   for (let i = 0; Date.now() < until - 1000 && i < apps.length; i++) {
     const t = performance.now();
-    const r = await post(base, "schedule-job", {
+    const r = await post(control, "schedule-job", {
       app: apps[i],
       name: "probe",
       target_path: "/cron/probe",
@@ -671,7 +680,7 @@ async function probeAlone(base: string, apps: string[], until: number): Promise<
 }
 
 /** schedule-job for every job over HTTP, CREATE_CONCURRENCY at a time, while the scheduler fires the earlier ones. */
-async function registerLive(base: string, apps: string[]): Promise<Registration> {
+async function registerLive(control: ControlPlane, apps: string[]): Promise<Registration> {
   const start = performance.now();
   const times: number[] = [];
   let refused = 0;
@@ -680,7 +689,7 @@ async function registerLive(base: string, apps: string[]): Promise<Registration>
     for (let i = next++; i <= JOBS; i = next++) {
       const name = jobName(i);
       const t = performance.now();
-      const r = await post(base, "schedule-job", {
+      const r = await post(control, "schedule-job", {
         app: apps[i % apps.length],
         name,
         target_path: `/cron/${name}`,
@@ -712,8 +721,8 @@ async function phase2(vaultKey: string): Promise<PhaseReport> {
   });
   live.platforms.push(gw);
   const observer = await roleBus(nats, "admin", "bench-observer");
-  const base = `http://127.0.0.1:${gw.control!.port}`;
-  await waitReady(base, 20_000, "gateway");
+  const control = controlPlaneOf(gw);
+  await waitReady(control.url, 20_000, "gateway");
   const nodeDir = tempDir("slipway-bench-sched-nodes-");
   const target = new Target();
   live.targets.push(target);
@@ -729,7 +738,7 @@ async function phase2(vaultKey: string): Promise<PhaseReport> {
     node: { scheduler: false, tickMs: 500 },
   });
   live.platforms.push(maker);
-  const created = await createJobs(base, targetUrl);
+  const created = await createJobs(control, targetUrl);
   await maker.close();
   live.platforms.splice(live.platforms.indexOf(maker), 1);
   const env = { SLIPWAY_JOB_TIMEOUT_MS: String(JOB_TIMEOUT_MS) };
@@ -754,7 +763,7 @@ async function phase2(vaultKey: string): Promise<PhaseReport> {
   }
   if (!leader) throw new Error("no scheduler leader after 20 s");
   progress(
-    `   nats ${nats.url}, gateway ${base}, ${JOBS} jobs in ${f1(created.seconds)} s, nodes ${nodes.map((n) => n.id).join(", ")} started, leader ${leader}; measuring ${SECONDS} s, kill -9 at ${SECONDS / 2} s`,
+    `   nats ${nats.url}, gateway ${control.url}, ${JOBS} jobs in ${f1(created.seconds)} s, nodes ${nodes.map((n) => n.id).join(", ")} started, leader ${leader}; measuring ${SECONDS} s, kill -9 at ${SECONDS / 2} s`,
   );
   const meter = new ProcMeter();
   meter.add("bench process (control gateway; target worker)", process.pid);
