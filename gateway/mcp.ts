@@ -260,6 +260,7 @@ async function endpoint(d: McpDeps, req: Req, res: Res, bodyP: Promise<Buffer> |
     });
     const answer = await transport.handleRequest(request, parsed === undefined ? {} : { parsedBody: parsed });
     const text = answer.body ? await answer.text() : "";
+    if (answer.status >= 400) throw transportRefusal(answer.status, text);
     const extra: Record<string, string> = {};
     answer.headers.forEach((v, k) => {
       if (k !== "content-type" && k !== "content-length") extra[k] = v;
@@ -269,6 +270,33 @@ async function endpoint(d: McpDeps, req: Req, res: Res, bodyP: Promise<Buffer> |
     await transport.close().catch(() => {});
     await server.close().catch(() => {});
   }
+}
+
+/**
+ * The transport's own refusal of a request (no JSON-RPC exchange took place: a bad Accept or
+ * Content-Type, a body that is not JSON-RPC) in the platform's error shape, with its message.
+ */
+function transportRefusal(status: number, text: string): PlatformError {
+  let message = `the MCP transport refused the request (HTTP ${status})`;
+  try {
+    const m = (JSON.parse(text) as { error?: { message?: unknown } }).error?.message;
+    if (typeof m === "string" && m) message = m.slice(0, 300);
+  } catch {
+    /* not JSON: the generic message */
+  }
+  const code =
+    status === 406
+      ? "not_acceptable"
+      : status === 415
+        ? "unsupported_media_type"
+        : status === 405
+          ? "method_not_allowed"
+          : status === 413
+            ? "payload_too_large"
+            : status === 400 && message.startsWith("Parse error")
+              ? "invalid_json"
+              : "invalid_input";
+  return new PlatformError(code, message);
 }
 
 const isHostSafe = (h: string) => /^[A-Za-z0-9.:[\]-]{1,255}$/.test(h);

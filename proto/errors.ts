@@ -15,6 +15,8 @@ export const ERROR_STATUS = {
   unknown_capability: 404,
   unknown_app: 404,
   method_not_allowed: 405,
+  /** The MCP endpoint without `Accept: application/json, text/event-stream` (docs/mcp.md). */
+  not_acceptable: 406,
   conflict: 409,
   busy: 409,
   already_exists: 409,

@@ -480,6 +480,23 @@ test.serial(
     const get = await http("GET", `${p.dataUrl}/mcp`, undefined, bearer(token));
     t.is(get.status, 405);
     t.is(get.body.error.code, "method_not_allowed");
+    // what the MCP transport refuses before any JSON-RPC exchange is in the platform's error shape
+    const list = { jsonrpc: "2.0", id: 1, method: "tools/list" };
+    const noAccept = await http("POST", `${p.dataUrl}/mcp`, list, bearer(token));
+    t.is(noAccept.status, 406, noAccept.text);
+    t.is(noAccept.body.status, "error");
+    t.is(noAccept.body.error.code, "not_acceptable");
+    t.regex(noAccept.body.error.request_id, /^req_/);
+    const mcpHeaders = { ...bearer(token), accept: "application/json, text/event-stream" };
+    const notJson = await fetch(`${p.dataUrl}/mcp`, {
+      method: "POST",
+      headers: { ...mcpHeaders, "content-type": "application/json" },
+      body: "{nope",
+    });
+    const notJsonBody = (await notJson.json()) as { status: string; error: { code: string } };
+    t.is(notJson.status, 400);
+    t.is(notJsonBody.status, "error");
+    t.is(notJsonBody.error.code, "invalid_json");
   },
 );
 
