@@ -119,6 +119,9 @@ export class AcmeManager {
         have.notAfter.getTime() - Date.now() <= this.o.settings.renewBeforeMs;
       if (!due) continue;
       if ((this.nextTry.get(host) ?? 0) > Date.now()) continue;
+      // the store follows the vault by a watch, which may lag (a new lease holder, a busy host): the
+      // vault itself says whether another obtain (or this one, a moment ago) already did it
+      if (await this.storedAndFresh(host, dir)) continue;
       try {
         await this.obtain(host, dir);
         this.nextTry.delete(host);
@@ -131,6 +134,17 @@ export class AcmeManager {
         setTimeout(() => (this.wanted = true), this.o.settings.retryAfterMs).unref();
       }
     }
+  }
+
+  /** True when the vault holds a certificate of `host` from `directory` that is not due yet. */
+  private async storedAndFresh(host: string, directory: string): Promise<boolean> {
+    const e = await this.o.bus.kv.vault.get(keys.certificate(host));
+    if (e?.operation !== "PUT") return false;
+    const entry = e.json<CertificateEntry>();
+    return (
+      entry.directory === directory &&
+      Date.parse(entry.not_after) - Date.now() > this.o.settings.renewBeforeMs
+    );
   }
 
   /** One certificate for `host` from `directory`, sealed in the vault. */
