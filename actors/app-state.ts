@@ -31,6 +31,8 @@ export class AppStateStore implements AppState {
   private readonly bus: Bus;
   private readonly app: string;
   private readonly vault = new Map<string, VaultEntry | null>();
+  /** Entries of the app outside its secrets (`_identity.<app>`), by full key. */
+  private readonly vaultAt = new Map<string, VaultEntry | null>();
   private readonly resources = new Map<string, Resource | null>();
   /** KV revision of each kept resource's last acknowledged write (0: none), as far as this actor knows it. */
   private readonly revisions = new Map<string, number>();
@@ -48,6 +50,7 @@ export class AppStateStore implements AppState {
   /** Forgets everything (the actor lost its fence, or reads its record again). */
   clear(): void {
     this.vault.clear();
+    this.vaultAt.clear();
     this.resources.clear();
     this.revisions.clear();
     this.unacked.clear();
@@ -65,7 +68,9 @@ export class AppStateStore implements AppState {
       this.wroteResource(r.key, r.doc);
       this.unacked.add(r.key);
     }
-    for (const v of outbox.vault) this.vault.set(v.key.slice(this.app.length + 1), v.entry);
+    for (const v of outbox.vault)
+      if (v.key.startsWith(`${this.app}.`)) this.vault.set(v.key.slice(this.app.length + 1), v.entry);
+      else this.vaultAt.set(v.key, v.entry);
     for (const a of outbox.apps) this.appRecord = a.record;
     for (const j of outbox.jobs ?? []) this.jobs.set(j.key, j.def);
   }
@@ -117,6 +122,17 @@ export class AppStateStore implements AppState {
       );
     }
     return this.vault.get(name) ?? undefined;
+  }
+
+  async getVaultEntryAt(key: string): Promise<VaultEntry | undefined> {
+    if (!this.vaultAt.has(key)) {
+      const e = await this.bus.kv.vault.get(key);
+      this.vaultAt.set(
+        key,
+        e?.operation === "PUT" ? check(VaultEntrySchema, e.json(), `vault ${key}`) : null,
+      );
+    }
+    return this.vaultAt.get(key) ?? undefined;
   }
 
   async getResource(type: string, id: string): Promise<Resource | undefined> {

@@ -38,6 +38,8 @@ import type { TaskSpec } from "./tasks/types.js";
 export interface AppState {
   getApp(): Promise<AppRecord | undefined>;
   getVaultEntry(name: string): Promise<VaultEntry | undefined>;
+  /** A vault entry of the app kept outside its secrets, by its full key (`_identity.<app>`). */
+  getVaultEntryAt(key: string): Promise<VaultEntry | undefined>;
   getResource(type: string, id: string): Promise<Resource | undefined>;
   listResources(type?: string): Promise<Resource[]>;
   listVaultNames(): Promise<string[]>;

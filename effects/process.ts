@@ -1,4 +1,5 @@
-import { spawn } from "node:child_process";
+import { type ChildProcessByStdio, spawn } from "node:child_process";
+import type { Readable } from "node:stream";
 import { delimiter, join } from "node:path";
 
 /**
@@ -91,6 +92,20 @@ export function toolEnv(
   return env;
 }
 
+/**
+ * Why an environment cannot be given to a process (a NUL in a name or a value), naming the
+ * variable, never quoting its value; undefined when it can.
+ */
+export function unspawnable(env: Record<string, string>): string | undefined {
+  for (const [k, v] of Object.entries(env)) {
+    if (k.includes("\0") || k.includes("="))
+      return "an environment variable name holds a NUL or '=' character";
+    if (typeof v === "string" && v.includes("\0"))
+      return `environment variable ${k} holds a NUL character, which a process cannot take`;
+  }
+  return undefined;
+}
+
 export interface RunOptions {
   cwd: string;
   command: string;
@@ -137,12 +152,31 @@ export function runProcess(o: RunOptions): Promise<RunOutcome> {
     let timedOut = false;
     let aborted = false;
     let settled = false;
-    const child = spawn(o.command, o.args, {
-      cwd: o.cwd,
-      env: o.env,
-      detached: true,
-      stdio: ["ignore", "pipe", "pipe"],
-    });
+    // spawn's own refusals quote the offending value (an env value with a NUL): never pass them on
+    const refused = unspawnable(o.env);
+    let child: ChildProcessByStdio<null, Readable, Readable>;
+    try {
+      if (refused) throw new Error(refused);
+      child = spawn(o.command, o.args, {
+        cwd: o.cwd,
+        env: o.env,
+        detached: true,
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+    } catch (e) {
+      const why =
+        refused ?? `${o.command} could not be started (${(e as { code?: string }).code ?? "error"})`;
+      resolve({
+        exit_code: null,
+        signal: null,
+        timed_out: false,
+        aborted: false,
+        duration_ms: Date.now() - started,
+        tail,
+        error: o.masker.mask(why),
+      });
+      return;
+    }
     const killGroup = (sig: NodeJS.Signals) => {
       try {
         if (child.pid !== undefined) process.kill(-child.pid, sig);
@@ -210,7 +244,7 @@ export function runProcess(o: RunOptions): Promise<RunOutcome> {
         }),
       );
     };
-    child.on("error", (e) => finish(null, null, e.message));
+    child.on("error", (e) => finish(null, null, o.masker.mask(e.message)));
     child.on("close", (code, sig) => finish(code, sig));
   });
 }

@@ -22,6 +22,25 @@ import type { RateLimitConfig, RateLimiter } from "./rate-limit.js";
 import type { Query, Req } from "./request.js";
 
 /**
+ * Types the platform writes itself (spec 6.2): `POST /app-events` refuses them (403
+ * `reserved_type`), so a reader can trust that an `authz.decision` or a `message.sent` is the
+ * platform's.
+ */
+export const RESERVED_APP_EVENT_PREFIXES = [
+  "authz.",
+  "policy.",
+  "membership.",
+  "billing.",
+  "connector.",
+  "message.",
+  "mcp.",
+] as const;
+const RESERVED_APP_EVENT_TYPES = new Set(["owner.legacy_claimed"]);
+export const isReservedAppEventType = (type: string): boolean =>
+  RESERVED_APP_EVENT_TYPES.has(type.toLowerCase()) ||
+  RESERVED_APP_EVENT_PREFIXES.some((p) => type.toLowerCase().startsWith(p));
+
+/**
  * `POST /app-events`, `GET /app-events`, `GET /app-events/latest` (spec 6.2,
  * docs/app-events.md). Writes go straight to JetStream from the gateway (no
  * actor turn): an application event changes no resource, so it needs no
@@ -134,6 +153,11 @@ export async function appEventsRoute(
   if (read) return latest ? latestRoute(principal, req, res, d) : listRoute(principal, req, res, d);
   const actor = actorOf(req.headers, principal);
   const input = validateAppEvent(parseJsonObject(await bodyP!));
+  if (isReservedAppEventType(input.type))
+    throw new PlatformError(
+      "reserved_type",
+      `type ${input.type}: the ${RESERVED_APP_EVENT_PREFIXES.map((p) => `${p}*`).join(", ")} types are written by the platform only`,
+    );
   scopedApp(principal, input.app);
   ownerScope(principal, input.owner);
   const idemKey = req.headers["idempotency-key"];

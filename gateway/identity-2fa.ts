@@ -146,6 +146,7 @@ export async function twofaDisable(c: AuthCall, res: Res): Promise<void> {
   const step = sealed ? totpStep(openSecret(c, user.id, sealed), String(c.body.code)) : null;
   await c.send("twofa_disable", {
     user_id: user.id,
+    throttle_id: throttleIdOf(c.d, c.app, String(user.email ?? user.id)),
     password_ok: v.ok,
     credential_version: v.version,
     step,

@@ -1,6 +1,26 @@
 import { randomBytes } from "node:crypto";
-import { commandFieldAad, newId, PlatformError, userPasswordAad } from "../proto/mod.js";
-import { fold, freshResource, type Handler, LINK_TOKEN, passwordVerdict, userIdOf } from "./identity.js";
+import {
+  AppRecordSchema,
+  check,
+  commandFieldAad,
+  keys,
+  mailLinkOrigins,
+  mailLinkRefusal,
+  newId,
+  PlatformError,
+  userPasswordAad,
+} from "../proto/mod.js";
+import {
+  emailKeyOf,
+  fold,
+  freshResource,
+  type Handler,
+  LINK_TOKEN,
+  newUserId,
+  passwordVerdict,
+  throttleIdOf,
+  userByEmail,
+} from "./identity.js";
 import { hashPassword, sha256 } from "./identity-tokens.js";
 
 /**
@@ -9,26 +29,32 @@ import { hashPassword, sha256 } from "./identity-tokens.js";
  * records. The gateway hashes and makes tokens; the actor decides.
  */
 
+/**
+ * A reset mail. The answer is the same, after the same work, for any address: the link is checked
+ * against the app's origins here, then the command goes to the actor without waiting for its
+ * decision (an unknown address, or one with the most links pending, gets no mail).
+ */
 export const resetRequest: Handler = async (c, res) => {
   const email = fold(String(c.body.email));
-  const userId = userIdOf(c.d, c.app, email);
+  if (typeof c.body.reset_url === "string") {
+    const e = await c.d.bus.kv.apps.get(keys.app(c.app));
+    const record = e?.operation === "PUT" ? check(AppRecordSchema, e.json(), `app ${c.app}`) : undefined;
+    const refused = mailLinkRefusal(c.body.reset_url, "reset_url", mailLinkOrigins(record ?? {}));
+    if (refused) throw refused;
+  }
+  const userId = (await userByEmail(c.d, c.app, email))?.id ?? newUserId();
   const token = `${userId}.${randomBytes(32).toString("base64url")}`;
   const id = newId("cmd");
-  try {
-    await c.send(
-      "reset_request",
-      {
-        user_id: userId,
-        reset_hash: sha256(token),
-        ...(c.body.reset_url !== undefined ? { reset_url: c.body.reset_url } : {}),
-      },
-      { reset_token: c.d.vault.seal(token, commandFieldAad(id, "reset_token")) },
-      id,
-    );
-  } catch (e) {
-    // an unknown address is answered like a known one
-    if (!(e instanceof PlatformError && e.code === "not_found")) throw e;
-  }
+  await c.dispatch(
+    "reset_request",
+    {
+      user_id: userId,
+      reset_hash: sha256(token),
+      ...(c.body.reset_url !== undefined ? { reset_url: c.body.reset_url } : {}),
+    },
+    { reset_token: c.d.vault.seal(token, commandFieldAad(id, "reset_token")) },
+    id,
+  );
   return res.json(202, {
     status: "accepted",
     message: "if this address has an account, a reset mail is on its way",
@@ -61,6 +87,7 @@ export const changePassword: Handler = async (c, res) => {
   const hash = await hashPassword(String(c.body.new_password));
   const r = await c.send("change", {
     user_id: userId,
+    throttle_id: throttleIdOf(c.d, c.app, String(user.email ?? userId)),
     password_ok: v.ok,
     credential_version: v.version,
     password: c.d.vault.seal(hash, userPasswordAad(c.app, userId)),
@@ -91,12 +118,13 @@ export const seedOwner: Handler = async (c, res) => {
       details: [{ path: "/password", message: "goes with email" }],
     });
   const folded = email !== undefined ? fold(email) : undefined;
-  const target = user_id ?? userIdOf(c.d, c.app, folded!);
+  const target = user_id ?? (await userByEmail(c.d, c.app, folded!))?.id ?? newUserId();
   // the operator's bootstrap: the account is made with this password when it does not exist
   const made =
     password !== undefined
       ? {
           email: folded,
+          email_key: emailKeyOf(c.d, c.app, folded!),
           password: c.d.vault.seal(await hashPassword(password), userPasswordAad(c.app, target)),
         }
       : {};
@@ -111,9 +139,13 @@ export const claimLegacy: Handler = async (c, res) => {
       throw new PlatformError("forbidden", "a user claims for itself: leave user_id out");
     userId = c.user;
   } else if (typeof c.body.user_id === "string") userId = c.body.user_id;
-  else if (typeof c.body.owner === "string")
-    userId = c.body.owner.includes("@") ? userIdOf(c.d, c.app, fold(c.body.owner)) : c.body.owner;
-  else
+  else if (typeof c.body.owner === "string") {
+    if (c.body.owner.includes("@")) {
+      const user = await userByEmail(c.d, c.app, fold(c.body.owner));
+      if (!user) throw new PlatformError("not_found", "no such user");
+      userId = user.id;
+    } else userId = c.body.owner;
+  } else
     throw new PlatformError(
       "invalid_input",
       "owner: is required with the control token (a user id or an email)",

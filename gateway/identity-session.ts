@@ -1,11 +1,10 @@
 import { randomBytes } from "node:crypto";
 import {
   ACCESS_TTL_S,
-  AUTH_SIGNING_SECRET,
   keys,
   type Resource,
   type Sealed,
-  secretAad,
+  signingKeyAad,
   userPasswordAad,
 } from "../proto/mod.js";
 import type { CapabilityDeps } from "./capability-route.js";
@@ -72,7 +71,7 @@ export function tokens(
   const cacheKey = `${app}/${sealed.ct}`;
   let key = keyCache.get(cacheKey);
   if (!key) {
-    key = d.vault.open(sealed, secretAad(app, AUTH_SIGNING_SECRET));
+    key = d.vault.open(sealed, signingKeyAad(app));
     keyCache.set(cacheKey, key);
   }
   d.userKeys?.put(app, key);

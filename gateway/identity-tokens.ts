@@ -1,7 +1,17 @@
 import { createHash, createHmac, randomBytes, scrypt as scryptCb, timingSafeEqual } from "node:crypto";
 import * as argon2 from "@node-rs/argon2";
 import type { Bus, Vault } from "../store/mod.js";
-import { ARGON2, AUTH_SIGNING_SECRET, check, SCRYPT, secretAad, VaultEntrySchema } from "../proto/mod.js";
+import {
+  ARGON2,
+  check,
+  LEGACY_SIGNING_SECRET,
+  SCRYPT,
+  secretAad,
+  signingKeyAad,
+  signingKeyKey,
+  USER_ID_PATTERN,
+  VaultEntrySchema,
+} from "../proto/mod.js";
 
 /**
  * The gateway's credentials of identity (docs/identity.md): argon2id password
@@ -109,7 +119,9 @@ export function claimedApp(token: string): string | undefined {
   }
 }
 
-/** The claims of a valid, unexpired access token of `app`, or undefined: no lookup. */
+const USER_ID = new RegExp(USER_ID_PATTERN);
+
+/** The claims of a valid, unexpired access token of `app` whose subject is a user (`usr_…`), or undefined: no lookup. */
 export function verifyAccessToken(
   token: string,
   key: Buffer,
@@ -128,6 +140,7 @@ export function verifyAccessToken(
       typeof c.exp !== "number" ||
       c.exp <= nowS ||
       typeof c.sub !== "string" ||
+      !USER_ID.test(c.sub) ||
       typeof c.sid !== "string"
     )
       return undefined;
@@ -138,29 +151,56 @@ export function verifyAccessToken(
 }
 
 /**
- * The apps' access-token signing keys, opened, from a watch on the vault
- * entries `<app>.SLIPWAY_AUTH_SIGNING_KEY` (made once per app by its actor).
+ * The apps' access-token signing keys, opened, from a watch on the vault entries
+ * `_identity.<app>` (made once per app by its actor, outside the app's secrets). Until an app's
+ * actor has moved its key there, the key an older version kept as the app's secret
+ * `SLIPWAY_AUTH_SIGNING_KEY` is followed too, but only the one the platform made (its record names
+ * a Session): one written through set-secret is never a signing key.
  * A gateway that answered a login learns its app's key from the answer at once.
  */
 export class SigningKeys {
   private readonly keys = new Map<string, Buffer>();
-  private stopFn: (() => void) | undefined;
+  private readonly legacy = new Map<string, Buffer>();
+  private readonly stops: Array<() => void> = [];
 
   constructor(private readonly vault: Vault) {}
 
   async follow(bus: Bus, log: (m: string) => void = () => {}): Promise<void> {
-    const w = await bus.kv.vault.watch({ key: `*.${AUTH_SIGNING_SECRET}` });
-    this.stopFn = () => w.stop();
+    const prefix = signingKeyKey("");
+    await this.watch(bus, `${prefix}*`, this.keys, log, (key) => {
+      const app = key.slice(prefix.length);
+      return { app, aad: signingKeyAad(app), trusted: () => true };
+    });
+    await this.watch(bus, `*.${LEGACY_SIGNING_SECRET}`, this.legacy, log, (key) => {
+      const app = key.slice(0, key.length - LEGACY_SIGNING_SECRET.length - 1);
+      return {
+        app,
+        aad: secretAad(app, LEGACY_SIGNING_SECRET),
+        trusted: (resourceId) => resourceId.startsWith("ses_"),
+      };
+    });
+  }
+
+  private async watch(
+    bus: Bus,
+    filter: string,
+    into: Map<string, Buffer>,
+    log: (m: string) => void,
+    of: (key: string) => { app: string; aad: string; trusted: (resourceId: string) => boolean },
+  ): Promise<void> {
+    const w = await bus.kv.vault.watch({ key: filter });
+    this.stops.push(() => w.stop());
     (async () => {
       for await (const e of w) {
-        const app = e.key.slice(0, e.key.length - AUTH_SIGNING_SECRET.length - 1);
+        const { app, aad, trusted } = of(e.key);
         if (e.operation !== "PUT") {
-          this.keys.delete(app);
+          into.delete(app);
           continue;
         }
         try {
           const entry = check(VaultEntrySchema, e.json(), `vault ${e.key}`);
-          this.keys.set(app, this.vault.open(entry.sealed, secretAad(app, AUTH_SIGNING_SECRET)));
+          if (trusted(entry.resource_id)) into.set(app, this.vault.open(entry.sealed, aad));
+          else into.delete(app);
         } catch (err) {
           log(`signing keys: skipped ${e.key}: ${String(err)}`);
         }
@@ -173,10 +213,10 @@ export class SigningKeys {
   }
 
   get(app: string): Buffer | undefined {
-    return this.keys.get(app);
+    return this.keys.get(app) ?? this.legacy.get(app);
   }
 
   stop(): void {
-    this.stopFn?.();
+    for (const s of this.stops) s();
   }
 }

@@ -67,6 +67,8 @@ interface RouteDef {
   who: Who;
   /** Also served on the control plane (the operator names the app in the body). */
   control?: boolean;
+  /** Served on the control plane only (the operator's settings of an app). */
+  controlOnly?: boolean;
 }
 
 const USER_ID = "(usr_[A-Za-z0-9_-]{1,64})";
@@ -88,6 +90,14 @@ const ROUTES: readonly RouteDef[] = [
   { method: "DELETE", path: new RegExp(`^/auth/users/${USER_ID}$`), route: "delete_user", who: "either" },
   { method: "POST", path: /^\/auth\/admin\/seed-owner$/, route: "seed_owner", who: "app", control: true },
   { method: "POST", path: /^\/owner\/claim-legacy$/, route: "claim_legacy", who: "user", control: true },
+  {
+    method: "POST",
+    path: /^\/auth\/admin\/link-origins$/,
+    route: "link_origins",
+    who: "app",
+    control: true,
+    controlOnly: true,
+  },
 ];
 
 /** The identity paths served here (any method: a wrong one is 405). */
@@ -103,10 +113,35 @@ export const GENERIC_CODE = "the code is not right";
 export const SESSION_TOKEN = /^(ses_[A-Za-z0-9]+)\.([A-Za-z0-9_-]{43})$/;
 export const LINK_TOKEN = /^(usr_[A-Za-z0-9_-]+)\.([A-Za-z0-9_-]{43})$/;
 
-/** A user's id and a login throttle's id: keyed hashes of the case-folded email (no index needed, no address in an id). */
-export function userIdOf(d: CapabilityDeps, app: string, email: string): string {
+/**
+ * User ids are random (docs/identity.md, "User ids"): a re-registered address is a new user. An
+ * address finds its user through its `UserEmail` index entry, whose id is a keyed hash of the
+ * case-folded address (no address in an id); users made before ids were random live at the
+ * keyed hash {@link legacyUserIdOf} and are still found there.
+ */
+export const newUserId = () => `usr_${randomBytes(18).toString("base64url")}`;
+export function legacyUserIdOf(d: CapabilityDeps, app: string, email: string): string {
   return `usr_${d.vault.mac(`auth/user\n${app}\n${email}`).slice(0, 26)}`;
 }
+export function emailKeyOf(d: CapabilityDeps, app: string, email: string): string {
+  return `uem_${d.vault.mac(`auth/user\n${app}\n${email}`).slice(0, 26)}`;
+}
+
+/** The user of a folded address as fresh as this gateway knows it (index entry, else the legacy id), or undefined. */
+export async function userByEmail(
+  d: CapabilityDeps,
+  app: string,
+  email: string,
+): Promise<Resource | undefined> {
+  const entry = await freshResource(d, app, "UserEmail", emailKeyOf(d, app, email));
+  if (typeof entry?.user_id === "string") {
+    const user = await freshResource(d, app, "User", entry.user_id);
+    if (user) return user;
+  }
+  const legacy = await freshResource(d, app, "User", legacyUserIdOf(d, app, email));
+  return legacy?.email === email ? legacy : undefined;
+}
+
 export function throttleIdOf(d: CapabilityDeps, app: string, email: string): string {
   return `thr_${d.vault.mac(`auth/throttle\n${app}\n${email}`).slice(0, 26)}`;
 }
@@ -129,6 +164,16 @@ export interface AuthCall {
     sealed?: Record<string, Sealed>,
     id?: string,
   ) => Promise<Settled>;
+  /**
+   * Like `send` once the app's policies allowed it, but without waiting for the actor: the call
+   * answers in the same time whatever the actor decides (reset-request). Its failures are dropped.
+   */
+  dispatch: (
+    route: AuthRoute,
+    input: Record<string, unknown>,
+    sealed: Record<string, Sealed>,
+    id: string,
+  ) => Promise<void>;
 }
 
 export interface Settled {
@@ -151,6 +196,11 @@ export async function identityRoute(
   }
   const defs = ROUTES.filter((r) => r.path.test(path));
   if (d.plane !== "data" && !defs.some((r) => r.control === true)) throw wrongPlane(d, path);
+  if (d.plane === "data" && defs.every((r) => r.controlOnly === true))
+    throw new PlatformError(
+      "wrong_plane",
+      `${path} is served on the control plane (port ${d.otherPort()}) only: the operator sets it`,
+    );
   const def = defs.find((r) => r.method === req.method || (r.method === "GET" && req.method === "HEAD"));
   if (!def) throw methodNotAllowed(defs.map((r) => r.method));
   req.query.only([], `${def.method} ${path.replace(/usr_[A-Za-z0-9_-]+/, "<id>")}`);
@@ -212,9 +262,9 @@ function callOf(d: IdentityDeps, req: Req, principal: Principal, body: Record<st
     app = body.app;
   } else throw new PlatformError("forbidden", "the /auth routes are per app: call them with the app's token");
   const user = userOf(principal);
-  const send: AuthCall["send"] = async (route, input, sealed, id) => {
-    // the app's policies (data plane; docs/policies.md): every identity command changes data. Allow or
-    // deny only: a route that carries credentials, never kept, cannot wait for an approval
+  // the app's policies (data plane; docs/policies.md): every identity command changes data. Allow or
+  // deny only: a route that carries credentials, never kept, cannot wait for an approval
+  const authorize = async () => {
     if (d.authorize)
       await d.authorize({
         app,
@@ -224,6 +274,13 @@ function callOf(d: IdentityDeps, req: Req, principal: Principal, body: Record<st
         actor: actorOf(req.headers, principal),
         requestId: req.requestId,
       });
+  };
+  const deliver = async (
+    route: AuthRoute,
+    input: Record<string, unknown>,
+    sealed?: Record<string, Sealed>,
+    id?: string,
+  ): Promise<Settled> => {
     const { cmd, reply } = await sendInternal(d, {
       capability: authCommand(route),
       app,
@@ -237,7 +294,15 @@ function callOf(d: IdentityDeps, req: Req, principal: Principal, body: Record<st
     await publishListedEvents(d.bus, app, cmd, s.result);
     return s;
   };
-  return { d, req, principal, app, user, body, send };
+  const send: AuthCall["send"] = async (route, input, sealed, id) => {
+    await authorize();
+    return deliver(route, input, sealed, id);
+  };
+  const dispatch: AuthCall["dispatch"] = async (route, input, sealed, id) => {
+    await authorize();
+    deliver(route, input, sealed, id).catch(() => {});
+  };
+  return { d, req, principal, app, user, body, send, dispatch };
 }
 
 function appOf(p: Principal): string {
@@ -313,7 +378,8 @@ type NonGroupRoute = Exclude<AuthRoute, `group_${string}`>;
 const ROUTE_HANDLERS: Record<NonGroupRoute, Handler> = {
   async signup(c, res) {
     const email = fold(String(c.body.email));
-    const userId = userIdOf(c.d, c.app, email);
+    // a new id whether the address is taken or not: the answer is the same
+    const userId = newUserId();
     const hash = await hashPassword(String(c.body.password));
     const token = `${userId}.${randomBytes(32).toString("base64url")}`;
     const id = newId("cmd");
@@ -321,6 +387,8 @@ const ROUTE_HANDLERS: Record<NonGroupRoute, Handler> = {
       "signup",
       {
         user_id: userId,
+        email_key: emailKeyOf(c.d, c.app, email),
+        legacy_user_id: legacyUserIdOf(c.d, c.app, email),
         email,
         ...(c.body.name !== undefined ? { name: c.body.name } : {}),
         ...(c.body.verify_url !== undefined ? { verify_url: c.body.verify_url } : {}),
@@ -346,8 +414,9 @@ const ROUTE_HANDLERS: Record<NonGroupRoute, Handler> = {
   },
   async login(c, res) {
     const email = fold(String(c.body.email));
-    const userId = userIdOf(c.d, c.app, email);
-    const user = await freshResource(c.d, c.app, "User", userId);
+    const user = await userByEmail(c.d, c.app, email);
+    // an unknown address names no user (a fresh id): the actor answers it like a wrong password
+    const userId = user?.id ?? newUserId();
     // one hash check either way: an unknown email costs what a wrong password does
     const v = await passwordVerdict(c.d, c.app, user, String(c.body.password));
     const sessionId = newResourceId("Session");
@@ -400,4 +469,8 @@ const ROUTE_HANDLERS: Record<NonGroupRoute, Handler> = {
   delete_user: deleteUser,
   seed_owner: seedOwner,
   claim_legacy: claimLegacy,
+  async link_origins(c, res) {
+    const r = await c.send("link_origins", { origins: c.body.origins });
+    return res.json(200, { status: "set", app: c.app, origins: r.result?.origins ?? [] });
+  },
 };

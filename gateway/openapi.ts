@@ -207,6 +207,13 @@ const IDENTITY_DOC: ReadonlyArray<[string, string, AuthRoute | null, string, str
   ["delete", "/auth/users/{id}", null, "app, or the user itself", "delete a user; its sessions revoked"],
   [
     "post",
+    "/auth/admin/link-origins",
+    "link_origins",
+    "operator (control plane only)",
+    "origins the links of identity's mails may also open (besides base_url and the production host)",
+  ],
+  [
+    "post",
     "/auth/admin/seed-owner",
     "seed_owner",
     "app (data) or operator (control)",
@@ -326,7 +333,9 @@ function mcpPaths(plane: "control" | "data"): Record<string, Record<string, unkn
 function identityPaths(plane: "control" | "data"): Record<string, Record<string, unknown>> {
   const paths: Record<string, Record<string, unknown>> = {};
   for (const [method, path, route, who, summary] of IDENTITY_DOC) {
-    if (plane === "control" && route !== "seed_owner" && route !== "claim_legacy") continue;
+    if (plane === "control" && route !== "seed_owner" && route !== "claim_legacy" && route !== "link_origins")
+      continue;
+    if (plane === "data" && route === "link_origins") continue;
     const params = [...path.matchAll(/\{(\w+)\}/g)].map((m) => ({
       name: m[1],
       in: "path",

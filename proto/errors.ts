@@ -11,6 +11,8 @@ export const ERROR_STATUS = {
   wrong_plane: 403,
   /** A policy rule of the app denies the action (docs/policies.md); `details` names the rule. */
   policy_denied: 403,
+  /** `POST /app-events` of a type the platform writes itself (docs/app-events.md). */
+  reserved_type: 403,
   not_found: 404,
   unknown_capability: 404,
   unknown_app: 404,

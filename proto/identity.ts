@@ -1,5 +1,6 @@
 import Type, { type Static } from "typebox";
 import { SealedSchema } from "./command.js";
+import { PlatformError } from "./errors.js";
 
 /**
  * Identity (docs/identity.md, DESIGN §9): the bodies of the /auth routes of
@@ -34,8 +35,83 @@ export const TOTP = { period: 30, digits: 6, window: 1 } as const;
 export const RECOVERY_CODES = 10;
 /** Rotated refresh-token hashes a session keeps to detect reuse. */
 export const ROTATED_KEPT = 32;
-/** The vault entry of an app's access-token signing key (made on first login, sealed). */
-export const AUTH_SIGNING_SECRET = "SLIPWAY_AUTH_SIGNING_KEY";
+/**
+ * Where an app's access-token signing key was kept before it left the app's secrets: the app's
+ * vault entry of this name (read once by the actor, moved to {@link signingKeyKey}, removed).
+ */
+export const LEGACY_SIGNING_SECRET = "SLIPWAY_AUTH_SIGNING_KEY";
+/**
+ * `slipway_vault` key of an app's access-token signing key (made on first login, sealed): outside
+ * the app's secret namespace (`<app>.*`), so set-secret never reaches it and no task injects it.
+ */
+export const signingKeyKey = (app: string) => `_identity.${app}`;
+/** AAD of an app's sealed signing key at {@link signingKeyKey}. */
+export const signingKeyAad = (app: string) => `identity/${app}/signing-key`;
+/** Secret names the platform keeps for itself: set-secret and unset-secret refuse them (docs/security.md). */
+export const RESERVED_SECRET_PREFIX = "SLIPWAY_";
+export const isReservedSecretName = (name: string) => name.toUpperCase().startsWith(RESERVED_SECRET_PREFIX);
+/** A user's id: `usr_` and up to 64 characters of base64url (the only subject an access token may carry). */
+export const USER_ID_PATTERN = "^usr_[A-Za-z0-9_-]{1,64}$";
+/** Links of the mails (`verify_url`, `reset_url`): the app's own origins the operator may add to. */
+export const LINK_ORIGINS_MAX = 20;
+/** An origin of {@link LINK_ORIGINS_MAX}: scheme, host, optional port, nothing else. */
+export const LINK_ORIGIN_PATTERN = "^https?://[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?$";
+/** The origin (`scheme://host[:port]`) of an http(s) URL, or undefined. */
+export function httpOrigin(url: string): string | undefined {
+  try {
+    const u = new URL(url);
+    return u.protocol === "http:" || u.protocol === "https:" ? u.origin : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The origins the links of identity's mails may open (docs/identity.md, "Links in mails"): the
+ * app's base_url, its production host (https), the origins the operator listed.
+ */
+export function mailLinkOrigins(app: {
+  base_url?: string | null;
+  host?: string;
+  auth_link_origins?: string[];
+}): Set<string> {
+  const out = new Set<string>();
+  for (const url of [
+    app.base_url ?? undefined,
+    app.host ? `https://${app.host}` : undefined,
+    ...(app.auth_link_origins ?? []),
+  ]) {
+    const origin = url === undefined ? undefined : httpOrigin(url);
+    if (origin) out.add(origin);
+  }
+  return out;
+}
+
+/** The refusal of a mail link not on the app's origins (400 naming the rule), or undefined. */
+export function mailLinkRefusal(
+  url: string,
+  field: "verify_url" | "reset_url",
+  origins: Set<string>,
+): PlatformError | undefined {
+  const origin = httpOrigin(url);
+  if (origin && origins.has(origin)) return undefined;
+  return new PlatformError(
+    "invalid_input",
+    `${field}: must be on one of the app's own origins (its base_url, its production host, or one the operator added with POST /auth/admin/link-origins)`,
+    { details: [{ path: `/${field}`, message: "is not on one of the app's origins" }] },
+  );
+}
+
+/** The longest `name` of a sign-up put into a mail (plain text, escaped). */
+export const SIGNUP_NAME_MAX = 100;
+/** Reset links one address may have pending at once (each valid until it expires or is used). */
+export const RESET_PENDING_MAX = 3;
+/**
+ * C0 and C1 control characters and the bidirectional controls (U+061C, U+200E-F, U+202A-E,
+ * U+2066-9): refused in email addresses, names of sign-up and groups.
+ */
+export const CONTROL_CHARS =
+  "\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069";
 
 /** `GET /auth/config` (DESIGN §9). */
 export const AUTH_CONFIG = {
@@ -46,7 +122,7 @@ export const AUTH_CONFIG = {
 } as const;
 
 const Email = Type.String({
-  pattern: "^[^\\s@]+@[^\\s@]+\\.[^\\s@]+$",
+  pattern: `^[^\\s@${CONTROL_CHARS}]+@[^\\s@${CONTROL_CHARS}]+\\.[^\\s@${CONTROL_CHARS}]+$`,
   minLength: 3,
   maxLength: 254,
   description: "email address",
@@ -57,7 +133,7 @@ const RecoveryCode = Type.String({
   pattern: "^[a-z0-9]{5}-[a-z0-9]{5}$",
   description: "one of the recovery codes given when two-factor was confirmed",
 });
-const UserId = Type.String({ pattern: "^usr_[A-Za-z0-9_-]{1,64}$", description: "a user's id" });
+const UserId = Type.String({ pattern: USER_ID_PATTERN, description: "a user's id" });
 const AppName = Type.String({ pattern: "^[a-z][a-z0-9-]{0,62}$", description: "the app" });
 const Empty = Type.Object({}, { additionalProperties: false });
 const Opaque = (description: string) =>
@@ -68,8 +144,14 @@ export const AUTH_BODIES = {
     {
       email: Email,
       password: Password,
-      name: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
-      /** Page of the app the verification link opens; `?token=` is appended. */
+      /** Plain text (escaped in the mail's HTML), no control characters. */
+      name: Type.Optional(
+        Type.String({ minLength: 1, maxLength: SIGNUP_NAME_MAX, pattern: `^[^${CONTROL_CHARS}]+$` }),
+      ),
+      /**
+       * Page of the app the verification link opens; `?token=` is appended. Only on the app's own
+       * origins (its base_url, its production host, the operator's list: docs/identity.md).
+       */
       verify_url: Type.Optional(Type.String({ pattern: "^https?://[^\\s]+$", maxLength: 2000 })),
     },
     { additionalProperties: false },
@@ -87,7 +169,7 @@ export const AUTH_BODIES = {
   reset_request: Type.Object(
     {
       email: Email,
-      /** Page of the app the reset link opens; `?token=` is appended. */
+      /** Page of the app the reset link opens; `?token=` is appended. Only on the app's own origins. */
       reset_url: Type.Optional(Type.String({ pattern: "^https?://[^\\s]+$", maxLength: 2000 })),
     },
     { additionalProperties: false },
@@ -138,8 +220,19 @@ export const AUTH_BODIES = {
     },
     { additionalProperties: false },
   ),
+  link_origins: Type.Object(
+    {
+      /** The app (control plane only). */
+      app: Type.Optional(AppName),
+      /** Origins (`https://host[:port]`) the mails' links may also open, besides base_url and the production host. */
+      origins: Type.Array(Type.String({ pattern: LINK_ORIGIN_PATTERN, maxLength: 300 }), {
+        maxItems: LINK_ORIGINS_MAX,
+      }),
+    },
+    { additionalProperties: false },
+  ),
   group_create: Type.Object(
-    { name: Type.String({ minLength: 1, maxLength: 100, pattern: "^[^\\u0000-\\u001f\\u007f]+$" }) },
+    { name: Type.String({ minLength: 1, maxLength: 100, pattern: `^[^${CONTROL_CHARS}]+$` }) },
     { additionalProperties: false },
   ),
   group_add: Type.Object({ user_id: UserId }, { additionalProperties: false }),
@@ -159,7 +252,12 @@ const Sealed = SealedSchema;
 export const AUTH_COMMANDS = {
   signup: Type.Object(
     {
+      /** A new random id (used only when the address is free). */
       user_id: Type.String(),
+      /** The address's index entry (`UserEmail`): a keyed hash of the folded address. */
+      email_key: Type.String(),
+      /** Where a user of this address made before random ids lives (a keyed hash of it). */
+      legacy_user_id: Type.String(),
       email: Type.String(),
       name: Type.Optional(Type.String()),
       verify_url: Type.Optional(Type.String()),
@@ -191,7 +289,13 @@ export const AUTH_COMMANDS = {
   ),
   logout: Type.Object({ session_id: Type.String(), presented_hash: Hash }, { additionalProperties: false }),
   reset_request: Type.Object(
-    { user_id: Type.String(), reset_hash: Hash, reset_url: Type.Optional(Type.String()) },
+    {
+      /** The address's user as the gateway found it (an id of no user when none). */
+      user_id: Type.String(),
+      /** sha256 of the new reset token (the token rides sealed in `cmd.sealed.reset_token`). */
+      reset_hash: Hash,
+      reset_url: Type.Optional(Type.String()),
+    },
     { additionalProperties: false },
   ),
   reset: Type.Object(
@@ -201,6 +305,8 @@ export const AUTH_COMMANDS = {
   change: Type.Object(
     {
       user_id: Type.String(),
+      /** The login throttle of the user's address: a wrong current password counts as a failed login. */
+      throttle_id: Type.String(),
       password_ok: Type.Boolean(),
       credential_version: Type.Union([Type.Integer(), Type.Null()]),
       password: Sealed,
@@ -237,6 +343,8 @@ export const AUTH_COMMANDS = {
   twofa_disable: Type.Object(
     {
       user_id: Type.String(),
+      /** The login throttle of the user's address: a wrong password or code counts as a failed login. */
+      throttle_id: Type.String(),
       password_ok: Type.Boolean(),
       credential_version: Type.Union([Type.Integer(), Type.Null()]),
       step: Type.Union([Type.Integer(), Type.Null()]),
@@ -250,13 +358,15 @@ export const AUTH_COMMANDS = {
   seed_owner: Type.Object(
     {
       user_id: Type.String(),
-      /** Only to make the account when it does not exist: its address and sealed hash. */
+      /** Only to make the account when it does not exist: its address, index entry and sealed hash. */
       email: Type.Optional(Type.String()),
+      email_key: Type.Optional(Type.String()),
       password: Type.Optional(Sealed),
     },
     { additionalProperties: false },
   ),
   claim_legacy: Type.Object({ user_id: Type.String() }, { additionalProperties: false }),
+  link_origins: Type.Object({ origins: Type.Array(Type.String()) }, { additionalProperties: false }),
   group_create: Type.Object(
     { group_id: Type.String(), name: Type.String(), owner: Type.String() },
     { additionalProperties: false },

@@ -95,6 +95,7 @@ const PREFIX: Record<string, string> = {
   User: "usr",
   Session: "ses",
   LoginThrottle: "thr",
+  UserEmail: "uem",
   Group: "grp",
   AppOwnership: "own",
   McpRegistry: "mcp",

@@ -19,6 +19,8 @@ export const AppRecordSchema = Type.Object({
   workspace: Type.String(),
   /** The production host productionize remembered (absent until its first run). */
   host: Type.Optional(Type.String()),
+  /** Origins the links of identity's mails may open besides base_url and host (the operator's list). */
+  auth_link_origins: Type.Optional(Type.Array(Type.String())),
   created_at: Type.String(),
   updated_at: Type.String(),
 });

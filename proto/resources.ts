@@ -152,6 +152,7 @@ export const RESOURCE_TYPES = [
   "User",
   "Session",
   "LoginThrottle",
+  "UserEmail",
   "Group",
   "AppOwnership",
   "McpRegistry",

@@ -124,7 +124,7 @@ async function challenge(ctx: HandlerContext, raw: Record<string, unknown>): Pro
     idp: "password",
     twofa: true,
   });
-  const key = await signingKey(ctx, session.id);
+  const key = await signingKey(ctx);
   return {
     status: "succeeded",
     resource: next,
@@ -143,9 +143,14 @@ async function disable(ctx: HandlerContext, raw: Record<string, unknown>): Promi
   const input = inputOf("twofa_disable", raw);
   const user = await userOr404(ctx, input.user_id);
   if (user.twofa_enabled !== true) throw new PlatformError("precondition_failed", "two-factor is not on");
+  // the password and the code are checked like a login's: failures count toward the address's lock
+  const throttle = await throttleOf(ctx, input.throttle_id);
+  const locked = throttle.locked();
+  if (locked) return locked;
   if (!input.password_ok || user.credential_version !== input.credential_version)
-    return failed(user, "invalid");
-  if (!freshStep(user, input.step)) return failed(user, "invalid_code");
+    return failed(throttle.fail(), "invalid");
+  if (!freshStep(user, input.step)) return failed(throttle.fail(), "invalid_code");
+  throttle.clear();
   const next = updated(ctx, user, {
     twofa_enabled: false,
     twofa_secret: null,

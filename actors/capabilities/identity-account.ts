@@ -1,6 +1,13 @@
 import type { FactRequest } from "../facts/types.js";
 import type { Effect, HandlerContext, InternalHandler } from "../context.js";
-import { authCommand, commandFieldAad, PlatformError, RESET_TTL_S, type Resource } from "../../proto/mod.js";
+import {
+  authCommand,
+  commandFieldAad,
+  PlatformError,
+  RESET_PENDING_MAX,
+  RESET_TTL_S,
+  type Resource,
+} from "../../proto/mod.js";
 import { maskAddress } from "../mail/redact.js";
 import { renderTemplate, TOKEN_FIELDS } from "../mail/templates.js";
 import { deliveryEffect, smtpOf } from "./send-email.js";
@@ -10,11 +17,16 @@ import {
   fromAnyGateway,
   inputOf,
   later,
+  indexEmail,
   revokeAll,
   stripCommon,
+  throttleOf,
+  unindexEmail,
   updated,
+  userOfEmail,
   userOr404,
 } from "./identity-common.js";
+import { mailLink, mailName } from "./identity-links.js";
 import { removeFromGroups } from "./identity-groups.js";
 import { requireApp } from "./workspace.js";
 
@@ -32,29 +44,46 @@ export const LEGACY_TYPES = ["AgentTask", "Artifact"] as const;
 /** An owner that is a user of identity (else the record is legacy: written before identity). */
 const isUserOwner = (owner: unknown) => typeof owner === "string" && owner.startsWith("usr_");
 
+/** A user's pending reset links (sha256 and expiry), the expired ones dropped; an older version's single one kept. */
+function pendingResets(ctx: HandlerContext, user: Resource): Array<{ hash: string; expires_at: string }> {
+  const now = ctx.now.getTime();
+  const list = Array.isArray(user.reset_pending)
+    ? (user.reset_pending as Array<{ hash: string; expires_at: string }>)
+    : [];
+  const all =
+    typeof user.reset_hash === "string" && typeof user.reset_expires_at === "string"
+      ? [...list, { hash: user.reset_hash, expires_at: user.reset_expires_at }]
+      : list;
+  return all.filter((p) => Date.parse(p.expires_at) > now);
+}
+
+/**
+ * A reset link by mail. A new link never invalidates a pending one (each stays valid until it
+ * expires or one is used); an address with {@link RESET_PENDING_MAX} links pending gets no more
+ * mail until one expires (the per-address throttle). The gateway answers before this decides
+ * (the same answer, in the same time, for any address).
+ */
 async function resetRequest(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
   fromDataGateway(ctx);
   const input = inputOf("reset_request", raw);
   await requireApp(ctx);
-  const smtp = await smtpOf(ctx);
-  const user = await ctx.state.getResource("User", input.user_id);
-  // the gateway answers this and an existing address alike
-  if (!user) throw new PlatformError("not_found", "no such user");
   const sealed = ctx.cmd.sealed?.reset_token;
   if (!sealed) throw new PlatformError("invalid_input", "the reset token is missing");
   const token = ctx.vault.openString(sealed, commandFieldAad(ctx.cmd.id, "reset_token"));
+  const link = await mailLink(ctx, input.reset_url, "reset_url", "/auth/password/reset", token);
+  const smtp = await smtpOf(ctx);
+  const user = await ctx.state.getResource("User", input.user_id);
+  if (!user) throw new PlatformError("not_found", "no such user");
+  const pending = pendingResets(ctx, user);
+  if (pending.length >= RESET_PENDING_MAX) return failed(user, "throttled");
   const next = updated(ctx, user, {
-    reset_hash: input.reset_hash,
-    reset_expires_at: later(ctx, RESET_TTL_S),
+    reset_pending: [...pending, { hash: input.reset_hash, expires_at: later(ctx, RESET_TTL_S) }],
+    reset_hash: null,
+    reset_expires_at: null,
   });
   ctx.emit("PasswordResetRequested", next, { user_id: user.id, email: maskAddress(String(user.email)) });
-  const base = input.reset_url ?? `${ctx.platformUrls.data ?? "http://localhost"}/auth/password/reset`;
-  const link = `${base}${base.includes("?") ? "&" : "?"}token=${encodeURIComponent(token)}`;
-  const data = {
-    link,
-    ...(typeof user.name === "string" ? { name: user.name } : {}),
-    expires_in_minutes: RESET_TTL_S / 60,
-  };
+  const name = mailName(user.name);
+  const data = { link, ...(name !== undefined ? { name } : {}), expires_in_minutes: RESET_TTL_S / 60 };
   const mail = renderTemplate("password-reset", data, ctx.app);
   return deliveryEffect(ctx, smtp, {
     to: String(user.email),
@@ -81,6 +110,7 @@ async function setPassword(
     credential_version: Number(user.credential_version ?? 1) + 1,
     reset_hash: null,
     reset_expires_at: null,
+    reset_pending: [],
     sessions: [],
     ...extra,
   });
@@ -96,13 +126,7 @@ async function reset(ctx: HandlerContext, raw: Record<string, unknown>): Promise
   fromDataGateway(ctx);
   const input = inputOf("reset", raw);
   const user = await ctx.state.getResource("User", input.user_id);
-  if (
-    !user ||
-    typeof user.reset_hash !== "string" ||
-    user.reset_hash !== input.token_hash ||
-    typeof user.reset_expires_at !== "string" ||
-    Date.parse(user.reset_expires_at) < ctx.now.getTime()
-  )
+  if (!user || !pendingResets(ctx, user).some((p) => p.hash === input.token_hash))
     throw new PlatformError("invalid_input", "the reset token is not valid or has expired");
   // the link came through the mailbox: the address is the user's
   return setPassword(ctx, user, input.password, "reset", {
@@ -116,8 +140,13 @@ async function change(ctx: HandlerContext, raw: Record<string, unknown>): Promis
   fromDataGateway(ctx);
   const input = inputOf("change", raw);
   const user = await userOr404(ctx, input.user_id);
+  // the current password is checked like a login's: failures count toward the address's lock
+  const throttle = await throttleOf(ctx, input.throttle_id);
+  const locked = throttle.locked();
+  if (locked) return locked;
   if (!input.password_ok || user.credential_version !== input.credential_version)
-    return failed(user, "invalid");
+    return failed(throttle.fail(), "invalid");
+  throttle.clear();
   return setPassword(ctx, user, input.password, "change");
 }
 
@@ -127,6 +156,7 @@ async function deleteUser(ctx: HandlerContext, raw: Record<string, unknown>): Pr
   const user = await userOr404(ctx, input.user_id);
   const revoked = await revokeAll(ctx, user, "user_gone");
   const removed = await removeFromGroups(ctx, user, "removal");
+  await unindexEmail(ctx, user);
   ctx.deleteResource(user);
   ctx.emit("UserDeleted", user, { user_id: user.id, by: input.by, sessions_revoked: revoked });
   ctx.log(
@@ -145,6 +175,9 @@ async function seedOwner(ctx: HandlerContext, raw: Record<string, unknown>): Pro
   const input = inputOf("seed_owner", raw);
   await requireApp(ctx);
   let user = await ctx.state.getResource("User", input.user_id);
+  // an account of the address made meanwhile (a sign-up) is the one seeded
+  if (!user && input.email !== undefined && input.email_key !== undefined)
+    user = await userOfEmail(ctx, input.email_key, undefined, input.email);
   let created = false;
   if (!user) {
     if (input.password === undefined || input.email === undefined)
@@ -155,6 +188,7 @@ async function seedOwner(ctx: HandlerContext, raw: Record<string, unknown>): Pro
       "succeeded",
       {
         email: input.email,
+        ...(input.email_key !== undefined ? { email_key: input.email_key } : {}),
         email_verified: true,
         roles: ["owner", "member"],
         password: input.password,
@@ -165,6 +199,7 @@ async function seedOwner(ctx: HandlerContext, raw: Record<string, unknown>): Pro
       { id: input.user_id, created_at: ctx.now.toISOString() },
     );
     ctx.putResource(user);
+    if (input.email_key !== undefined) await indexEmail(ctx, input.email_key, user.id);
     ctx.emit("UserSignedUp", user, {
       user_id: user.id,
       email: maskAddress(input.email),

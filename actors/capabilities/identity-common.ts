@@ -5,15 +5,17 @@ import { fromGateway, internalInput, stripCommon } from "./internal.js";
 export { stripCommon, updated } from "./internal.js";
 import {
   AUTH_COMMANDS,
-  AUTH_SIGNING_SECRET,
   type AuthCommandInput,
   type AuthRoute,
   authCommand,
   keys,
+  LEGACY_SIGNING_SECRET,
   LOGIN_LOCK,
   PlatformError,
   type Resource,
   secretAad,
+  signingKeyAad,
+  signingKeyKey,
 } from "../../proto/mod.js";
 
 /**
@@ -43,18 +45,41 @@ export const failed = (resource: Resource, outcome: string, extra: Record<string
 
 export const later = (ctx: HandlerContext, s: number) => new Date(ctx.now.getTime() + s * 1000).toISOString();
 
-/** The sealed signing key of the app's access tokens, made (random, sealed) the first time it is needed. */
-export async function signingKey(ctx: HandlerContext, resourceId: string): Promise<unknown> {
-  const have = await ctx.state.getVaultEntry(AUTH_SIGNING_SECRET);
-  if (have) return have.sealed;
-  const made = ctx.outbox.vault.find((v) => v.key === keys.vault(ctx.app, AUTH_SIGNING_SECRET));
+/**
+ * The sealed signing key of the app's access tokens (vault `_identity.<app>`, outside the app's
+ * secrets), made (random, sealed) the first time it is needed. A key kept by an older version as
+ * the app's secret `SLIPWAY_AUTH_SIGNING_KEY` is moved there once (re-sealed to its new AAD) when
+ * the platform made it; one written through set-secret is never trusted (a new key is made). The
+ * old entry (and the Secret resource set-secret made for it) is removed either way.
+ */
+export async function signingKey(ctx: HandlerContext): Promise<unknown> {
+  const at = signingKeyKey(ctx.app);
+  const made = ctx.outbox.vault.find((v) => v.key === at);
   if (made?.entry) return made.entry.sealed;
-  const key = randomBytes(32);
-  const sealed = ctx.vault.seal(key, secretAad(ctx.app, AUTH_SIGNING_SECRET));
+  const have = await ctx.state.getVaultEntryAt(at);
+  if (have) return have.sealed;
+  const legacy = await ctx.state.getVaultEntry(LEGACY_SIGNING_SECRET);
+  let key: Buffer | undefined;
+  if (legacy) {
+    const setBySecret = await ctx.state.getResource("Secret", legacy.resource_id);
+    if (setBySecret) ctx.deleteResource(setBySecret);
+    // the platform's own key named a Session (ses_); anything else came through set-secret
+    else if (legacy.resource_id.startsWith("ses_"))
+      key = ctx.vault.open(legacy.sealed, secretAad(ctx.app, LEGACY_SIGNING_SECRET));
+    ctx.outbox.vault.push({ key: keys.vault(ctx.app, LEGACY_SIGNING_SECRET), entry: null });
+  }
+  key ??= randomBytes(32);
+  const sealed = ctx.vault.seal(key, signingKeyAad(ctx.app));
   key.fill(0);
+  const app = await ctx.state.getApp();
   ctx.outbox.vault.push({
-    key: keys.vault(ctx.app, AUTH_SIGNING_SECRET),
-    entry: { sealed, resource_id: resourceId, version: 1, updated_at: ctx.now.toISOString() },
+    key: at,
+    entry: {
+      sealed,
+      resource_id: app?.resource_id ?? ctx.app,
+      version: 1,
+      updated_at: ctx.now.toISOString(),
+    },
   });
   return sealed;
 }
@@ -108,6 +133,45 @@ export async function withSession(ctx: HandlerContext, user: Resource, sessionId
     if (s?.status === "running") revoke(ctx, s, "limit");
   }
   return list;
+}
+
+/**
+ * The user of an address (docs/identity.md, "User ids"): the one its `UserEmail` index entry
+ * names, else one made before ids were random (at the keyed hash of the address), or undefined.
+ */
+export async function userOfEmail(
+  ctx: HandlerContext,
+  emailKey: string,
+  legacyId: string | undefined,
+  email: string,
+): Promise<Resource | undefined> {
+  const entry = await ctx.state.getResource("UserEmail", emailKey);
+  if (typeof entry?.user_id === "string") {
+    const user = await ctx.state.getResource("User", entry.user_id);
+    if (user) return user;
+  }
+  if (legacyId === undefined) return undefined;
+  const legacy = await ctx.state.getResource("User", legacyId);
+  return legacy?.email === email ? legacy : undefined;
+}
+
+/** Writes the address's index entry (`UserEmail`): it names `userId`. */
+export async function indexEmail(ctx: HandlerContext, emailKey: string, userId: string): Promise<void> {
+  const prev = await ctx.state.getResource("UserEmail", emailKey);
+  const doc = ctx.resource(
+    "UserEmail",
+    "succeeded",
+    { user_id: userId },
+    prev ?? { id: emailKey, created_at: ctx.now.toISOString() },
+  );
+  ctx.putResource(doc, prev);
+}
+
+/** Removes the address's index entry of a deleted user (when it names that user). */
+export async function unindexEmail(ctx: HandlerContext, user: Resource): Promise<void> {
+  if (typeof user.email_key !== "string") return;
+  const entry = await ctx.state.getResource("UserEmail", user.email_key);
+  if (entry?.user_id === user.id) ctx.deleteResource(entry);
 }
 
 /** The user `id` of this app, or a 404 naming nothing about whether it ever existed. */

@@ -20,9 +20,12 @@ import {
   signingKey,
   stripCommon,
   throttleOf,
+  indexEmail,
   updated,
+  userOfEmail,
   withSession,
 } from "./identity-common.js";
+import { LINK_HANDLERS, mailLink, mailName } from "./identity-links.js";
 import { GROUP_HANDLERS } from "./identity-groups.js";
 import { TWOFA_HANDLERS } from "./identity-2fa.js";
 import { maskAddress } from "../mail/redact.js";
@@ -46,19 +49,24 @@ async function signup(ctx: HandlerContext, raw: Record<string, unknown>): Promis
   fromDataGateway(ctx);
   const input = inputOf("signup", raw);
   await requireApp(ctx);
-  const existing = await ctx.state.getResource("User", input.user_id);
-  // the same answer whether the address is taken or not (the gateway answers both alike)
-  if (existing) return { status: "succeeded", resource: existing, result: { outcome: "exists" } };
-  const smtp = await smtpOf(ctx);
   const sealedToken = ctx.cmd.sealed?.verify_token;
   if (!sealedToken) throw new PlatformError("invalid_input", "the verification token is missing");
   const token = ctx.vault.openString(sealedToken, commandFieldAad(ctx.cmd.id, "verify_token"));
+  // the link is checked before anything else: the answer never depends on the address
+  const link = await mailLink(ctx, input.verify_url, "verify_url", "/auth/verify", token);
+  const smtp = await smtpOf(ctx);
+  const existing = await userOfEmail(ctx, input.email_key, input.legacy_user_id, input.email);
+  // the same answer whether the address is taken or not (the gateway answers both alike)
+  if (existing) return { status: "succeeded", resource: existing, result: { outcome: "exists" } };
+  if (await ctx.state.getResource("User", input.user_id))
+    throw new PlatformError("conflict", "this user id is taken");
   const iso = ctx.now.toISOString();
   const user = ctx.resource(
     "User",
     "succeeded",
     {
       email: input.email,
+      email_key: input.email_key,
       ...(input.name !== undefined ? { name: input.name } : {}),
       email_verified: false,
       roles: ["member"],
@@ -70,15 +78,11 @@ async function signup(ctx: HandlerContext, raw: Record<string, unknown>): Promis
     { id: input.user_id, created_at: iso },
   );
   ctx.putResource(user);
+  await indexEmail(ctx, input.email_key, user.id);
   ctx.emit("UserSignedUp", user, { user_id: user.id, email: maskAddress(input.email), idp: "password" });
   ctx.log(user.id, `signed up ${maskAddress(input.email)}; verification mail queued`);
-  const base = input.verify_url ?? `${ctx.platformUrls.data ?? "http://localhost"}/auth/verify`;
-  const link = `${base}${base.includes("?") ? "&" : "?"}token=${encodeURIComponent(token)}`;
-  const data = {
-    link,
-    ...(input.name !== undefined ? { name: input.name } : {}),
-    expires_in_minutes: VERIFY_TTL_S / 60,
-  };
+  const name = mailName(input.name);
+  const data = { link, ...(name !== undefined ? { name } : {}), expires_in_minutes: VERIFY_TTL_S / 60 };
   const mail = renderTemplate("verify-email", data, ctx.app);
   return deliveryEffect(ctx, smtp, {
     to: input.email,
@@ -159,7 +163,7 @@ async function login(ctx: HandlerContext, raw: Record<string, unknown>): Promise
     };
   }
   ctx.emit("UserAuthenticated", session, { user_id: user.id, session_id: session.id, idp: "password" });
-  const key = await signingKey(ctx, session.id);
+  const key = await signingKey(ctx);
   return {
     status: "succeeded",
     resource: session,
@@ -208,7 +212,7 @@ async function refresh(ctx: HandlerContext, raw: Record<string, unknown>): Promi
     session_id: session.id,
     generation: next.generation,
   });
-  const key = await signingKey(ctx, session.id);
+  const key = await signingKey(ctx);
   return {
     status: "succeeded",
     resource: next,
@@ -237,6 +241,7 @@ export const AUTH_HANDLERS: Readonly<Record<string, InternalHandler>> = {
   [authCommand("refresh")]: refresh,
   [authCommand("logout")]: logout,
   ...ACCOUNT_HANDLERS,
+  ...LINK_HANDLERS,
   ...TWOFA_HANDLERS,
   ...GROUP_HANDLERS,
 };

@@ -1,21 +1,45 @@
 import { defineHandler, type HandlerContext } from "../context.js";
-import { PlatformError, keys, commandFieldAad, secretAad } from "../../proto/mod.js";
+import {
+  PlatformError,
+  keys,
+  commandFieldAad,
+  isReservedSecretName,
+  RESERVED_SECRET_PREFIX,
+  secretAad,
+} from "../../proto/mod.js";
 
-async function requireApp(ctx: HandlerContext): Promise<void> {
+async function requireApp(ctx: HandlerContext, name: string): Promise<void> {
   if (!(await ctx.state.getApp())) throw new PlatformError("unknown_app", `app ${ctx.app} does not exist`);
+  // the gateway refuses them first (proto/capabilities/runtime.ts); a command that did not pass it neither
+  if (isReservedSecretName(name))
+    throw new PlatformError(
+      "invalid_input",
+      `name: ${RESERVED_SECRET_PREFIX}* names are reserved for the platform; choose another name`,
+      {
+        details: [
+          { path: "/name", message: `${RESERVED_SECRET_PREFIX}* names are reserved for the platform` },
+        ],
+      },
+    );
 }
 
 /** set-secret: seals the value into the vault; the Secret resource carries the name only. */
 export const setSecret = defineHandler("set-secret", {
   handle: async (ctx, input) => {
-    await requireApp(ctx);
     const name = input.name;
+    await requireApp(ctx, name);
     const sealedIn = ctx.cmd.sealed?.value;
     if (!sealedIn)
       throw new PlatformError("invalid_input", "value: is required", {
         details: [{ path: "/value", message: "is required" }],
       });
     const value = ctx.vault.open(sealedIn, commandFieldAad(ctx.cmd.id, "value"));
+    if (value.includes(0)) {
+      value.fill(0);
+      throw new PlatformError("invalid_input", "value: a NUL character cannot be passed to a process", {
+        details: [{ path: "/value", message: "holds a NUL character" }],
+      });
+    }
     const existing = await ctx.state.getVaultEntry(name);
     const iso = ctx.now.toISOString();
     const previous = existing ? await ctx.state.getResource("Secret", existing.resource_id) : undefined;
@@ -44,8 +68,8 @@ export const setSecret = defineHandler("set-secret", {
 /** unset-secret: removes the value from the vault and deletes the Secret resource. */
 export const unsetSecret = defineHandler("unset-secret", {
   handle: async (ctx, input) => {
-    await requireApp(ctx);
     const name = input.name;
+    await requireApp(ctx, name);
     const existing = await ctx.state.getVaultEntry(name);
     if (!existing) throw new PlatformError("not_found", `secret ${name} of app ${ctx.app} does not exist`);
     const iso = ctx.now.toISOString();

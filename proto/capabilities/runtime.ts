@@ -15,6 +15,29 @@ import {
   Sensitive,
 } from "../fields.js";
 import { scheduleOf } from "../schedule.js";
+import { isReservedSecretName, RESERVED_SECRET_PREFIX } from "../identity.js";
+
+/** set-secret and unset-secret refuse the platform's own names (`SLIPWAY_*`): 400 naming the rule. */
+function notReserved(name: string): void {
+  if (isReservedSecretName(name))
+    throw new PlatformError(
+      "invalid_input",
+      `name: ${RESERVED_SECRET_PREFIX}* names are reserved for the platform; choose another name`,
+      {
+        details: [
+          { path: "/name", message: `${RESERVED_SECRET_PREFIX}* names are reserved for the platform` },
+        ],
+      },
+    );
+}
+
+/**
+ * A character a secret's value may not hold: a process's environment cannot carry NUL, and the
+ * other C0 controls (but tab, line feed and carriage return) and DEL are refused with it. The
+ * message names the rule and the position, never the value.
+ */
+const BAD_VALUE_CHAR = /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]/;
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 
 /** Reading state, secrets and scheduled jobs: capabilities both planes accept. */
 
@@ -76,6 +99,14 @@ export const setSecret = declareCapability({
   }),
   // the schema counts characters; the limit is bytes of UTF-8
   refine: (input) => {
+    notReserved(input.name);
+    const bad = BAD_VALUE_CHAR.exec(input.value) ?? LONE_SURROGATE.exec(input.value);
+    if (bad)
+      throw new PlatformError(
+        "invalid_input",
+        `value: control characters (but tab and line breaks) and lone surrogates cannot be passed to a process; one is at character ${bad.index}`,
+        { details: [{ path: "/value", message: "holds a control character or a lone surrogate" }] },
+      );
     if (Buffer.byteLength(input.value, "utf8") > SECRET_VALUE_MAX)
       throw new PlatformError("invalid_input", `value: must be at most ${SECRET_VALUE_MAX} bytes`, {
         details: [{ path: "/value", message: `must be at most ${SECRET_VALUE_MAX} bytes` }],
@@ -96,6 +127,7 @@ export const unsetSecret = declareCapability({
     app: App,
     name: Type.String({ pattern: SECRET_NAME_PATTERN, description: "secret name" }),
   }),
+  refine: (input) => notReserved(input.name),
 });
 
 const scheduleJobInput = Obj({

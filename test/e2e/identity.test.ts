@@ -5,7 +5,7 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import anyTest, { type TestFn } from "ava";
 import { verifyAccessToken } from "../../gateway/identity.js";
 import { SigningKeys } from "../../gateway/identity-tokens.js";
-import { AUTH_SIGNING_SECRET, keys, secretAad } from "../../proto/mod.js";
+import { signingKeyAad, signingKeyKey } from "../../proto/mod.js";
 import {
   ACTOR,
   call,
@@ -59,6 +59,13 @@ test.before(async (t) => {
   const app = `auth-${randomUUID().slice(0, 8)}`;
   const r = await call(p.controlUrl, "initialize-app", { name: app });
   if (r.status !== 200) throw new Error(`initialize-app: ${r.text}`);
+  // the mails' links of these tests open https://shop.example: the operator allows that origin
+  const o = await fetch(`${p.controlUrl}/auth/admin/link-origins`, {
+    method: "POST",
+    headers: { ...controlAuth(p.controlUrl), "content-type": "application/json", ...ACTOR },
+    body: JSON.stringify({ app, origins: ["https://shop.example"] }),
+  });
+  if (o.status !== 200) throw new Error(`link-origins: ${await o.text()}`);
   t.context = { nats, p, smtp, api, app, token: r.body.result.token };
 });
 
@@ -167,8 +174,8 @@ test.serial(
     t.is(v.body.user_id, userId);
 
     // the access token checks with the app's key, without a lookup
-    const e = await p.bus.kv.vault.get(keys.vault(app, AUTH_SIGNING_SECRET));
-    const key = p.vault.open((e!.json() as any).sealed, secretAad(app, AUTH_SIGNING_SECRET));
+    const e = await p.bus.kv.vault.get(signingKeyKey(app));
+    const key = p.vault.open((e!.json() as any).sealed, signingKeyAad(app));
     const claims = verifyAccessToken(a1, key, app);
     t.is(claims?.sub, userId);
     t.true(claims!.exp - claims!.iat === 900);

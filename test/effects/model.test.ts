@@ -302,6 +302,7 @@ function fakeCtx(app: AppRecord | undefined, workspaceRoot: string, facts: Facts
   const state: AppState = {
     getApp: async () => app,
     getVaultEntry: async () => undefined,
+    getVaultEntryAt: async () => undefined,
     getResource: async () => undefined,
     listResources: async () => [],
     listVaultNames: async () => [],

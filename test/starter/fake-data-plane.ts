@@ -18,6 +18,8 @@ export interface FakeDataPlane {
   mail: Map<string, string>;
   /** `METHOD path` of every call, in order. */
   calls: string[];
+  /** The body of every POST, by path, in order. */
+  bodies: Array<{ path: string; body: Record<string, unknown> }>;
   close(): Promise<void>;
 }
 
@@ -46,6 +48,7 @@ export async function startFakeDataPlane(app: string): Promise<FakeDataPlane> {
   const refresh = new Map<string, string>();
   const mail = new Map<string, string>();
   const calls: string[] = [];
+  const bodies: Array<{ path: string; body: Record<string, unknown> }> = [];
 
   const pair = (userId: string, sessionId: string) => {
     const claims = { app, sub: userId, sid: sessionId, exp: Math.floor(Date.now() / 1000) + 900 };
@@ -92,6 +95,12 @@ export async function startFakeDataPlane(app: string): Promise<FakeDataPlane> {
       refresh.delete(presented);
       send(res, 200, pair(user, presented.split(".")[0] ?? ""));
     },
+    "/auth/password/reset-request": (_b, res) => {
+      send(res, 202, {
+        status: "accepted",
+        message: "if this address has an account, a reset mail is on its way",
+      });
+    },
     "/auth/logout": (b, res) => {
       if (!refresh.delete(String(b.refresh_token))) return fail(res, 401, "unauthenticated");
       send(res, 200, { status: "revoked" });
@@ -113,7 +122,9 @@ export async function startFakeDataPlane(app: string): Promise<FakeDataPlane> {
       return fail(res, 400, "invalid_input");
     let text = "";
     for await (const chunk of req) text += chunk;
-    route(JSON.parse(text) as Body, res);
+    const body = JSON.parse(text) as Body;
+    bodies.push({ path: req.url ?? "", body: body as Record<string, unknown> });
+    route(body, res);
   };
 
   const server: Server = createServer((req, res) => void handle(req, res));
@@ -123,6 +134,7 @@ export async function startFakeDataPlane(app: string): Promise<FakeDataPlane> {
     token,
     mail,
     calls,
+    bodies,
     close: () =>
       new Promise<void>((resolve) => {
         server.closeAllConnections();

@@ -246,6 +246,32 @@ test("starter server: sign-up, the mailed link and login go through the platform
   t.true(platform.calls.includes("POST /auth/login"));
 });
 
+test("starter server: its public routes never forward verify_url or reset_url (a visitor cannot aim a mail's link)", async (t) => {
+  const { base, platform } = t.context;
+  const email = "mallory-target@example.com";
+  const signup = await post(base, "/auth/signup", {
+    email,
+    password: "correct horse",
+    verify_url: "https://attacker.example/steal",
+  });
+  t.is(signup.status, 202);
+  const reset = await post(base, "/auth/password/reset-request", {
+    email,
+    reset_url: "https://attacker.example/steal",
+  });
+  t.is(reset.status, 202);
+  const sent = platform.bodies.filter((b) => b.body.email === email);
+  t.deepEqual(
+    sent.map((b) => b.path),
+    ["/auth/signup", "/auth/password/reset-request"],
+  );
+  for (const b of sent) {
+    t.false("verify_url" in b.body, b.path);
+    t.false("reset_url" in b.body, b.path);
+  }
+  t.is(sent[0]!.body.password, "correct horse", "the rest of the body goes on");
+});
+
 test("starter server: a session's cookies refresh as verify's check_refresh sends them", async (t) => {
   const { base, platform } = t.context;
   const email = "grace@example.com";

@@ -53,9 +53,18 @@ function withoutTokens(body: Record<string, unknown>): Record<string, unknown> {
   );
 }
 
-/** A plain forward: the request's body to the platform's route, its answer back. */
+/**
+ * The body of a public route without `verify_url` and `reset_url`: where a mail's link points is
+ * the app's choice, never its visitor's (a reset link to another site hands over the account).
+ */
+function withoutLinks(body: Record<string, unknown>): Record<string, unknown> {
+  const { verify_url: _v, reset_url: _r, ...rest } = body;
+  return rest;
+}
+
+/** A plain forward: the request's body (never a link target) to the platform's route, its answer back. */
 function forward(d: AuthRouteDeps, path: string): Handler {
-  return async (req, res) => relay(res, await d.identity.post(path, await readBody(req)));
+  return async (req, res) => relay(res, await d.identity.post(path, withoutLinks(await readBody(req))));
 }
 
 export function authRoutes(d: AuthRouteDeps): Routes {
@@ -94,7 +103,7 @@ export function authRoutes(d: AuthRouteDeps): Routes {
     "/auth/config": { GET: async (_req, res) => relay(res, await d.identity.config()) },
     "/auth/signup": {
       POST: async (req, res) => {
-        const a = await d.identity.post("/auth/signup", await readBody(req));
+        const a = await d.identity.post("/auth/signup", withoutLinks(await readBody(req)));
         // the platform mails a verification link; the session starts at the first login after it
         if (isForm(req))
           return redirect(res, 303, `/login?notice=${a.status === 202 ? "check_mail" : noticeOf(codeOf(a))}`);
