@@ -49,3 +49,14 @@ test("an access token checks without a lookup: its app, its key, its signature, 
   t.is(verifyAccessToken(`${v}.${body}`, key, "shop", now), undefined);
   t.is(verifyAccessToken("garbage", key, "shop", now), undefined);
 });
+
+test("an access token is accepted only with a user's subject (usr_…): `operator` or any other name is refused", (t) => {
+  const key = randomBytes(32);
+  const now = Math.floor(Date.now() / 1000);
+  const claims = (sub: string) => ({ app: "shop", sub, sid: "ses_1", iat: now, exp: now + 900, jti: "j" });
+  t.truthy(
+    verifyAccessToken(signAccessToken(claims("usr_I23X9tjMWZ-BNJYLbVr_fbtDGO"), key), key, "shop", now),
+  );
+  for (const sub of ["operator", "_app", "app", "", "usr_", "usr_a.b", "USR_abc", `usr_${"a".repeat(65)}`])
+    t.is(verifyAccessToken(signAccessToken(claims(sub), key), key, "shop", now), undefined, sub);
+});
