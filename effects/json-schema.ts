@@ -1,6 +1,7 @@
 import { createRequire } from "node:module";
 import { Ajv, type ErrorObject } from "ajv";
 import { type ErrorDetail, PlatformError } from "../proto/mod.js";
+import { boundedRegExp, patternLimit, patternShape } from "./safe-pattern.js";
 
 /**
  * A caller's JSON Schema of an object (agent-run's answer schema, an MCP
@@ -8,7 +9,8 @@ import { type ErrorDetail, PlatformError } from "../proto/mod.js";
  * values (a model's answer, a model's tool arguments): draft-07, `type:
  * "object"` at the top, bounded in size and depth, no `$id`, known keywords
  * only, and safe for untrusted input (ajv's secure meta-schema: a `pattern`
- * needs `maxLength`, ...). A schema that is not is a `400 invalid_input`
+ * needs `maxLength`, ...), with `pattern`s whose backtracking is bounded
+ * (effects/safe-pattern.ts). A schema that is not is a `400 invalid_input`
  * naming why, under the caller's field.
  */
 
@@ -46,6 +48,8 @@ function ajv() {
       strictRequired: false,
       validateFormats: false,
       logger: false,
+      // patterns run on untrusted strings: no nested quantifiers, strings no longer than they can take
+      code: { regExp: boundedRegExp },
     });
     // read with require, when first needed: a JSON import needs an import attribute that some bundle
     // targets drop
@@ -85,6 +89,32 @@ function hasId(v: unknown): boolean {
   return Object.values(v as object).some(hasId);
 }
 
+/** The first `pattern` whose `maxLength` beside it is past what the pattern may run on. */
+function patternsTooLong(
+  v: unknown,
+  path: string,
+): { path: string; limit: number; varying: number } | undefined {
+  if (v === null || typeof v !== "object") return undefined;
+  const o = v as Record<string, unknown>;
+  if (!Array.isArray(v) && typeof o.pattern === "string" && typeof o.maxLength === "number") {
+    let shape: ReturnType<typeof patternShape> | undefined;
+    try {
+      shape = patternShape(o.pattern);
+    } catch {
+      shape = undefined; // ajv names the syntax error
+    }
+    if (shape && !("refused" in shape)) {
+      const limit = patternLimit(shape);
+      if (o.maxLength > limit) return { path, limit, varying: shape.varying };
+    }
+  }
+  for (const [k, child] of Object.entries(o)) {
+    const found = patternsTooLong(child, `${path}/${k}`);
+    if (found) return found;
+  }
+  return undefined;
+}
+
 /** Compiles a caller's object schema, or throws `400 invalid_input` naming why (see the module's rules). */
 export function compileObjectSchema(schema: Record<string, unknown>, r: ObjectSchemaRules): SchemaCheck {
   const refuse = (message: string, details: ErrorDetail[] = []): never => {
@@ -109,6 +139,12 @@ export function compileObjectSchema(schema: Record<string, unknown>, r: ObjectSc
     refuse(
       `unsafe for ${r.safeFor}: ${(secure.errors ?? []).map((e) => `${e.instancePath || "/"} ${e.message}`).join("; ")}`,
       (secure.errors ?? []).map((e) => detailOf(e, `/${r.field}`)),
+    );
+  const long = patternsTooLong(schema, `/${r.field}`);
+  if (long)
+    refuse(
+      `${long.path}/maxLength: at most ${long.limit} with this pattern (the longer a string, the longer a pattern with ${long.varying} varying quantifiers may take on it): lower maxLength or simplify the pattern`,
+      [{ path: `${long.path}/maxLength`, message: `must be at most ${long.limit} with this pattern` }],
     );
   let validate: ReturnType<Ajv["compile"]> | undefined;
   try {

@@ -16,3 +16,4 @@ export * from "./smtp.js";
 export * from "./telemetry.js";
 export * from "./verify.js";
 export * from "./json-schema.js";
+export * from "./safe-pattern.js";

@@ -104,7 +104,10 @@ export async function mcpRoute(
       throw new PlatformError("invalid_input", "name: is required (DELETE /mcp/tools?name=<tool>)", {
         details: [{ path: "/name", message: "is required" }],
       });
-    return send(d, req, res, principal, app, "tool_delete", { name });
+    return send(d, req, res, principal, app, "tool_delete", {
+      name,
+      operator: principal.kind === "operator",
+    });
   }
   if (!bodyP) throw methodNotAllowed(allow);
   if (!isJsonContentType(req.headers["content-type"]))
@@ -123,7 +126,7 @@ export async function mcpRoute(
       method: body.method ?? "POST",
       high_risk: body.high_risk ?? false,
     };
-    return send(d, req, res, principal, app, "tool_set", { tool });
+    return send(d, req, res, principal, app, "tool_set", { tool, operator: principal.kind === "operator" });
   }
   if (what === "instructions") {
     const body = validateBody(MCP_BODIES.instructions_set, raw);

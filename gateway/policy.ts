@@ -40,8 +40,8 @@ import type { Req } from "./request.js";
 /**
  * Policies in the gateways (docs/policies.md, DESIGN §10): each gateway
  * follows the apps' rules (a KV watch on their PolicySet resources) and keeps
- * them compiled in memory, so an evaluation is a loop over regular
- * expressions, with no I/O before its decision. Every evaluation of an app
+ * them compiled in memory, so an evaluation is a loop over linear glob
+ * matchers (no backtracking), with no I/O before its decision. Every evaluation of an app
  * that has rules writes the app event `authz.decision`; a staged action
  * becomes an Approval through the app's actor (its replay sealed to it) and
  * answers 202 `pending_approval`; `POST /policies/approvals/<id>` approves it
@@ -280,7 +280,10 @@ export async function policyRoute(
     const app = appOfCall(d, principal, body.app);
     if (d.limiter) d.limiter.limiter.take(app, "policies", d.limiter.limits.capability);
     const { app: _a, ...rule } = body;
-    const r = await sendPolicy(d, app, "set", actorOf(req.headers, principal), req.requestId, { rule });
+    const r = await sendPolicy(d, app, "set", actorOf(req.headers, principal), req.requestId, {
+      rule,
+      operator: principal.kind === "operator",
+    });
     d.policies.put(app, ((r.resource?.rules as PolicyRule[] | undefined) ?? []) as PolicyRule[]);
     return res.json(200, {
       status: "succeeded",
@@ -300,11 +303,28 @@ export async function policyRoute(
       });
     const r = await sendPolicy(d, app, "remove", actorOf(req.headers, principal), req.requestId, {
       id: id.slice(0, 64),
+      operator: principal.kind === "operator",
     });
     d.policies.put(app, ((r.resource?.rules as PolicyRule[] | undefined) ?? []) as PolicyRule[]);
     return res.json(200, { status: "removed", rule: r.result?.rule });
   }
   throw methodNotAllowed(["GET", "POST", "DELETE"]);
+}
+
+/**
+ * Who approves, as the approve command carries it: the operator is the principal's kind (the
+ * control token), never a value of a user id (a user whose id is "operator" is a user, and only
+ * `usr_` ids are users); an app's own token is refused (403).
+ */
+export function approverOf(principal: Principal): { operator: true } | { operator: false; by: string } {
+  if (principal.kind === "operator") return { operator: true };
+  const user = userOf(principal);
+  if (user === undefined || !/^usr_[A-Za-z0-9_-]{1,128}$/.test(user))
+    throw new PlatformError(
+      "forbidden",
+      "an app's token cannot approve a staged action: the user (its access token) or the operator does",
+    );
+  return { operator: false, by: user };
 }
 
 /**
@@ -322,19 +342,13 @@ async function approve(
   raw: Record<string, unknown>,
 ): Promise<void> {
   const body = validateBody(POLICY_BODIES.approve, raw);
-  const user = userOf(principal);
-  let by: string;
-  if (principal.kind === "app") {
-    if (user === undefined)
-      throw new PlatformError(
-        "forbidden",
-        "an app's token cannot approve a staged action: the user (its access token) or the operator does",
-      );
-    by = user;
-  } else by = "operator";
+  const approver = approverOf(principal);
   const app = appOfCall(d, principal, body.app);
   const actor = actorOf(req.headers, principal);
-  const r = await sendPolicy(d, app, "approve", actor, req.requestId, { approval_id: approvalId, by });
+  const r = await sendPolicy(d, app, "approve", actor, req.requestId, {
+    approval_id: approvalId,
+    ...approver,
+  });
   if (r.status === "failed")
     throw new PlatformError("conflict", `approval ${approvalId} expired: nothing ran`);
   const res0 = r.result!;

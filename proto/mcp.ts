@@ -146,8 +146,15 @@ export type McpBody<R extends McpBodyRoute> = Static<(typeof MCP_BODIES)[R]>;
 
 /** What the gateway sends the actor for each write. */
 export const MCP_COMMANDS = {
-  tool_set: Type.Object({ tool: McpToolSchema }, { additionalProperties: false }),
-  tool_delete: Type.Object({ name: ToolName }, { additionalProperties: false }),
+  /** `operator`: the operator writes; the app's token does not lower or drop a high-risk tool (docs/mcp.md). */
+  tool_set: Type.Object(
+    { tool: McpToolSchema, operator: Type.Optional(Type.Boolean()) },
+    { additionalProperties: false },
+  ),
+  tool_delete: Type.Object(
+    { name: ToolName, operator: Type.Optional(Type.Boolean()) },
+    { additionalProperties: false },
+  ),
   instructions_set: Type.Object(
     { instructions: Type.String({ maxLength: MCP_INSTRUCTIONS_MAX }) },
     { additionalProperties: false },

@@ -89,8 +89,15 @@ const Hash = Type.String({ pattern: "^[0-9a-f]{64}$" });
 
 /** What the gateway sends the app's actor (`_policy_<route>`, accepted only from a gateway). */
 export const POLICY_COMMANDS = {
-  set: Type.Object({ rule: PolicyRuleSchema }, { additionalProperties: false }),
-  remove: Type.Object({ id: RuleId }, { additionalProperties: false }),
+  /** `operator`: the operator writes (it may change any rule); else the app's token (it may not loosen a rule, see {@link bindsAppToken}). */
+  set: Type.Object(
+    { rule: PolicyRuleSchema, operator: Type.Optional(Type.Boolean()) },
+    { additionalProperties: false },
+  ),
+  remove: Type.Object(
+    { id: RuleId, operator: Type.Optional(Type.Boolean()) },
+    { additionalProperties: false },
+  ),
   stage: Type.Object(
     {
       approval_id: Type.String({ pattern: "^apr_[A-Za-z0-9]{1,64}$" }),
@@ -109,8 +116,12 @@ export const POLICY_COMMANDS = {
   approve: Type.Object(
     {
       approval_id: Type.String({ pattern: "^apr_[A-Za-z0-9]{1,64}$" }),
-      /** Who approves: the operator (control plane) or a user (its own staged actions only). */
-      by: Type.Union([Type.Literal("operator"), Type.String({ pattern: "^usr_" })]),
+      /**
+       * Who approves: the operator (a flag of the principal, control plane: any approval), else the
+       * user `by` (its own staged actions only). A user id is never read as the operator.
+       */
+      operator: Type.Boolean(),
+      by: Type.Optional(Type.String({ pattern: "^usr_[A-Za-z0-9_-]{1,128}$" })),
     },
     { additionalProperties: false },
   ),
@@ -118,6 +129,14 @@ export const POLICY_COMMANDS = {
 export type PolicyRoute = keyof typeof POLICY_COMMANDS;
 export type PolicyCommandInput<R extends PolicyRoute> = Static<(typeof POLICY_COMMANDS)[R]>;
 export const policyCommand = (route: PolicyRoute) => `_policy_${route}`;
+
+/**
+ * Whether a rule binds the app's own token (docs/policies.md, DESIGN §10): a deny or a stage rule
+ * gates what the app's token (and every agent holding it) may do, so only the operator changes or
+ * removes it; the app's token may add rules, and change or remove its allow rules (an allow never
+ * outweighs a deny or a stage, so dropping one loosens nothing).
+ */
+export const bindsAppToken = (rule: PolicyRule): boolean => rule.effect !== "allow";
 
 /** AAD of an approval's sealed replay. */
 export const approvalAad = (app: string, approvalId: string) => `${app}/$approval/${approvalId}`;
@@ -131,26 +150,105 @@ export interface AuthzDecision {
   action: string;
 }
 
-/** A rule ready to match: its glob as a regular expression. */
+/** A rule ready to match: its glob as a matcher. */
 export interface CompiledRule {
   rule: PolicyRule;
-  re: RegExp;
+  match: (action: string) => boolean;
 }
 
-/** `*` any run of characters, `?` one; everything else literal; the whole action must match. */
-export function globToRegExp(glob: string): RegExp {
-  let src = "";
-  for (const ch of glob) {
-    if (ch === "*") src += "[\\s\\S]*";
-    else if (ch === "?") src += "[\\s\\S]";
-    else src += ch.replace(/[.+^${}()|[\]\\/-]/g, "\\$&");
+/** Whether `seg` (literal characters and `?`, each one UTF-16 unit) matches `s` at `at`. */
+function segmentAt(s: string, at: number, seg: string): boolean {
+  if (at < 0 || at + seg.length > s.length) return false;
+  for (let k = 0; k < seg.length; k++) {
+    const c = seg.charCodeAt(k);
+    if (c !== 63 /* ? */ && c !== s.charCodeAt(at + k)) return false;
   }
-  return new RegExp(`^${src}$`);
+  return true;
+}
+
+/** Finds a segment in `s`: its leftmost place from `from` where it matches and ends by `end`, or -1. */
+type SegmentSearch = (s: string, from: number, end: number) => number;
+
+/**
+ * The search of one literal run between stars: `indexOf` when it has no `?`; else shift-and (bit
+ * parallel, one bit per character of the run), linear in the searched text whatever the run.
+ */
+function segmentSearch(seg: string): SegmentSearch {
+  if (!seg.includes("?"))
+    return (s, from, end) => {
+      const at = s.indexOf(seg, from);
+      return at >= 0 && at + seg.length <= end ? at : -1;
+    };
+  const m = seg.length;
+  const words = (m + 31) >>> 5;
+  // Int32 words: the top bit set stays a small integer in the engine (a Uint32 one would not)
+  const any = new Int32Array(words); // the `?` places: any character matches them
+  for (let j = 0; j < m; j++) if (seg.charCodeAt(j) === 63) any[j >>> 5]! |= 1 << (j & 31);
+  const ascii: Int32Array[] = Array.from({ length: 128 }, () => any);
+  const other = new Map<number, Int32Array>();
+  for (let j = 0; j < m; j++) {
+    const c = seg.charCodeAt(j);
+    if (c === 63) continue;
+    let mask = c < 128 ? (ascii[c] === any ? undefined : ascii[c]) : other.get(c);
+    if (!mask) {
+      mask = any.slice();
+      if (c < 128) ascii[c] = mask;
+      else other.set(c, mask);
+    }
+    mask[j >>> 5]! |= 1 << (j & 31);
+  }
+  const lastWord = words - 1;
+  const lastBit = 1 << ((m - 1) & 31);
+  return (s, from, end) => {
+    const state = new Int32Array(words);
+    for (let i = from; i < end; i++) {
+      const c = s.charCodeAt(i);
+      const mask = c < 128 ? ascii[c]! : (other.get(c) ?? any);
+      let carry = 1;
+      for (let w = 0; w < words; w++) {
+        const d = state[w]!;
+        state[w] = ((d << 1) | carry) & mask[w]!;
+        carry = d >>> 31;
+      }
+      if ((state[lastWord]! & lastBit) !== 0) return i - m + 1;
+    }
+    return -1;
+  };
+}
+
+/**
+ * A glob as a matcher: `*` any run of characters, `?` one (a UTF-16 unit), everything else literal;
+ * the whole action must match. No backtracking (docs/policies.md): the first run is anchored at
+ * the start, the last at the end, and the runs between stars are found left to right, each at its
+ * leftmost place (never worse than a later one), so a rule costs at most one pass over the action
+ * per run (times the run's length / 32 for a run with `?`). A caller chooses part of the
+ * action (a path), so the matcher must not be a backtracking regular expression.
+ */
+export function globMatcher(glob: string): (action: string) => boolean {
+  const parts = glob.split("*");
+  const head = parts[0]!;
+  if (parts.length === 1) return (s) => s.length === head.length && segmentAt(s, 0, head);
+  const tail = parts[parts.length - 1]!;
+  const runs = parts.slice(1, -1).filter((p) => p !== "");
+  const middle = runs.map((run) => ({ length: run.length, find: segmentSearch(run) }));
+  const least = head.length + tail.length + runs.reduce((n, p) => n + p.length, 0);
+  return (s) => {
+    if (s.length < least || !segmentAt(s, 0, head)) return false;
+    const end = s.length - tail.length;
+    if (!segmentAt(s, end, tail)) return false;
+    let pos = head.length;
+    for (const seg of middle) {
+      const at = seg.find(s, pos, end);
+      if (at < 0) return false;
+      pos = at + seg.length;
+    }
+    return true;
+  };
 }
 
 /** Compiles an app's rules once (per change of its rules), in their order. */
 export function compileRules(rules: readonly PolicyRule[]): CompiledRule[] {
-  return rules.map((rule) => ({ rule, re: globToRegExp(rule.action) }));
+  return rules.map((rule) => ({ rule, match: globMatcher(rule.action) }));
 }
 
 /**
@@ -166,10 +264,10 @@ export function evaluate(
 ): AuthzDecision {
   let stage: string | null = null;
   let allow: string | null = null;
-  for (const { rule, re } of rules) {
+  for (const { rule, match } of rules) {
     if (rule.owner !== undefined && rule.owner !== owner) continue;
     if (rule.high_risk === true && !highRisk) continue;
-    if (!re.test(action)) continue;
+    if (!match(action)) continue;
     if (rule.effect === "deny") return { decision: "deny", rule: rule.id, high_risk: highRisk, action };
     if (rule.effect === "stage") stage ??= rule.id;
     else allow ??= rule.id;

@@ -49,15 +49,29 @@ async function write(
   return { status: "succeeded", resource: doc, result };
 }
 
+/**
+ * A high-risk tool stays high-risk for the app's token: rules with `high_risk: true` gate it, and the
+ * token they bind does not step out of them by lowering the flag (or by deleting the tool and
+ * registering it again). The operator (control plane) does either.
+ */
+function appKeepsHighRisk(name: string, what: string): never {
+  throw new PlatformError(
+    "forbidden",
+    `tool ${name} is high-risk: the app's token cannot ${what} (high-risk rules bind it); the operator can, on the control plane`,
+  );
+}
+
 async function setTool(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
   fromGateway(ctx, "the MCP registry commands");
-  const { tool } = inputOf("tool_set", raw);
+  const { tool, operator } = inputOf("tool_set", raw);
   let replaced = false;
   return write(
     ctx,
     (r) => {
       const at = r.tools.findIndex((t) => t.name === tool.name);
       replaced = at >= 0;
+      if (replaced && r.tools[at]!.high_risk && !tool.high_risk && operator !== true)
+        appKeepsHighRisk(tool.name, "register it again as not high-risk");
       if (!replaced && r.tools.length >= MCP_TOOLS_MAX)
         throw new PlatformError(
           "conflict",
@@ -73,12 +87,13 @@ async function setTool(ctx: HandlerContext, raw: Record<string, unknown>): Promi
 
 async function deleteTool(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
   fromGateway(ctx, "the MCP registry commands");
-  const { name } = inputOf("tool_delete", raw);
+  const { name, operator } = inputOf("tool_delete", raw);
   return write(
     ctx,
     (r) => {
-      if (!r.tools.some((t) => t.name === name))
-        throw new PlatformError("not_found", `app ${ctx.app} has no MCP tool ${name}`);
+      const known = r.tools.find((t) => t.name === name);
+      if (!known) throw new PlatformError("not_found", `app ${ctx.app} has no MCP tool ${name}`);
+      if (known.high_risk && operator !== true) appKeepsHighRisk(name, "delete it");
       if (r.proactive.tools.includes(name))
         throw new PlatformError(
           "conflict",

@@ -2,6 +2,7 @@ import { createHash } from "node:crypto";
 import type { Effect, HandlerContext, InternalHandler } from "../context.js";
 import { fromGateway, internalInput } from "./internal.js";
 import {
+  bindsAppToken,
   POLICY_COMMANDS,
   POLICY_RULES_MAX,
   type PolicyCommandInput,
@@ -53,12 +54,22 @@ function writeRules(ctx: HandlerContext, prev: Resource | undefined, rules: Poli
   return doc;
 }
 
+/** The app's token does not change or remove a rule that binds it (see {@link bindsAppToken}): 403. */
+function appMayNotLoosen(rule: PolicyRule, what: "replace" | "remove"): void {
+  if (bindsAppToken(rule))
+    throw new PlatformError(
+      "forbidden",
+      `rule ${rule.id} (${rule.effect}) binds the app's own token: only the operator can ${what} it (the control plane)`,
+    );
+}
+
 async function set(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
   fromGateway(ctx, "the policy commands");
-  const { rule } = inputOf("set", raw);
+  const { rule, operator } = inputOf("set", raw);
   await requireApp(ctx);
   const { doc, rules } = await rulesOf(ctx);
   const at = rules.findIndex((r) => r.id === rule.id);
+  if (at >= 0 && operator !== true) appMayNotLoosen(rules[at]!, "replace");
   if (at < 0 && rules.length >= POLICY_RULES_MAX)
     throw new PlatformError("conflict", `an app holds at most ${POLICY_RULES_MAX} rules`);
   const next = at < 0 ? [...rules, rule] : rules.map((r, i) => (i === at ? rule : r));
@@ -76,11 +87,12 @@ async function set(ctx: HandlerContext, raw: Record<string, unknown>): Promise<E
 
 async function remove(ctx: HandlerContext, raw: Record<string, unknown>): Promise<Effect> {
   fromGateway(ctx, "the policy commands");
-  const { id } = inputOf("remove", raw);
+  const { id, operator } = inputOf("remove", raw);
   await requireApp(ctx);
   const { doc, rules } = await rulesOf(ctx);
   const rule = rules.find((r) => r.id === id);
   if (!doc || !rule) throw new PlatformError("not_found", `no rule ${id}`);
+  if (operator !== true) appMayNotLoosen(rule, "remove");
   const written = writeRules(
     ctx,
     doc,
@@ -131,8 +143,9 @@ async function approve(ctx: HandlerContext, raw: Record<string, unknown>): Promi
   fromGateway(ctx, "the policy commands");
   const input = inputOf("approve", raw);
   const doc = await ctx.state.getResource("Approval", input.approval_id);
-  // a user sees only its own staged actions: another's is as unknown as a missing one
-  if (!doc || (input.by !== "operator" && doc.owner !== input.by))
+  // a user sees only its own staged actions: another's is as unknown as a missing one; the operator
+  // is the principal's flag, never a user id
+  if (!doc || (!input.operator && (input.by === undefined || doc.owner !== input.by)))
     throw new PlatformError("not_found", `no approval ${input.approval_id}`);
   if (doc.status !== "running")
     throw new PlatformError(
@@ -157,14 +170,17 @@ async function approve(ctx: HandlerContext, raw: Record<string, unknown>): Promi
     {
       ...stripCommon(doc),
       replay: null,
-      approved_by: input.by,
+      approved_by: input.operator ? "operator" : input.by,
       approved_at: ctx.now.toISOString(),
       ended_reason: "approved",
     },
     doc,
   );
   ctx.putResource(next, doc);
-  ctx.log(doc.id, `approved by ${input.by}; ${String(doc.action)} runs once`);
+  ctx.log(
+    doc.id,
+    `approved by ${input.operator ? "the operator" : input.by}; ${String(doc.action)} runs once`,
+  );
   return {
     status: "succeeded",
     resource: next,

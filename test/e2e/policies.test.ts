@@ -27,6 +27,8 @@ import { startMessagesApi, type MessagesApi } from "../helpers/messages-api.js";
 interface Ctx {
   nats: TestNats;
   p: TestPlatform;
+  /** A data-plane gateway whose approvals wait only {@link SHORT_TTL_S}: the expiry check's. */
+  short: TestPlatform;
   api: MessagesApi;
   app: string;
   token: string;
@@ -35,25 +37,31 @@ const test = anyTest as TestFn<Ctx>;
 /** The app's user (seed-owner makes it once, in the first test). */
 let appUser: { id: string; access: string } | undefined;
 
-/** Approvals wait 4 s here, so that an expired one can be shown. */
-const TTL_S = 4;
+/** Approvals wait 10 minutes on the main platform: no test's approval window is near it. */
+const TTL_S = 600;
+/** Approvals staged through the `short` gateway wait 2 s, so that an expired one can be shown. */
+const SHORT_TTL_S = 2;
 
 test.before(async (t) => {
   const api = await startMessagesApi();
   process.env.ANTHROPIC_BASE_URL = api.url;
   process.env.ANTHROPIC_API_KEY = "sk-test-policies-e2e-0123456789";
   process.env.SLIPWAY_MODEL_MAX_RETRIES = "0";
-  process.env.SLIPWAY_APPROVAL_TTL_S = String(TTL_S);
   const nats = await startTestNats();
+  // a gateway reads SLIPWAY_APPROVAL_TTL_S when it starts
+  process.env.SLIPWAY_APPROVAL_TTL_S = String(TTL_S);
   const p = await startTestPlatform(nats);
+  process.env.SLIPWAY_APPROVAL_TTL_S = String(SHORT_TTL_S);
+  const short = await startTestPlatform(nats, { role: "gateway", plane: "data" });
+  delete process.env.SLIPWAY_APPROVAL_TTL_S;
   const app = `pol-${randomUUID().slice(0, 8)}`;
   const r = await call(p.controlUrl, "initialize-app", { name: app });
   if (r.status !== 200) throw new Error(`initialize-app: ${r.text}`);
-  t.context = { nats, p, api, app, token: r.body.result.token };
+  t.context = { nats, p, short, api, app, token: r.body.result.token };
 });
 
 test.after.always(async (t) => {
-  delete process.env.SLIPWAY_APPROVAL_TTL_S;
+  await t.context.short?.close();
   await t.context.p?.close();
   await t.context.nats?.stop();
   await t.context.api?.close();
@@ -97,10 +105,13 @@ async function setRule(t: { context: Ctx }, rule: Record<string, unknown>): Prom
   const r = await data(t, "POST", "/policies", rule);
   if (r.status !== 200) throw new Error(`POST /policies ${r.status}: ${JSON.stringify(r.body)}`);
 }
+/** Removes every rule (the operator's: a deny or stage rule binds the app's token, which cannot remove it). */
 async function clearRules(t: { context: Ctx }): Promise<void> {
   const list = await data(t, "GET", "/policies");
-  for (const r of list.body.items as Array<{ id: string }>)
-    await data(t, "DELETE", `/policies?id=${encodeURIComponent(r.id)}`);
+  for (const r of list.body.items as Array<{ id: string }>) {
+    const gone = await control(t, "DELETE", `/policies?app=${t.context.app}&id=${encodeURIComponent(r.id)}`);
+    if (gone.status !== 200) throw new Error(`DELETE /policies ${gone.status}: ${JSON.stringify(gone.body)}`);
+  }
 }
 
 /** The app events of a type (newest first), waited for until `enough` holds. */
@@ -131,7 +142,17 @@ test.serial(
   async (t) => {
     const { app } = t.context;
     t.is((await data(t, "GET", "/policies")).body.items.length, 0);
+    // an app without rules is not evaluated: nothing is written (the policy.set below comes after it)
+    const unruled = await call(
+      t.context.p.dataUrl,
+      "set-secret",
+      { app, name: "BEFORE_RULES", value: "v" },
+      { authorization: `Bearer ${t.context.token}` },
+    );
+    t.is(unruled.status, 200, unruled.text);
     await setRule(t, { id: "no-secrets", effect: "deny", action: "capability:set-secret" });
+    await appEvents(t, "policy.set", (xs) => xs.length >= 1);
+    t.deepEqual((await data(t, "GET", "/app-events?type=authz.decision")).body.items, []);
     const viaControl = await control(t, "POST", "/policies", {
       app,
       id: "stage-agents",
@@ -141,7 +162,8 @@ test.serial(
       high_risk: false,
     });
     t.is(viaControl.status, 200, JSON.stringify(viaControl.body));
-    const replaced = await data(t, "POST", "/policies", {
+    const replaced = await control(t, "POST", "/policies", {
+      app,
       id: "no-secrets",
       effect: "deny",
       action: "capability:*-secret",
@@ -174,9 +196,9 @@ test.serial(
       400,
       "the control plane names the app",
     );
-    const removed = await data(t, "DELETE", "/policies?id=stage-agents");
+    const removed = await control(t, "DELETE", `/policies?app=${app}&id=stage-agents`);
     t.is(removed.status, 200);
-    t.is((await data(t, "DELETE", "/policies?id=stage-agents")).status, 404);
+    t.is((await control(t, "DELETE", `/policies?app=${app}&id=stage-agents`)).status, 404);
     const events = await appEvents(t, "policy.set", (xs) => xs.length >= 3);
     t.true(events.some((e) => e.data.id === "stage-agents" && e.owner === "usr_someone"));
     const gone = await appEvents(t, "policy.removed", (xs) => xs.length >= 1);
@@ -225,7 +247,10 @@ test.serial(
     t.is(r.body.error.code, "policy_denied");
     t.regex(r.body.error.message, /no-secrets/);
     const secrets = await get(t.context.p.controlUrl, `/resources?app_id=${t.context.app}&type=Secret`);
-    t.deepEqual(secrets.body.items, [], "nothing was set");
+    t.false(
+      secrets.body.items.some((s: { name: string }) => s.name === "API_KEY"),
+      "nothing was set",
+    );
     // the control plane (the operator) is not evaluated
     const op = await call(t.context.p.controlUrl, "set-secret", {
       app: t.context.app,
@@ -299,23 +324,34 @@ test.serial(
       data: { decision: "approved", rule: "stage-secrets", action: "capability:set-secret" },
     });
 
-    const late = await call(
-      p.dataUrl,
-      "set-secret",
-      { app, name: "LATE", value: "v" },
-      {
-        authorization: `Bearer ${t.context.token}`,
-      },
-    );
-    t.is(late.status, 202);
-    await new Promise((r) => setTimeout(r, (TTL_S + 1) * 1000));
+    // staged through the short-TTL gateway (it learns the rule from its watch)
+    // (a probe before it learned the rule sets its own name: it runs, it is not the staged one)
+    let probe = 0;
+    let lateName = "";
+    const late = await eventually(async () => {
+      lateName = `LATE_${probe++}`;
+      const r = await call(
+        t.context.short.dataUrl,
+        "set-secret",
+        { app, name: lateName, value: "v" },
+        { authorization: `Bearer ${t.context.token}` },
+      );
+      return r.status === 202 ? r : undefined;
+    }, 10_000);
+    t.is(Date.parse(late.body.expires_at) - Date.now() <= SHORT_TTL_S * 1000, true, late.body.expires_at);
+    await new Promise((r) => setTimeout(r, (SHORT_TTL_S + 1) * 1000));
     const expired = await control(t, "POST", `/policies/approvals/${late.body.approval_id}`, { app });
     t.is(expired.status, 409, JSON.stringify(expired.body));
     t.regex(expired.body.error.message, /expired/);
     const none = await get(p.controlUrl, `/resources?app_id=${app}&type=Secret`);
     t.false(
-      none.body.items.some((s: { name: string }) => s.name === "LATE"),
+      none.body.items.some((s: { name: string }) => s.name === lateName),
       "nothing ran",
+    );
+    const ended = await data(t, "GET", "/policies/approvals?status=expired");
+    t.like(
+      ended.body.items.find((a: { id: string }) => a.id === late.body.approval_id),
+      { status: "cancelled", ended_reason: "expired" },
     );
     await clearRules(t);
   },
@@ -388,3 +424,103 @@ test.serial(
     await clearRules(t);
   },
 );
+
+test.serial(
+  "rules bind the app token (security review #10): it cannot remove or change a deny or stage rule, nor lower a high-risk tool; the operator can",
+  async (t) => {
+    const { app, p } = t.context;
+    const secret = (name: string) =>
+      call(
+        p.dataUrl,
+        "set-secret",
+        { app, name, value: "v" },
+        { authorization: `Bearer ${t.context.token}` },
+      );
+    // the review's reproduction: set a deny rule, confirm it works, delete it, try again
+    await setRule(t, { id: "deny-secrets", effect: "deny", action: "capability:set-secret" });
+    t.is((await secret("X1")).status, 403);
+    const del = await data(t, "DELETE", "/policies?id=deny-secrets");
+    t.is(del.status, 403, JSON.stringify(del.body));
+    t.is(del.body.error.code, "forbidden");
+    t.regex(del.body.error.message, /only the operator/);
+    t.is((await secret("X1")).status, 403, "the rule still holds");
+    // nor replaced by a looser one (same id)
+    const loosen = await data(t, "POST", "/policies", {
+      id: "deny-secrets",
+      effect: "allow",
+      action: "capability:set-secret",
+    });
+    t.is(loosen.status, 403, JSON.stringify(loosen.body));
+    // a stage rule binds it the same way
+    await setRule(t, { id: "stage-all", effect: "stage", action: "mcp:*" });
+    t.is((await data(t, "DELETE", "/policies?id=stage-all")).status, 403);
+    // an allow rule loosens nothing: the app's token changes and removes its own
+    await setRule(t, { id: "allow-x", effect: "allow", action: "capability:x" });
+    await setRule(t, { id: "allow-x", effect: "allow", action: "capability:y" });
+    t.is((await data(t, "DELETE", "/policies?id=allow-x")).status, 200);
+    // adding a rule only tightens: allowed
+    await setRule(t, { id: "deny-more", effect: "deny", action: "capability:unset-secret" });
+    // the operator (control plane) removes and changes them
+    t.is((await control(t, "DELETE", `/policies?app=${app}&id=deny-secrets`)).status, 200);
+    t.is(
+      (
+        await control(t, "POST", "/policies", {
+          app,
+          id: "deny-more",
+          effect: "allow",
+          action: "capability:x",
+        })
+      ).status,
+      200,
+    );
+
+    // MCP: a high-risk tool stays high-risk for the app's token (a high_risk rule gates it)
+    const tool = {
+      name: "pay",
+      description: "pays",
+      input_schema: { type: "object", properties: {}, additionalProperties: false },
+      target_path: "/tools/pay",
+      high_risk: true,
+    };
+    t.is((await data(t, "POST", "/mcp/tools", tool)).status, 200);
+    await setRule(t, { id: "risky", effect: "deny", action: "mcp:*", high_risk: true });
+    const lower = await data(t, "POST", "/mcp/tools", { ...tool, high_risk: false });
+    t.is(lower.status, 403, JSON.stringify(lower.body));
+    t.regex(lower.body.error.message, /high-risk/);
+    const drop = await data(t, "DELETE", "/mcp/tools?name=pay");
+    t.is(drop.status, 403, "nor deleted and registered again as low-risk");
+    const tools = await data(t, "GET", "/mcp/tools");
+    t.true(tools.body.items.find((x: { name: string }) => x.name === "pay").high_risk);
+    t.is(
+      (await data(t, "POST", "/mcp/tools", { ...tool, description: "pays more" })).status,
+      200,
+      "still high-risk: fine",
+    );
+    t.is(
+      (await control(t, "POST", "/mcp/tools", { ...tool, app, high_risk: false })).status,
+      200,
+      "the operator may",
+    );
+    t.is((await control(t, "DELETE", `/mcp/tools?app=${app}&name=pay`)).status, 200);
+    await clearRules(t);
+  },
+);
+
+test.serial("an app holds at most 500 rules: the 501st is 409, replacing one of them is not", async (t) => {
+  const app = `pcap-${randomUUID().slice(0, 8)}`;
+  const made = await call(t.context.p.controlUrl, "initialize-app", { name: app });
+  t.is(made.status, 200, made.text);
+  const put = (id: string) =>
+    control(t, "POST", "/policies", { app, id, effect: "allow", action: `capability:${id}` });
+  for (let i = 0; i < 500; i += 20) {
+    const batch = await Promise.all(Array.from({ length: 20 }, (_, k) => put(`r${i + k}`)));
+    t.true(
+      batch.every((r) => r.status === 200),
+      JSON.stringify(batch.find((r) => r.status !== 200)?.body),
+    );
+  }
+  const over = await put("r500");
+  t.is(over.status, 409, JSON.stringify(over.body));
+  t.regex(over.body.error.message, /at most 500 rules/);
+  t.is((await put("r7")).status, 200, "a replacement adds none");
+});
