@@ -4,7 +4,9 @@ import {
   ARTIFACT_FILES,
   acmeDirectory,
   BLOB_BACKENDS,
+  PROD_ENV_FILE,
   renderArtifacts,
+  renderEnvProd,
   sha256,
   UNPUBLISHED_PLATFORM,
   UNPUBLISHED_WEB,
@@ -82,7 +84,7 @@ export const productionize = defineHandler("productionize", {
       pinnedBefore.dataplane ??
       UNPUBLISHED_PLATFORM;
     const readiness = input.readiness_path ?? DEFAULT_READINESS;
-    const files = renderArtifacts({
+    const inputs = {
       app: ctx.app,
       platform: input.platform ?? app.platform,
       framework: input.framework ?? app.framework,
@@ -96,11 +98,19 @@ export const productionize = defineHandler("productionize", {
       mcp_mtls_host: input.mcp_mtls_host?.toLowerCase(),
       mcp_mtls_tls_options: input.mcp_mtls_tls_options,
       secrets: await ctx.state.listVaultNames(),
-    });
+    };
+    const files = renderArtifacts(inputs);
     const hashes = ARTIFACT_FILES.map((path) => ({ path, sha256: sha256(files[path]) }));
     const changed = ARTIFACT_FILES.filter((p) => ws.read(p) !== files[p]);
     for (const path of ARTIFACT_FILES)
       ctx.outbox.files.push({ path: `${app.workspace}/${path}`, content: files[path] });
+    // the app's own .env.prod, empty, when there is none (never committed; the platform's values come at roll time)
+    ctx.outbox.files.push({
+      path: `${app.workspace}/${PROD_ENV_FILE}`,
+      content: renderEnvProd(inputs),
+      keep_existing: true,
+      mode: 0o600,
+    });
     // .gitignore: .env.prod stays out, its example goes in (workspaces made before the rule)
     const ignore = ws.read(".gitignore");
     if (ignore !== undefined && !ignore.split("\n").includes("!.env.*.example"))

@@ -19,9 +19,15 @@ export const ARTIFACT_FILES = [
 ] as const;
 export type ArtifactFile = (typeof ARTIFACT_FILES)[number];
 
-/** Image references before release publishes and pins them. */
+/**
+ * Image references before release publishes and pins them: the compose file names the image the
+ * first release builds (`<app>-web`) with the tag `unpublished`; release replaces it with the
+ * digest, and a deploy before any release is refused with "release first" (docs/deploy.md).
+ */
 export const UNPUBLISHED_WEB = (app: string) => `${app}-web:unpublished`;
 export const UNPUBLISHED_PLATFORM = "slipway:unpublished";
+/** An image reference that still waits for its first release (productionize's placeholder). */
+export const isUnpublished = (image: string) => image.endsWith(":unpublished");
 /** The env file deploy reads for the web service (its names are in `.env.prod.example`). */
 export const PROD_ENV_FILE = ".env.prod";
 
@@ -130,6 +136,11 @@ function compose(i: ArtifactInputs): string {
     "# behind the platform's proxy. Keep to the subset it honours: image, environment, env_file, ports,",
     "# labels, healthcheck, command, volumes, depends_on (anything else is refused by name). Images are",
     "# pinned by digest: release rewrites them; deploy refuses an image that is not (422 image_not_pinned).",
+    ...(isUnpublished(i.web_image)
+      ? [
+          `# ${i.web_image}: the image the first release builds and pins here (slipway release --app ${i.app}).`,
+        ]
+      : []),
     `name: ${i.app}`,
     "services:",
     "  web:",
@@ -186,24 +197,48 @@ function compose(i: ArtifactInputs): string {
   return lines.join("\n");
 }
 
-function envExample(i: ArtifactInputs): string {
-  const platform = ["SLIPWAY_TOKEN", "SLIPWAY_SERVICE_KEY", "SESSION_SECRET", "SLIPWAY_DATA_URL"];
+/** The names the platform gives a production container at each roll (actors/tasks/platform-env.ts). */
+const PLATFORM_NAMES = ["SLIPWAY_TOKEN", "SLIPWAY_SERVICE_KEY", "SESSION_SECRET", "SLIPWAY_DATA_URL"];
+
+/** The names this configuration needs filled (blobs, observability). */
+function configNames(i: ArtifactInputs): string[] {
   const extra: string[] = [];
   if (i.blobs_backend === "s3")
     extra.push("S3_BUCKET", "S3_REGION", "S3_ACCESS_KEY_ID", "S3_SECRET_ACCESS_KEY");
   if (i.observability) extra.push("OTEL_EXPORTER_OTLP_ENDPOINT");
+  return extra;
+}
+
+function envExample(i: ArtifactInputs): string {
+  const platform = PLATFORM_NAMES;
+  const extra = configNames(i);
   const vault = [...i.secrets].filter((s) => !platform.includes(s) && !extra.includes(s)).sort();
   return [
-    `# ${PROD_ENV_FILE} of ${i.app} (${i.host}): copy this file to ${PROD_ENV_FILE} on the host and fill it.`,
-    `# ${PROD_ENV_FILE} is never committed. Values set with \`slipway secrets set\` come from the vault`,
-    "# at deploy time and win over this file.",
+    `# ${PROD_ENV_FILE} of ${i.app} (${i.host}): the app's own production values (productionize writes an`,
+    `# empty ${PROD_ENV_FILE} when there is none). ${PROD_ENV_FILE} is never committed. Values set with`,
+    "# `slipway secrets set` come from the vault at deploy time and win over this file.",
     "",
-    "# the platform's",
-    ...platform.map((n) => `${n}=`),
+    "# the platform's: given to the container at each roll (set one here only to override it)",
+    ...platform.map((n) => `# ${n}=`),
     ...(extra.length ? ["", "# this configuration's", ...extra.map((n) => `${n}=`)] : []),
     ...(vault.length
       ? ["", "# the app's secrets (in the vault; leave empty here)", ...vault.map((n) => `${n}=`)]
       : []),
+    "",
+  ].join("\n");
+}
+
+/**
+ * The `.env.prod` productionize writes when the workspace has none (never over one): the app's
+ * own names to fill, commented out; the platform's values come at roll time.
+ */
+export function renderEnvProd(i: ArtifactInputs): string {
+  const extra = configNames(i);
+  return [
+    `# ${PROD_ENV_FILE} of ${i.app}: the app's own production values, NAME=value a line (never committed).`,
+    `# The platform gives ${PLATFORM_NAMES.join(", ")} at each roll; a value set`,
+    "# here overrides it. `slipway secrets set` values win over this file.",
+    ...(extra.length ? ["", "# this configuration's (fill them)", ...extra.map((n) => `# ${n}=`)] : []),
     "",
   ].join("\n");
 }
@@ -239,7 +274,7 @@ function provisioning(i: ArtifactInputs): string {
     "",
     "## Configuration",
     "",
-    `- \`${PROD_ENV_FILE}\`: copy \`.env.prod.example\`, fill it on the host; never commit it.`,
+    `- \`${PROD_ENV_FILE}\`: the app's own values (productionize made it empty; see \`.env.prod.example\`); never commit it. The platform gives its own (token, service key, data URL, session secret) at each roll.`,
     `- Readiness: deploy waits for \`GET ${i.readiness_path}\` to answer 2xx before it sends traffic to a new version.`,
     `- Blobs: \`${i.blobs_backend}\`${i.blobs_backend === "local" ? ` (a volume \`${i.app}-blobs\` at /data/blobs; back it up)` : " (fill the S3_* variables)"}.`,
     `- Observability: ${i.observability ? "OTLP export on (set OTEL_EXPORTER_OTLP_ENDPOINT)" : "off"}.`,

@@ -10,7 +10,7 @@ import {
   type Resource,
 } from "../../proto/mod.js";
 import type { HandlerContext } from "../context.js";
-import { acmeDirectory, PROD_ENV_FILE } from "./artifacts.js";
+import { acmeDirectory, isUnpublished, PROD_ENV_FILE } from "./artifacts.js";
 import { type ComposeService, isPinned, parseCompose } from "./compose.js";
 import { type ContainerView, driftOf, type ExpectedContainer } from "./drift.js";
 
@@ -111,6 +111,12 @@ export async function planDeploy(
     );
   if (!svc.image)
     throw bad("/service", `service ${name} of ${composeFile} has no image`, "precondition_failed");
+  if (opts.requirePinned !== false && isUnpublished(svc.image))
+    throw bad(
+      `/services/${name}/image`,
+      `${ctx.app} has no release yet: ${composeFile} names ${svc.image}, the image the first release builds and pins; release first (slipway release --app ${ctx.app}), then deploy rolls what it pinned`,
+      "precondition_failed",
+    );
   if (opts.requirePinned !== false && !isPinned(svc.image))
     throw new PlatformError(
       "image_not_pinned",

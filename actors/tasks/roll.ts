@@ -33,6 +33,7 @@ import {
   viewOf,
 } from "../production/drift.js";
 import type { DeployPlan } from "../production/deploy-plan.js";
+import { DEV_ENV_FILE, platformEnv } from "./platform-env.js";
 import { swapRoute, type Swapped } from "./routes.js";
 import { openSecrets } from "./secrets.js";
 import type { TaskContext } from "./types.js";
@@ -43,8 +44,9 @@ import type { TaskContext } from "./types.js";
  * 1. the drift gate again (the engine may have changed since the call), and
  *    leftovers of deployments that did not succeed removed;
  * 2. the image (pulled when asked, or when the engine lacks it);
- * 3. the new container: the image by digest, env from the env files, the
- *    compose `environment` and the vault, on the deploy's proxy network (a
+ * 3. the new container: the image by digest, env from the platform's own
+ *    values (platform-env.ts), the env files, the compose `environment` and
+ *    the vault, each over the one before, on the deploy's proxy network (a
  *    bridge: never the host's), listening on APP_PORT, hardened, labelled;
  * 4. readiness: `GET <readiness_path>` answers 2xx within `timeout_seconds`;
  * 5. the proxy's route swapped to it, acknowledged by every live proxy;
@@ -184,7 +186,11 @@ async function startNew(
   const { env: secrets } = openSecrets(t, o.sealed);
   const port = APP_PORT;
   const envMap: Record<string, string> = {
-    ...(plan.data_url ? { SLIPWAY_DATA_URL: plan.data_url } : {}),
+    ...(await platformEnv(t, {
+      app: o.app,
+      dataUrl: plan.data_url,
+      readToken: async () => (await readEnvFiles(t.workspaceRoot, o.workspace, [DEV_ENV_FILE])).SLIPWAY_TOKEN,
+    })),
     ...fromFiles,
     ...plan.environment,
     ...secrets,

@@ -11,7 +11,6 @@ import {
   REVISION_LABEL,
   tagCommit,
 } from "../../effects/mod.js";
-import { keys, newResourceId } from "../../proto/mod.js";
 import { startTestDockerd, type TestDockerd } from "../helpers/dockerd.js";
 import {
   call,
@@ -28,9 +27,10 @@ import {
  * images built with the commit in their revision label (docs/delivery-check.md):
  * the whole chain passing (one consumer through the platform's own edge, one a
  * plain server on loopback), a producer without tag or image, a commit not yet
- * released, a stale consumer, bad input and an unknown app. The Release the
- * release check reads is written by {@link standInRelease} until
- * test/e2e/release.test.ts covers release -> delivery-check.
+ * released, a stale consumer, bad input and an unknown app. The release check
+ * on a real Release (release -> delivery-check, its pin running, the edge
+ * reporting the commit and image) is in test/e2e/release.test.ts; here an app
+ * deployed without a release fails it.
  */
 
 interface Ctx {
@@ -94,35 +94,7 @@ async function newApp(t: ExecutionContext<Ctx>): Promise<{ app: string; ws: stri
   return { app, ws: join(t.context.p.dataDir, "apps", app) };
 }
 
-/**
- * Stands in for the release capability: writes a succeeded Release of `app` into
- * `slipway_resources` with the fields delivery-check reads (status, commit, image_ref, service,
- * created_at, updated_at). Remove once test/e2e/release.test.ts runs release -> delivery-check.
- */
-async function standInRelease(
-  t: ExecutionContext<Ctx>,
-  app: string,
-  f: { commit: string; image_ref: string; service?: string },
-): Promise<string> {
-  const id = newResourceId("Release");
-  const now = new Date().toISOString();
-  const doc = {
-    type: "Release",
-    id,
-    app_id: app,
-    status: "succeeded",
-    created_at: now,
-    updated_at: now,
-    commit: f.commit,
-    image_ref: f.image_ref,
-    service: f.service ?? "web",
-    publish_mode: "local",
-  };
-  await t.context.p.admin.kv.resources.put(keys.resource(app, "Release", id), JSON.stringify(doc));
-  return id;
-}
-
-/** The chain built for real up to the release: tag, labelled image, productionize, deploy; the stand-in Release. */
+/** The chain built for real up to the release: tag, labelled image, productionize, deploy (no Release). */
 async function shipped(t: ExecutionContext<Ctx>) {
   const { p } = t.context;
   const { app, ws } = await newApp(t);
@@ -145,8 +117,7 @@ async function shipped(t: ExecutionContext<Ctx>) {
     250,
   );
   t.is(deployment.status, "succeeded", JSON.stringify(deployment));
-  const release = await standInRelease(t, app, { commit, image_ref: image });
-  return { app, ws, commit, image, host, release, deployment };
+  return { app, ws, commit, image, host, deployment };
 }
 
 /** A consumer on loopback that reports `body` on /version. */
@@ -193,11 +164,11 @@ async function deliveryCheck(t: ExecutionContext<Ctx>, body: Record<string, unkn
   return { run, by, event };
 }
 
-test("delivery-check: tag, labelled image, running release and fresh consumers (one through the platform's edge) all pass", async (t) => {
+test("delivery-check: tag, labelled image and fresh consumers (one through the platform's edge) pass", async (t) => {
   const s = await shipped(t);
   const fresh = await consumer(t, { name: s.app, commit: s.commit, image: null });
   const { run, by, event } = await deliveryCheck(t, {
-    checks: ["producer", "release", "consumer"],
+    checks: ["producer", "consumer"],
     repo_name: s.app,
     source_paths: ["src"],
     image: `dctest/${s.app}`,
@@ -213,13 +184,6 @@ test("delivery-check: tag, labelled image, running release and fresh consumers (
     by.producer!.evidence.images.map((i: { id: string }) => i.id),
     [s.image],
   );
-  t.is(by.release!.evidence.release_id, s.release);
-  t.is(by.release!.evidence.pin, s.image);
-  t.true(by.release!.evidence.released_latest);
-  t.deepEqual(
-    by.release!.evidence.containers.map((c: { id: string; runs_pin: boolean }) => [c.id, c.runs_pin]),
-    [[s.deployment.containers[0].id, true]],
-  );
   const [plain, edge] = by.consumer!.evidence.consumers;
   t.is(plain.commit, s.commit);
   t.is(edge.version_url, `http://${s.host}/version`);
@@ -227,13 +191,18 @@ test("delivery-check: tag, labelled image, running release and fresh consumers (
   t.is(edge.commit, s.commit, "the deployed container reports its commit");
 });
 
-test("delivery-check: a commit not yet released fails release (and producer) with the evidence", async (t) => {
+test("delivery-check: an app deployed but never released fails release; a later commit fails producer", async (t) => {
   const s = await shipped(t);
+  const never = await deliveryCheck(t, { checks: ["release"], repo_name: s.app });
+  t.is(never.run.status, "failed");
+  t.false(never.by.release!.ok);
+  t.is(never.by.release!.evidence.release_id, null);
+  t.regex(never.by.release!.reason!, new RegExp(`${s.app} has no succeeded release`));
   mkdirSync(join(s.ws, "src"), { recursive: true });
   writeFileSync(join(s.ws, "src", "later.ts"), "export const later = 1;\n");
   const { commit: next } = await commitAll(s.ws, "a change not released");
   const { run, by, event } = await deliveryCheck(t, {
-    checks: ["producer", "release"],
+    checks: ["producer"],
     repo_name: s.app,
     source_paths: ["src"],
   });
@@ -241,12 +210,7 @@ test("delivery-check: a commit not yet released fails release (and producer) wit
   t.false(run.ok);
   t.is(event.type, "DeliveryCheckFailed");
   t.deepEqual(event.data.results, run.results);
-  t.false(by.release!.ok);
-  t.is(by.release!.evidence.latest_commit, next);
-  t.is(by.release!.evidence.release_commit, s.commit);
-  t.false(by.release!.evidence.released_latest);
-  t.true(by.release!.evidence.containers[0].runs_pin, "what runs is the release; the release is old");
-  t.regex(by.release!.reason!, new RegExp(`commit ${next} is not released`));
+  t.is(by.producer!.evidence.commit, next);
   t.false(by.producer!.ok);
   t.regex(by.producer!.reason!, /no tag points at/);
   t.regex(by.producer!.reason!, /no image on the engine has/);
@@ -274,25 +238,23 @@ test("delivery-check: a producer without a tag or an image fails, naming what is
   t.is(any.run.status, "succeeded", any.by.producer!.reason ?? "");
 });
 
-test("delivery-check: a consumer that reports another commit and image is stale and fails with what it said", async (t) => {
+test("delivery-check: a consumer that reports another commit is stale and fails with what it said", async (t) => {
   const { app, ws } = await newApp(t);
   const commit = (await lastCommitTouching(ws, ["."]))!;
-  const pin = `sha256:${"e".repeat(64)}`;
-  await standInRelease(t, app, { commit, image_ref: pin });
   const stale = await consumer(t, { commit: "0".repeat(40), image: `sha256:${"d".repeat(64)}` });
-  const byImage = await consumer(t, { commit: "0".repeat(40), image: pin });
+  const fresh = await consumer(t, { commit, image: null });
   const { run, by } = await deliveryCheck(t, {
-    checks: ["consumer"],
+    checks: ["producer", "consumer"],
     repo_name: app,
-    consumers: [stale, byImage, `${stale}/elsewhere`],
+    consumers: [stale, fresh, `${stale}/elsewhere`],
   });
   t.is(run.status, "failed");
-  t.is(by.consumer!.evidence.expected_commit, commit, "without producer, the release's commit");
-  t.is(by.consumer!.evidence.commit_from, "release");
-  const [s, i, missing] = by.consumer!.evidence.consumers;
+  t.is(by.consumer!.evidence.expected_commit, commit, "the producer's latest commit");
+  t.is(by.consumer!.evidence.commit_from, "producer");
+  const [s, f, missing] = by.consumer!.evidence.consumers;
   t.false(s.commit_matches || s.image_matches);
   t.is(s.commit, "0".repeat(40));
-  t.true(i.image_matches, "the pinned image is fresh whatever its commit says");
+  t.true(f.commit_matches);
   t.is(missing.status, 404);
   t.regex(by.consumer!.reason!, new RegExp(`${stale} reports commit 0{40}`));
   t.regex(by.consumer!.reason!, /elsewhere answered 404/);

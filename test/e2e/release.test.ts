@@ -1,8 +1,9 @@
 import { execFileSync } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { readFileSync, writeFileSync } from "node:fs";
+import { readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import anyTest, { type ExecutionContext, type TestFn } from "ava";
+import Docker from "dockerode";
 import { startTestDockerd, type TestDockerd } from "../helpers/dockerd.js";
 import { edgeLoad, viaEdge } from "../helpers/edge-load.js";
 import {
@@ -118,12 +119,19 @@ test.serial(
     t.is(init.status, 200);
     const prod = await call(p.controlUrl, "productionize", { app, host });
     t.is(prod.status, 200, JSON.stringify(prod.body));
-    // the starter's /auth routes are the platform's identity: the app's token here, and the data
-    // plane's URL from the platform (its address on the containers' bridge)
-    writeFileSync(
-      join(ws, ".env.prod"),
-      `SESSION_SECRET=a-session-secret-of-the-release-test\nSLIPWAY_TOKEN=${init.body.result.token}\n`,
-    );
+    // no hand-made .env.prod: productionize made an empty one (never committed), the platform gives
+    // its own values (token, service key, data URL, session secret) at roll time
+    const envProd = join(ws, ".env.prod");
+    t.is(statSync(envProd).mode & 0o777, 0o600);
+    t.notRegex(readFileSync(envProd, "utf8"), /^[A-Z_]+=/m, "nothing to fill for the starter");
+    t.is(gitIn(ws, "status", "--porcelain"), "", ".env.prod is not committed");
+    t.regex(readFileSync(join(ws, "compose.prod.yaml"), "utf8"), new RegExp(`image: ${app}-web:unpublished`));
+    // a deploy before any release: release first (not a confusing unpinned-image error)
+    const early = await call(p.controlUrl, "deploy", { app });
+    t.is(early.status, 422, JSON.stringify(early.body));
+    t.is(early.body.error.code, "precondition_failed");
+    t.regex(early.body.error.message, /has no release yet.*release first/);
+    t.is(early.body.error.details[0].path, "/services/web/image");
     const commit = gitIn(ws, "rev-parse", "HEAD");
 
     // a dry run answers the plan and changes nothing
@@ -175,9 +183,48 @@ test.serial(
       t.regex(log.text, new RegExp(`phase ${phase}: succeeded`));
     t.regex(log.text, /npm ci/);
     t.regex(log.text, /pushing/);
+    // the container has the platform's own values (and the app's /auth routes work with its token)
+    const env = await containerEnv(t, doc.containers[0].id);
+    t.is(env.SLIPWAY_TOKEN, init.body.result.token);
+    t.regex(env.SLIPWAY_SERVICE_KEY ?? "", /^.{20,}$/);
+    t.regex(env.SESSION_SECRET ?? "", /^[A-Za-z0-9_-]{43}$/);
+    t.regex(env.SLIPWAY_DATA_URL ?? "", /^http:\/\/[0-9.]+:\d+$/);
+    t.is(env.SLIPWAY_IMAGE, doc.image_ref);
     t.context.good.push({ id: doc.id, commit, image_ref: doc.image_ref });
   },
 );
+
+/** The longest time the load made no progress, and this process's longest timer lag (a stalled event loop). */
+function progressGaps(count: () => number) {
+  let last = { at: Date.now(), n: count() };
+  let tick = Date.now();
+  let still = { ms: 0, at: "" };
+  let lag = 0;
+  const timer = setInterval(() => {
+    const now = Date.now();
+    lag = Math.max(lag, now - tick - 100);
+    tick = now;
+    const n = count();
+    if (n !== last.n) last = { at: now, n };
+    else if (now - last.at > still.ms) still = { ms: now - last.at, at: new Date(last.at).toISOString() };
+  }, 100);
+  return {
+    stop() {
+      clearInterval(timer);
+      return `longest stretch without an answer: ${still.ms} ms from ${still.at}; longest timer lag ${lag} ms`;
+    },
+  };
+}
+
+/** A production container's environment, as the engine holds it. */
+async function containerEnv(t: ExecutionContext<Ctx>, id: string): Promise<Record<string, string>> {
+  const info = await new Docker({ socketPath: t.context.dockerd.host.replace(/^unix:\/\//, "") })
+    .getContainer(id)
+    .inspect();
+  return Object.fromEntries(
+    (info.Config.Env ?? []).map((e: string) => [e.slice(0, e.indexOf("=")), e.slice(e.indexOf("=") + 1)]),
+  );
+}
 
 /** Changes src/app.ts with `edit`, commits it; the new commit. */
 function commitChange(ws: string, message: string, edit: (src: string) => string): string {
@@ -215,6 +262,40 @@ test.serial(
     t.true((tally.by.get(t.context.good[0]!.commit) ?? 0) > 0, "the first release served during the roll");
     t.is((await versionThroughEdge(t)).commit, commit);
     t.context.good.push({ id: doc.id, commit, image_ref: doc.image_ref });
+
+    // delivery-check over the real chain: the tag and labelled image, this release running its pin,
+    // the app's host (through the platform's edge) reporting the commit and the image
+    const { p, app } = t.context;
+    const dc = await call(p.controlUrl, "delivery-check", {
+      checks: ["producer", "release", "consumer"],
+      repo_name: app,
+      source_paths: ["src"],
+      image: `${app}-web`,
+      consumers: [`http://${host}/`],
+    });
+    t.is(dc.status, 202, JSON.stringify(dc.body));
+    const run = await eventually(async () => {
+      const d = await get(p.controlUrl, `/resources/DeliveryCheckRun/${dc.body.resource.id}`);
+      return ["succeeded", "failed"].includes(d.body?.status) ? d.body : undefined;
+    }, 60_000);
+    t.is(run.status, "succeeded", JSON.stringify(run.results, null, 1));
+    const by = Object.fromEntries(
+      (run.results as { check: string; evidence: Record<string, any> }[]).map((x) => [x.check, x.evidence]),
+    );
+    t.is(by.producer!.commit, commit);
+    t.deepEqual(by.producer!.tags, [`release-${commit.slice(0, 12)}`]);
+    t.true(by.producer!.images.some((i: { id: string }) => i.id === doc.image_ref));
+    t.is(by.release!.release_id, doc.id);
+    t.is(by.release!.pin, doc.image_ref);
+    t.true(by.release!.released_latest);
+    t.deepEqual(
+      by.release!.containers.map((c: { id: string; runs_pin: boolean }) => [c.id, c.runs_pin]),
+      [[doc.containers[0].id, true]],
+    );
+    const [edge] = by.consumer!.consumers;
+    t.regex(edge.via, /^edge 127\.0\.0\.1:\d+$/);
+    t.is(edge.commit, commit);
+    t.true(edge.commit_matches && edge.image_matches, JSON.stringify(edge));
   },
 );
 
@@ -294,18 +375,65 @@ test.serial(
 );
 
 test.serial(
+  "a release whose new version never gets ready fails in deploy and undoes repin; the previous version keeps serving, no request fails",
+  async (t) => {
+    const { ws, host, p } = t.context;
+    if (t.context.good.length < 2) return t.fail("needs the two releases before");
+    const last = t.context.good[1]!;
+    const composeBefore = readFileSync(join(ws, "compose.prod.yaml"), "utf8");
+    const commit = commitChange(ws, "break the health check", (s) =>
+      s.replace(
+        '"/health": { GET: (_req, res) => sendJson(res, 200, { status: "ok", hello: true }) },',
+        '"/health": { GET: (_req, res) => sendJson(res, 503, { status: "broken" }) },',
+      ),
+    );
+    const load = edgeLoad(p.proxy!.httpPort, host, "/version", "commit", 16);
+    const { doc, events } = await releaseAndWait(t, { publish_mode: "local", timeout_seconds: 5 });
+    const tally = await load.stop();
+    t.is(doc.status, "failed");
+    t.is(doc.phase, "deploy");
+    t.deepEqual(phaseStates(doc), [
+      "assess:succeeded",
+      "publish:succeeded",
+      "repin:reverted",
+      "deploy:failed",
+      "verify:pending",
+    ]);
+    const failed = events.find((e) => e.type === "ReleaseFailed");
+    t.is(failed?.data.phase, "deploy");
+    t.regex(failed?.data.reason ?? "", /did not become ready/);
+    t.is(
+      readFileSync(join(ws, "compose.prod.yaml"), "utf8"),
+      composeBefore,
+      "repin is undone: the pin is the previous one",
+    );
+    t.regex(gitIn(ws, "log", "-1", "--format=%s"), /^release: unpin after a failed release/);
+    t.is(gitIn(ws, "status", "--porcelain"), "");
+    t.is((await versionThroughEdge(t)).commit, last.commit);
+    t.log(
+      `served ${tally.ok}, failed ${tally.failed.length}: ${JSON.stringify(Object.fromEntries(tally.by))}`,
+    );
+    t.deepEqual(tally.failed.slice(0, 3), []);
+    t.is(tally.by.get(commit), undefined, "the version that never got ready served nothing");
+    gitIn(ws, "revert", "--no-edit", commit);
+  },
+);
+
+test.serial(
   "release --rollback puts the release before back with the same roll, under load, as a Release of its own",
   async (t) => {
     const { p, host } = t.context;
     if (t.context.good.length < 2) return t.fail("needs the two releases before");
     const [first, second] = t.context.good as [Ctx["good"][0], Ctx["good"][0]];
-    const load = edgeLoad(p.proxy!.httpPort, host, "/version", "commit");
+    const load = edgeLoad(p.proxy!.httpPort, host, "/version", "commit", 16);
+    const gaps = progressGaps(() => load.tally.ok + load.tally.failed.length);
     const { doc, events } = await releaseAndWait(
       t,
       { api_paths: ["/api/me", "/api/open"] },
       { prefer: "rollback" },
     );
     const tally = await load.stop();
+    t.log(gaps.stop());
     t.is(doc.status, "succeeded", JSON.stringify({ error: doc.error, phases: doc.phases }));
     t.is(doc.rollback_of, first.id);
     t.is(doc.image_ref, first.image_ref);
@@ -323,6 +451,8 @@ test.serial(
     t.log(
       `served ${tally.ok}, failed ${tally.failed.length}: ${JSON.stringify(Object.fromEntries(tally.by))}`,
     );
+    const rlog = await get(p.controlUrl, `/logs/${doc.id}`);
+    t.log(rlog.text);
     t.is(tally.failed.length, 0, JSON.stringify(tally.failed.slice(0, 3)));
     t.true((tally.by.get(second.commit) ?? 0) > 0 && (tally.by.get(first.commit) ?? 0) > 0);
     // a named rollback to a release that did not succeed is refused
