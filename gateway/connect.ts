@@ -186,7 +186,16 @@ async function sendBody(name: string, provider: MailProvider, body: Promise<Buff
       },
     );
   o.provider ??= name;
-  return Buffer.from(JSON.stringify(o));
+  try {
+    return Buffer.from(JSON.stringify(o));
+  } catch (e) {
+    // a body nested deeper than the stack (JSON.parse takes it, JSON.stringify does not): bad input, not a 500
+    if (e instanceof RangeError)
+      throw new PlatformError("invalid_input", "request body is nested too deeply", {
+        details: [{ path: "", message: "is nested too deeply" }],
+      });
+    throw e;
+  }
 }
 
 /** `/connect/<provider>/<send|grant>`. */

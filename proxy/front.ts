@@ -117,6 +117,7 @@ export class Front {
     proto: "http" | "https",
   ): { host: string; entry: HostEntry } | { error: ProxyError; host?: string; entry?: HostEntry } {
     if (!url.startsWith("/")) return { error: badRequest("the request target must be a path (origin-form)") };
+    if (head.manyHosts) return { error: badRequest("the request has more than one Host header") };
     const host = hostOf(head.host);
     if (host === undefined) return { error: badRequest("the request has no Host header") };
     if (host === null) return { error: badRequest("the Host header is not a host name") };

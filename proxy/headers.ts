@@ -48,6 +48,8 @@ function connectionTokens(value: string | undefined): Set<string> | undefined {
 export interface RequestHead {
   /** The first Host header. */
   host: string | undefined;
+  /** More than one Host header came (RFC 9112 §3.2: such a request is answered 400). */
+  manyHosts: boolean;
   userAgent: string | undefined;
   upgrade: string | undefined;
   connection: string | undefined;
@@ -58,6 +60,7 @@ export interface RequestHead {
 export function scanHead(raw: readonly string[]): RequestHead {
   const h: RequestHead = {
     host: undefined,
+    manyHosts: false,
     userAgent: undefined,
     upgrade: undefined,
     connection: undefined,
@@ -67,7 +70,10 @@ export function scanHead(raw: readonly string[]): RequestHead {
     const name = raw[i]!;
     switch (name.length) {
       case 4:
-        if (h.host === undefined && name.toLowerCase() === "host") h.host = raw[i + 1];
+        if (name.toLowerCase() === "host") {
+          if (h.host === undefined) h.host = raw[i + 1];
+          else h.manyHosts = true;
+        }
         break;
       case 7:
         if (name.toLowerCase() === "upgrade") h.upgrade = raw[i + 1];

@@ -1,7 +1,6 @@
-import type { IncomingMessage } from "node:http";
-import { connect as netConnect, type Socket } from "node:net";
+import { type IncomingMessage, request as httpRequest } from "node:http";
+import { request as httpsRequest } from "node:https";
 import type { Duplex } from "node:stream";
-import { connect as tlsConnect } from "node:tls";
 import { answerSocket, badGateway } from "./answers.js";
 
 /** Connecting to an upstream for an upgrade gives up after this. */
@@ -39,55 +38,92 @@ export interface UpgradeRequest {
 }
 
 /**
- * Passes an upgrade (WebSocket) through: a socket of its own to the upstream, the request head
- * written as it came (less hop-by-hop headers, with X-Forwarded-*), then raw bytes both ways. The
- * upstream's answer (`101 Switching Protocols`, or a refusal) reaches the client as it is.
+ * Passes an upgrade (WebSocket) through: a request of its own to the upstream (the head as it came,
+ * less hop-by-hop headers, with X-Forwarded-*). Only a `101 Switching Protocols` turns the
+ * connection into raw bytes both ways; until then nothing the client sent after its request head
+ * reaches the upstream. Any other answer is relayed as an HTTP response with `connection: close`
+ * and the client's connection is closed after it (no raw tunnel: docs/proxy.md#websocket).
  * `answered` gets the upstream's status (502 when it could not be reached).
  */
 export function passUpgrade(u: UpgradeRequest, answered: (status: number) => void): void {
   const { req, socket, origin } = u;
-  const port = Number(origin.port) || (origin.protocol === "https:" ? 443 : 80);
+  const https = origin.protocol === "https:";
+  const port = Number(origin.port) || (https ? 443 : 80);
   const host = origin.hostname.replace(/^\[|\]$/g, "");
-  const upstream: Socket =
-    origin.protocol === "https:"
-      ? tlsConnect({ host, port, servername: host.includes(":") ? undefined : host })
-      : netConnect({ host, port });
-  let connected = false;
-  let sawAnswer = false;
-  const timer = setTimeout(() => upstream.destroy(new Error("ETIMEDOUT")), CONNECT_TIMEOUT_MS);
+  let settled = false;
+  const settle = (status: number): boolean => {
+    if (settled) return false;
+    settled = true;
+    clearTimeout(timer);
+    answered(status);
+    return true;
+  };
   u.tracker.add(socket);
-  u.tracker.add(upstream);
-  upstream.once(origin.protocol === "https:" ? "secureConnect" : "connect", () => {
-    clearTimeout(timer);
-    connected = true;
-    let head = `${req.method} ${req.url} HTTP/1.1\r\n`;
-    for (let i = 0; i < u.headers.length; i += 2) head += `${u.headers[i]}: ${u.headers[i + 1]}\r\n`;
-    upstream.write(`${head}\r\n`);
+  // the client's bytes wait (paused) until the upstream switched protocols
+  socket.pause();
+  const up = (https ? httpsRequest : httpRequest)({
+    host,
+    port,
+    method: req.method,
+    path: req.url,
+    headers: u.headers,
+    agent: false,
+    setHost: false,
+    ...(https && !host.includes(":") ? { servername: host } : {}),
+  });
+  const timer = setTimeout(() => up.destroy(new Error("ETIMEDOUT")), CONNECT_TIMEOUT_MS);
+  up.once("socket", (s) => {
+    u.tracker.add(s);
+    s.once(https ? "secureConnect" : "connect", () => clearTimeout(timer));
+  });
+  up.once("upgrade", (res: IncomingMessage, upstream: Duplex, upHead: Buffer) => {
+    if (!settle(res.statusCode ?? 101)) return upstream.destroy();
+    u.tracker.add(upstream);
+    upstream.on("error", () => socket.destroy());
+    socket.write(headOf(res));
+    if (upHead.length) socket.write(upHead);
     if (u.head.length) upstream.write(u.head);
-    socket.pipe(upstream);
-  });
-  upstream.once("data", (first: Buffer) => {
-    sawAnswer = true;
-    const m = /^HTTP\/1\.[01] (\d{3})/.exec(first.subarray(0, 16).toString("latin1"));
-    answered(m ? Number(m[1]) : 0);
-    socket.write(first);
     upstream.pipe(socket);
+    socket.pipe(upstream);
+    socket.resume();
+    upstream.once("close", () => socket.end());
+    socket.once("close", () => upstream.destroy());
   });
-  upstream.on("error", (e: Error & { code?: string }) => {
-    clearTimeout(timer);
-    if (!sawAnswer) {
-      answered(502);
-      sawAnswer = true;
-      answerSocket(socket, badGateway(e.code ?? (connected ? "the upstream closed" : "connect failed")));
-    } else socket.destroy();
+  up.once("response", (res: IncomingMessage) => {
+    if (!settle(res.statusCode ?? 0)) return res.destroy();
+    // a refusal: relayed as it is, then the connection ends (whatever the client sent after stays unread)
+    if (!socket.writable) return up.destroy();
+    socket.write(headOf(res, "close"));
+    res.on("data", (c: Buffer) => socket.write(c));
+    res.once("end", () => {
+      socket.end();
+      socket.destroy();
+      up.destroy();
+    });
+    res.once("error", () => socket.destroy());
   });
-  upstream.once("close", () => {
-    clearTimeout(timer);
-    if (!sawAnswer) {
-      sawAnswer = true;
-      answered(502);
-      answerSocket(socket, badGateway("the upstream closed before answering"));
-    } else socket.end();
+  up.on("error", (e: Error & { code?: string }) => {
+    if (settle(502)) answerSocket(socket, badGateway(e.code ?? e.message));
+    else socket.destroy();
   });
-  socket.once("close", () => upstream.destroy());
+  up.once("close", () => {
+    if (settle(502)) answerSocket(socket, badGateway("the upstream closed before answering"));
+  });
+  socket.once("close", () => up.destroy());
+  up.end();
+}
+
+/**
+ * The status line and headers of an upstream's answer, as the client gets them. `close`: the
+ * framing headers are dropped (node decoded the body) and the body ends with the connection.
+ */
+function headOf(res: IncomingMessage, close?: "close"): string {
+  let head = `HTTP/1.1 ${res.statusCode} ${res.statusMessage ?? ""}\r\n`;
+  const raw = res.rawHeaders;
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!.toLowerCase();
+    if (close && (name === "connection" || name === "transfer-encoding" || name === "keep-alive")) continue;
+    head += `${raw[i]}: ${raw[i + 1]}\r\n`;
+  }
+  return `${head}${close ? "connection: close\r\n" : ""}\r\n`;
 }

@@ -199,7 +199,16 @@ export function parseCompose(text: string, file: string): ComposeFile {
       "invalid_input",
       `${file} is not valid YAML: ${doc.errors[0]!.message.split("\n")[0]}`,
     );
-  const root: unknown = doc.toJS({ maxAliasCount: 50 });
+  let root: unknown;
+  try {
+    root = doc.toJS({ maxAliasCount: 50 });
+  } catch (e) {
+    // an alias bomb ("Excessive alias count ...") or a cycle: the file is refused, as bad YAML is
+    const why = e instanceof Error ? e.message.split("\n")[0]!.slice(0, 200) : "it cannot be read";
+    throw new PlatformError("invalid_input", `${file} is not a compose file the platform reads: ${why}`, {
+      details: [{ path: "", message: why }],
+    });
+  }
   const r = new Refusal();
   if (!isMap(root))
     throw new PlatformError("invalid_input", `${file}: the top level must be a map with services`);

@@ -147,10 +147,14 @@ export async function planDeploy(
     if (resolver) route.acme_directory = acmeDirectory(resolver, process.env);
     const mtlsHost = typeof artifacts?.mcp_mtls_host === "string" ? artifacts.mcp_mtls_host : undefined;
     if (mtlsHost) {
-      const secret =
-        typeof artifacts?.mcp_mtls_tls_options === "string"
-          ? artifacts.mcp_mtls_tls_options
-          : "MCP_CLIENT_CA";
+      const named = artifacts?.mcp_mtls_tls_options;
+      const secret = typeof named === "string" ? named : "MCP_CLIENT_CA";
+      // a vault secret name only (SECRET_NAME_PATTERN): never a KV key of anything else (security #15)
+      if (!/^[A-Za-z_][A-Za-z0-9_]{0,127}$/.test(secret))
+        throw bad(
+          "/service",
+          `productionize's mcp_mtls_tls_options is not a vault secret name: run productionize again with one (e.g. MCP_CLIENT_CA)`,
+        );
       if (!(await ctx.state.getVaultEntry(secret)))
         throw bad(
           "/service",

@@ -12,6 +12,7 @@ import {
   OptPath,
   OptStr,
   platform,
+  SECRET_NAME_PATTERN,
   Str,
   Url,
   verifyShared,
@@ -97,7 +98,12 @@ export const productionize = declareCapability({
     blobs_backend: OptStr("blob storage backend"),
     observability: OptBool("wire OTLP export"),
     mcp_mtls_host: OptHost("host of the mTLS MCP endpoint"),
-    mcp_mtls_tls_options: OptStr("TLS options name of the mTLS MCP endpoint"),
+    mcp_mtls_tls_options: Type.Optional(
+      Type.String({
+        pattern: SECRET_NAME_PATTERN,
+        description: "vault secret holding the client CA (PEM) of the mTLS MCP endpoint (a secret name)",
+      }),
+    ),
   }),
 });
 

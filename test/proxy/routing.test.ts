@@ -1,3 +1,5 @@
+import { createServer } from "node:http";
+import { type AddressInfo, connect as netConnect } from "node:net";
 import anyTest, { type TestFn } from "ava";
 import { WebSocket } from "ws";
 import { keys, readPresence } from "../../proto/mod.js";
@@ -233,4 +235,96 @@ test("proxy: closing lets a request in flight finish, then stops serving", async
   await t.throwsAsync(send(base, host, "/"));
   // its presence is gone: a deployer stops waiting for its acknowledgements
   t.is((await w.bus.kv.leases.get(keys.proxyLease(other.proxyId)))?.operation, "DEL");
+});
+
+/** A plain node:http app with no `upgrade` listener: it answers an upgrade request 200 and keeps the connection. */
+async function plainUpstream(): Promise<{ url: string; seen: string[]; close(): Promise<void> }> {
+  const seen: string[] = [];
+  const server = createServer((req, res) => {
+    // the proxy's own health probes are not the client's requests
+    if (req.url !== "/health")
+      seen.push(`${req.method} ${req.url} host=${req.headers.host} xff=${req.headers["x-forwarded-for"]}`);
+    res.writeHead(200, { "content-type": "text/plain" }).end(`seen ${req.url}`);
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", () => r()));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    seen,
+    close: () =>
+      new Promise<void>((r) => {
+        server.closeAllConnections();
+        server.close(() => r());
+      }),
+  };
+}
+
+/** A raw connection to the proxy: what it received, and whether the proxy closed it. */
+function rawClient(port: number) {
+  const socket = netConnect({ host: "127.0.0.1", port });
+  let got = "";
+  socket.on("data", (d: Buffer) => {
+    got += d.toString("latin1");
+  });
+  socket.on("error", () => {});
+  const closed = new Promise<void>((r) => socket.once("close", () => r()));
+  return { socket, received: () => got, closed };
+}
+
+test("proxy: a refused WebSocket upgrade is relayed and the connection closed; a request smuggled after it never reaches the upstream (security #7)", async (t) => {
+  const w = t.context;
+  const up = await plainUpstream();
+  t.teardown(() => up.close());
+  const host = testHost("smuggle");
+  await putRoute(w, routeOf(host, [upstreamOf(up)]));
+  const smuggled =
+    "GET /smuggled HTTP/1.1\r\nHost: anything.evil\r\nX-Forwarded-For: 6.6.6.6\r\n" +
+    "X-Real-IP: 6.6.6.6\r\nX-Forwarded-Proto: https\r\n\r\n";
+  const first = `GET /first HTTP/1.1\r\nHost: ${host}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n`;
+  // the report's sequence: the second request once the first is answered ...
+  const c = rawClient(w.proxy.httpPort);
+  c.socket.write(first);
+  await eventually(async () => c.received().includes("seen /first"), 5000, 10);
+  c.socket.write(smuggled);
+  await Promise.race([
+    c.closed,
+    new Promise((_, reject) =>
+      setTimeout(() => reject(new Error("the proxy kept the connection open")), 3000),
+    ),
+  ]);
+  t.regex(c.received(), /^HTTP\/1\.1 200 /);
+  t.regex(c.received(), /\r\nconnection: close\r\n/i);
+  // ... and in the same packet as the first (it arrives as the upgrade's `head`)
+  const d = rawClient(w.proxy.httpPort);
+  d.socket.write(first + smuggled);
+  await Promise.race([
+    d.closed,
+    new Promise((_, reject) =>
+      setTimeout(() => reject(new Error("the proxy kept the connection open")), 3000),
+    ),
+  ]);
+  t.regex(d.received(), /^HTTP\/1\.1 200 [\s\S]*seen \/first/);
+  t.false(d.received().includes("seen /smuggled"));
+  // both connections are closed, their upstream sides with them: nothing more can arrive
+  t.deepEqual(
+    up.seen.map((s) => s.split(" ")[1]),
+    ["/first", "/first"],
+  );
+  t.false(up.seen.some((s) => s.includes("6.6.6.6") || s.includes("anything.evil")));
+});
+
+test("proxy: a request with two Host headers is 400, never routed on the first (security #15)", async (t) => {
+  const w = t.context;
+  const up = await plainUpstream();
+  t.teardown(() => up.close());
+  const host = testHost("twohosts");
+  await putRoute(w, routeOf(host, [upstreamOf(up)]));
+  const c = rawClient(w.proxy.httpPort);
+  c.socket.write(`GET /x HTTP/1.1\r\nHost: ${host}\r\nHost: other.evil\r\nConnection: close\r\n\r\n`);
+  await c.closed;
+  t.regex(c.received(), /^HTTP\/1\.1 400 /);
+  const body = JSON.parse(c.received().slice(c.received().indexOf("\r\n\r\n") + 4));
+  t.is(body.status, "error");
+  t.is(body.error.code, "invalid_input");
+  t.regex(body.error.message, /more than one Host header/);
+  t.deepEqual(up.seen, []);
 });
