@@ -190,11 +190,14 @@ export class AppActor {
       this.host.log(
         `actor ${this.app}: ${task.resource_type} ${task.resource_id} was running on ${task.node}, which is gone; ending it as failed`,
       );
+      // the closing event says so: its data's reason, and its envelope's status "failed" (a
+      // DeploymentRolledBack of a dead node's deploy is not a roll back: docs/events.md)
+      const reason = `interrupted: node ${task.node} stopped while it ran`;
       await this.host.publishTaskDone(this.app, task, {
         resource_id: task.resource_id,
         status: "failed",
-        fields: { error: `interrupted: node ${task.node} stopped while it ran` },
-        data: { error: "interrupted", node: task.node },
+        fields: { error: reason, reason },
+        data: { error: "interrupted", reason, node: task.node },
       });
     }
     if (recheck) this.host.recheckLater(this.app);
@@ -443,6 +446,11 @@ export class AppActor {
   }
 
   private answerOf(cmd: Command, seq: number, ctx: HandlerContext, effect: Effect): Reply {
+    // refused, its failed resource and failure event committed all the same (a send that could not run)
+    if (effect.refused) {
+      const w = toWireError(effect.refused, cmd.request_id);
+      return { command_id: cmd.id, http: w.status, ok: false, error: w.body.error, seq };
+    }
     const r = effect.resource;
     const deleted = ctx.outbox.resources.some(
       (x) => x.doc === null && x.key === keys.resource(r.app_id, r.type, r.id),

@@ -90,7 +90,7 @@ export interface HandlerContext {
   /** Seals and opens values in memory (no I/O). */
   readonly vault: Sealer;
   /** An app's workspace, read-only (its files are the app's own state; writes go into the outbox). */
-  workspace(app: AppRecord): Workspace;
+  workspace(app: Pick<AppRecord, "workspace">): Workspace;
   readonly platformUrls: PlatformUrls;
   readonly state: AppState;
   /** What the handler's declaration asked to know of the outside, read before this turn. */
@@ -135,6 +135,12 @@ export interface Effect {
    * (its resource `pending`); the handler's `dequeue` starts it when the group is free.
    */
   queued?: { plan: Record<string, unknown> };
+  /**
+   * The call is refused with this error (its documented 4xx/5xx answer), yet what the turn wrote
+   * is committed: a send that could not run is kept as its failed resource with its failure event
+   * (spec: "every send is persisted"; docs/resources.md).
+   */
+  refused?: PlatformError;
 }
 
 export type { TaskContext, TaskResult, TaskSpec } from "./tasks/types.js";

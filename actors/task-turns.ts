@@ -78,7 +78,9 @@ export async function endTask(
   // one event for both outcomes (DependenciesInstalled): its data says which (docs/events.md)
   const data = task.on_failure === task.on_success ? { status: done.status, ...done.data } : done.data;
   // the closing event carries the actor of the call that started the work
-  if (closing) ctx.emit(closing, doc, data, task.actor);
+  // the envelope says how the work ended (docs/events.md, "status"): a failed install is visible
+  // to a watcher without reading data
+  if (closing) ctx.emit(closing, doc, data, task.actor).status = doc.status;
   await handlerOf(task.capability)?.onEnd?.(ctx, doc, task);
   if (done.app_update && done.status === "succeeded") {
     const appRec = await ctx.state.getApp();

@@ -114,6 +114,12 @@ export const PlatformEventSchema = Type.Object(
     actor: ActorSchema,
     /** Type-specific payload (documented in docs/events.md). */
     data: Type.Record(Type.String(), Type.Unknown()),
+    /**
+     * On the event that ends long work, or records a send that could not run: the status its
+     * resource ended in (`succeeded`, `failed`, `rolled_back`, `cancelled`), so a watcher tells a
+     * failed install from a good one (both DependenciesInstalled) without reading `data`.
+     */
+    status: Type.Optional(Type.String()),
   },
   { additionalProperties: false },
 );

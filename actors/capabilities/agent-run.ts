@@ -1,12 +1,52 @@
-import { defineHandler, type HandlerContext } from "../context.js";
+import { defineHandler, type Effect, type HandlerContext } from "../context.js";
 import { AGENT_DEFAULT_MAX_TOKENS, agentRunTask, compileAnswerSchema } from "../tasks/agent-run.js";
 import { PlatformError, type Resource } from "../../proto/mod.js";
 
 /**
- * agent-run (docs/agent-run.md), on the data plane: the app must exist, the
- * caller's schema must compile (400 naming why) and a model must be configured
- * (503 model_unavailable; a fact read before the turn), all before anything is
- * made. The AgentTask (owner-scoped) is `running` until the model's answer
+ * A run that cannot start (no model configured) is persisted all the same: its AgentTask `failed`
+ * with AgentRunFailed, while the call answers the documented `503 model_unavailable` naming it.
+ */
+function refusedRun(
+  ctx: HandlerContext,
+  input: { owner: string; capability?: string | undefined; model?: string | undefined },
+  maxTokens: number,
+  message: string,
+): Effect {
+  const resource: Resource = ctx.resource("AgentTask", "failed", {
+    owner: input.owner,
+    capability: input.capability ?? null,
+    model: input.model ?? null,
+    max_tokens: maxTokens,
+    input_tokens: null,
+    output_tokens: null,
+    result: null,
+    artifact_id: null,
+    error: message,
+    error_code: "model_unavailable",
+  });
+  ctx.putResource(resource);
+  ctx.log(resource.id, `not run: ${message}`);
+  ctx.emit("AgentRunFailed", resource, {
+    owner: input.owner,
+    capability: input.capability ?? null,
+    error: message,
+    error_code: "model_unavailable",
+  }).status = "failed";
+  return {
+    status: "failed",
+    resource,
+    refused: new PlatformError(
+      "model_unavailable",
+      `${message} (the run is kept as AgentTask ${resource.id}, failed)`,
+    ),
+  };
+}
+
+/**
+ * agent-run (docs/agent-run.md), on the data plane: the app must exist and the
+ * caller's schema must compile (400 naming why), before anything is made; a
+ * model must be configured (a fact read before the turn): without one the call
+ * answers 503 model_unavailable and the run is kept `failed` (refusedRun). The AgentTask (owner-scoped) is `running` until the model's answer
  * passes the schema (AgentRunSucceeded, then the Artifact and ArtifactCreated)
  * or is refused (AgentRunFailed with the reason and the validation problems).
  */
@@ -22,9 +62,9 @@ export const agentRun = defineHandler("agent-run", {
     const schema = input.schema as Record<string, unknown>;
     compileAnswerSchema(schema);
     const model = ctx.facts.model;
-    if (!model?.configured)
-      throw new PlatformError("model_unavailable", model?.message ?? "no model is configured");
     const maxTokens = input.max_tokens ?? AGENT_DEFAULT_MAX_TOKENS;
+    if (!model?.configured)
+      return refusedRun(ctx, input, maxTokens, model?.message ?? "no model is configured");
     const resource: Resource = ctx.resource("AgentTask", "running", {
       owner: input.owner,
       capability: input.capability ?? null,

@@ -20,25 +20,30 @@ export const deliveryCheck = defineHandler("delivery-check", {
     ...(input.checks.some((c) => c !== "consumer") ? [{ kind: "engine" as const }] : []),
   ],
   handle: async (ctx, input) => {
-    const app = ctx.facts.appRecords?.[input.repo_name];
-    if (!app)
+    const app = ctx.facts.appRecords?.[input.repo_name] ?? undefined;
+    // a repository that is no app's (a library next to the apps) is named by repo_root, under the
+    // workspace root; it has no releases and no production containers of its own
+    if (!app && input.repo_root === undefined)
       throw new PlatformError(
         "unknown_app",
-        `app ${input.repo_name.slice(0, 64)} does not exist (repo_name names the app whose repository is checked)`,
+        `app ${input.repo_name.slice(0, 64)} does not exist (repo_name names the app whose repository is checked; a repository that is no app's is named by repo_root, under the platform's workspace root)`,
       );
     checkInput(input);
     const repoRoot = input.repo_root ?? ".";
-    if (!ctx.workspace(app).exists(repoRoot))
-      throw new PlatformError("precondition_failed", `${repoRoot} is not in ${app.name}'s workspace`, {
-        details: [{ path: "/repo_root", message: "no such folder in the app's workspace" }],
+    const where = app ? `${app.name}'s workspace` : "the platform's workspace root";
+    const workspace = app?.workspace ?? "";
+    if (!ctx.workspace({ workspace }).exists(repoRoot))
+      throw new PlatformError("precondition_failed", `${repoRoot} is not in ${where}`, {
+        details: [{ path: "/repo_root", message: `no such folder in ${where}` }],
       });
     if (ctx.facts.engine?.available === false)
       throw new PlatformError("container_runtime_unavailable", ctx.facts.engine.message);
     const checks = [...input.checks];
     const plan = {
       checks,
-      app: app.name,
-      workspace: app.workspace,
+      app: app ? app.name : input.repo_name,
+      is_app: app !== undefined,
+      workspace,
       repo_root: repoRoot,
       source_paths: [...(input.source_paths ?? DEFAULT_SOURCE_PATHS)],
       image: input.image ?? null,

@@ -11,7 +11,8 @@ import { requireApp } from "./workspace.js";
  * configured its reading (summary, causes, next step) is added through forced
  * structured output. A model that fails or answers malformed leaves the parsed
  * analysis standing and says so in `model_error`. Long work (reading the log,
- * asking the model); AnalysisCreated when it is done.
+ * asking the model); AnalysisCreated when it is done, failed or not (its
+ * envelope's `status` says which).
  */
 
 /** Resource types explain-failure reads, with the capability that makes them. */
@@ -54,12 +55,17 @@ export const explainFailure = defineHandler("explain-failure", {
     });
     ctx.putResource(resource);
     ctx.log(resource.id, `analysing ${subject.type} ${subject.id}`);
-    const task = explainTask({
-      sub: subject,
-      workspace,
-      appName: ctx.app,
-      capability: EXPLAINABLE[subject.type] ?? subject.type,
-    });
+    // the closed catalogue has no AnalysisFailed: AnalysisCreated ends every analysis, the
+    // envelope's status (and data.status) "failed" when it could not be made (docs/events.md)
+    const task = {
+      ...explainTask({
+        sub: subject,
+        workspace,
+        appName: ctx.app,
+        capability: EXPLAINABLE[subject.type] ?? subject.type,
+      }),
+      onFailure: "AnalysisCreated",
+    };
     // a Verification names its failed assertions (actors/production/verify-findings.ts)
     if (subject.type === "Verification")
       return { status: "running", resource, task: withVerifyFindings(task, subject, ctx.app) };

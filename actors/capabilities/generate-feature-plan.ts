@@ -6,8 +6,9 @@ import { PlatformError, type Resource } from "../../proto/mod.js";
  * generate-feature-plan: the app must exist and a model must be configured
  * (else 404 unknown_app, 503 model_unavailable, before any resource is made;
  * whether a model is configured is a fact read before the turn); the Plan is
- * `running` until the model's answer passes the Plan schema (PlanCreated) or is
- * refused (the Plan fails with the reason in `error`).
+ * `running` until the model's answer passes the Plan schema or is refused (the
+ * Plan fails with the reason in `error`); PlanCreated closes both, its
+ * envelope's `status` saying which.
  */
 export const generateFeaturePlan = defineHandler("generate-feature-plan", {
   facts: () => [{ kind: "model" }],
@@ -31,6 +32,8 @@ export const generateFeaturePlan = defineHandler("generate-feature-plan", {
       resource.id,
       `planning for ${app.name} with ${model.model}: ${goal.length > 120 ? `${goal.slice(0, 120)}...` : goal}`,
     );
-    return { status: "running", resource, task: planTask(app, goal) };
+    // the closed catalogue has no PlanFailed: PlanCreated ends every plan, the envelope's status
+    // (and data.status) "failed" when it was refused (docs/events.md)
+    return { status: "running", resource, task: { ...planTask(app, goal), onFailure: "PlanCreated" } };
   },
 });

@@ -84,16 +84,21 @@ async function start(ctx: HandlerContext): Promise<Effect> {
   return {
     status: "running",
     resource,
-    task: devServerTask({
-      app: ctx.app,
-      name,
-      workspace: workspace.path,
-      port,
-      script,
-      serviceKey: ctx.vault.open(app.service_key, serviceKeyAad(ctx.app)).toString("utf8"),
-      sealed: await sealedSecrets(ctx),
-      platformUrls: ctx.platformUrls,
-    }),
+    task: {
+      ...devServerTask({
+        app: ctx.app,
+        name,
+        workspace: workspace.path,
+        port,
+        script,
+        serviceKey: ctx.vault.open(app.service_key, serviceKeyAad(ctx.app)).toString("utf8"),
+        sealed: await sealedSecrets(ctx),
+        platformUrls: ctx.platformUrls,
+      }),
+      // the closed catalogue has no DevServerFailed: a start that fails ends with DevServerStopped
+      // (the envelope's status "failed", data.error the reason; docs/events.md)
+      onFailure: "DevServerStopped",
+    },
   };
 }
 

@@ -12,6 +12,13 @@ export type ConfiguredSmtp = Extract<SmtpView, { configured: true }>;
 export async function smtpOf(
   ctx: HandlerContext,
 ): Promise<{ view: ConfiguredSmtp; vaulted: VaultEntry | undefined }> {
+  const { view, vaulted } = await smtpViewOf(ctx);
+  if (!view.configured) throw new PlatformError("smtp_unavailable", view.message);
+  return { view, vaulted };
+}
+
+/** The SMTP server an app's mail would go through, or why there is none. */
+async function smtpViewOf(ctx: HandlerContext): Promise<{ view: SmtpView; vaulted: VaultEntry | undefined }> {
   const vaulted = await ctx.state.getVaultEntry(SMTP_SECRET);
   let view: SmtpView;
   if (vaulted) {
@@ -20,7 +27,6 @@ export async function smtpOf(
     view = viewOf(raw.toString("utf8"), "vault", undefined);
     raw.fill(0);
   } else view = ctx.facts.smtp ?? { configured: false, message: "the SMTP configuration was not read" };
-  if (!view.configured) throw new PlatformError("smtp_unavailable", view.message);
   return { view, vaulted };
 }
 
@@ -34,6 +40,62 @@ export interface Mail {
   tokenFields: readonly string[];
 }
 
+/** What an EmailDelivery keeps of a message: redacted (masked recipient, bodies as hash and length, data as field names). */
+function deliveryFields(m: Mail, from: string | null): Record<string, unknown> {
+  return {
+    kind: "email",
+    channel: "smtp",
+    ...redactedDelivery({
+      to: [m.to],
+      from: from as string,
+      subject: m.mail.subject,
+      ...(m.text !== undefined ? { text: m.text } : {}),
+      ...(m.html !== undefined ? { html: m.html } : {}),
+      template: m.template,
+      ...(m.data !== undefined ? { data: m.data } : {}),
+      tokenFields: m.tokenFields,
+    }),
+  };
+}
+
+/**
+ * A send that cannot run (no usable SMTP server) is still persisted (spec: "every send is
+ * persisted"): its EmailDelivery `failed` with the reason and EmailFailed, while the call answers
+ * the documented `503 smtp_unavailable`, which names the delivery.
+ */
+function refusedDelivery(ctx: HandlerContext, message: string, m: Mail): Effect {
+  const resource = ctx.resource("EmailDelivery", "failed", {
+    ...deliveryFields(m, null),
+    smtp_source: null,
+    smtp_server: null,
+    message_id: null,
+    provider_response: null,
+    attempts: 0,
+    error: message,
+    error_code: "smtp_unavailable",
+    temporary: false,
+  });
+  ctx.putResource(resource);
+  ctx.log(resource.id, `not sent: ${message}`);
+  ctx.emit("EmailFailed", resource, {
+    to: resource.to,
+    template: m.template,
+    subject: m.mail.subject,
+    attempts: 0,
+    error: message,
+    error_code: "smtp_unavailable",
+    temporary: false,
+  }).status = "failed";
+  return {
+    status: "failed",
+    resource,
+    refused: new PlatformError(
+      "smtp_unavailable",
+      `${message} (the send is kept as EmailDelivery ${resource.id}, failed)`,
+    ),
+  };
+}
+
 /**
  * The EmailDelivery of one message (redacted: masked recipient, bodies as hash and length, data as
  * field names) and the long work that sends it: what send-email and the /auth routes (docs/identity.md) return.
@@ -45,18 +107,7 @@ export function deliveryEffect(
 ): Effect {
   const { view, vaulted } = smtp;
   const resource = ctx.resource("EmailDelivery", "running", {
-    kind: "email",
-    channel: "smtp",
-    ...redactedDelivery({
-      to: [m.to],
-      from: view.from,
-      subject: m.mail.subject,
-      ...(m.text !== undefined ? { text: m.text } : {}),
-      ...(m.html !== undefined ? { html: m.html } : {}),
-      template: m.template,
-      ...(m.data !== undefined ? { data: m.data } : {}),
-      tokenFields: m.tokenFields,
-    }),
+    ...deliveryFields(m, view.from),
     smtp_source: view.source,
     smtp_server: view.server,
     message_id: null,
@@ -97,7 +148,8 @@ export function deliveryEffect(
  * naming the field under `/data`). The server is the app's vault secret
  * `SMTP_URL`, else the platform's `SLIPWAY_SMTP_URL` (a fact read before the
  * turn); neither, or one that is not a valid smtp(s) URL, is `503
- * smtp_unavailable` before anything is made. Long work in no busy group: the
+ * smtp_unavailable`, the send kept all the same as its EmailDelivery `failed`
+ * with EmailFailed (refusedDelivery). Long work in no busy group: the
  * call answers 202 with the EmailDelivery `running` (redacted: masked
  * recipient, bodies as hash and length, data as field names), the task sends
  * with retries and ends it `succeeded` (EmailSent) or `failed` (EmailFailed).
@@ -106,7 +158,7 @@ export const sendEmail = defineHandler("send-email", {
   facts: () => [{ kind: "smtp" }],
   handle: async (ctx, input) => {
     await requireApp(ctx);
-    const smtp = await smtpOf(ctx);
+    const smtp = await smtpViewOf(ctx);
 
     let mail: RenderedMail;
     let tokenFields: readonly string[] = [];
@@ -123,7 +175,7 @@ export const sendEmail = defineHandler("send-email", {
     }
     const text = input.template !== undefined || input.text !== undefined ? mail.text : undefined;
     const html = input.template !== undefined || input.html !== undefined ? mail.html : undefined;
-    return deliveryEffect(ctx, smtp, {
+    const m: Mail = {
       to: input.to,
       mail,
       text,
@@ -131,6 +183,8 @@ export const sendEmail = defineHandler("send-email", {
       template: input.template ?? null,
       ...(input.data !== undefined ? { data: input.data } : {}),
       tokenFields,
-    });
+    };
+    if (!smtp.view.configured) return refusedDelivery(ctx, smtp.view.message, m);
+    return deliveryEffect(ctx, { view: smtp.view, vaulted: smtp.vaulted }, m);
   },
 });

@@ -75,7 +75,8 @@ function checkedMessage(input: {
  * the provider they connected (`POST /connect/<provider>/grant`). The turn
  * checks the app, the input (every header value; `thread_ref` is Gmail's
  * thread id, refused for outlook) and that the provider is configured (503
- * connector_unavailable otherwise, a fact read before the turn), then starts
+ * connector_unavailable otherwise, a fact read before the turn; the send is kept
+ * all the same, its EmailDelivery `failed` with MessageFailed), then starts
  * the send as long work: the EmailDelivery is `running` (recipients masked,
  * the body only as its SHA-256 and size) and ends with MessageSent or
  * MessageFailed. The grant is read, exchanged and used by the task alone.
@@ -100,12 +101,10 @@ export const sendMessage = defineHandler("send-message", {
       if (!GMAIL_THREAD.test(threadRef)) throw invalid("thread_ref", "must be a Gmail thread id");
     }
     const configured = ctx.facts.mailProvider;
-    if (!configured?.configured)
-      throw new PlatformError(
-        "connector_unavailable",
-        configured?.message ?? `${provider} is not configured`,
-      );
-    const resource = ctx.resource("EmailDelivery", "running", {
+    const unavailable = configured?.configured
+      ? undefined
+      : (configured?.message ?? `${provider} is not configured`);
+    const resource = ctx.resource("EmailDelivery", unavailable ? "failed" : "running", {
       kind: "message",
       owner: input.owner,
       provider,
@@ -119,9 +118,32 @@ export const sendMessage = defineHandler("send-message", {
       provider_message_id: null,
       provider_thread_id: null,
       size_bytes: null,
-      error: null,
+      error: unavailable ?? null,
+      ...(unavailable ? { error_code: "connector_unavailable", failed_at: "provider" } : {}),
     });
     ctx.putResource(resource);
+    if (unavailable) {
+      // a send that cannot run is persisted all the same (spec: "every send is persisted"), failed
+      // with MessageFailed, while the call answers the documented 503 naming it
+      ctx.log(resource.id, `not sent: ${unavailable}`);
+      ctx.emit("MessageFailed", resource, {
+        provider,
+        channel,
+        message_id: null,
+        owner: input.owner,
+        error: unavailable,
+        error_code: "connector_unavailable",
+        stage: "provider",
+      }).status = "failed";
+      return {
+        status: "failed",
+        resource,
+        refused: new PlatformError(
+          "connector_unavailable",
+          `${unavailable} (the send is kept as EmailDelivery ${resource.id}, failed)`,
+        ),
+      };
+    }
     ctx.log(
       resource.id,
       `sending as ${input.owner} through ${provider} to ${message.to.length + message.cc.length + message.bcc.length} recipient(s)`,

@@ -48,7 +48,9 @@ export interface DeliveryCheckTaskInput {
   checks: CheckName[];
   /** The app whose repository and releases are checked (`repo_name`). */
   app: string;
-  /** The app's workspace, relative to the node's workspace root (its record's `workspace`). */
+  /** False: `repo_name` is no app's (a repository under the workspace root): no releases, no containers. */
+  is_app?: boolean;
+  /** The app's workspace, relative to the node's workspace root (its record's `workspace`; "" for no app). */
   workspace: string;
   repo_root: string;
   source_paths: string[];
@@ -57,6 +59,9 @@ export interface DeliveryCheckTaskInput {
   consumers: string[];
 }
 
+const where = (o: DeliveryCheckTaskInput) =>
+  o.is_app === false ? "the platform's workspace root" : `${o.app}'s workspace`;
+
 /** The repository folder, or why it cannot be read (outside the workspace through a link, not a repository). */
 function repositoryDir(root: string, o: DeliveryCheckTaskInput): { dir: string } | { missing: string } {
   const ws = resolve(root, o.workspace);
@@ -64,9 +69,9 @@ function repositoryDir(root: string, o: DeliveryCheckTaskInput): { dir: string }
   try {
     const rel = relative(realpathSync(ws), realpathSync(dir));
     if (rel === ".." || rel.startsWith("../") || isAbsolute(rel))
-      return { missing: `repo_root ${o.repo_root} leaves ${o.app}'s workspace` };
+      return { missing: `repo_root ${o.repo_root} leaves ${where(o)}` };
   } catch {
-    return { missing: `repo_root ${o.repo_root} is not in ${o.app}'s workspace` };
+    return { missing: `repo_root ${o.repo_root} is not in ${where(o)}` };
   }
   if (!isRepository(dir)) return { missing: `repo_root ${o.repo_root} of ${o.app} is not a git repository` };
   return { dir };
@@ -119,7 +124,7 @@ async function release(
   latest: string | undefined,
 ): Promise<CheckResult> {
   const running: RunningContainer[] = [];
-  for (const c of await rt.production().list(o.app)) {
+  for (const c of o.is_app === false ? [] : await rt.production().list(o.app)) {
     if (!c.running || (last?.service && c.service !== last.service)) continue;
     const img = await imageView(rt, c.imageId, []);
     running.push({
@@ -254,8 +259,11 @@ export function deliveryCheckTask(o: DeliveryCheckTaskInput): TaskSpec {
         (asks("producer") || asks("release")) && "dir" in repo
           ? await lastCommitTouching(repo.dir, o.source_paths)
           : undefined;
+      // a repository that is no app's has no Release (its name is never made a key)
       const last =
-        asks("release") || asks("consumer") ? lastSucceeded(await releasesOf(t, o.app)) : undefined;
+        (asks("release") || asks("consumer")) && o.is_app !== false
+          ? lastSucceeded(await releasesOf(t, o.app))
+          : undefined;
       const results: CheckResult[] = [];
       if (asks("producer")) results.push(await guarded("producer", () => producer(t, rt, o, repo, latest)));
       if (asks("release"))

@@ -155,6 +155,9 @@ export const deliveryCheck = declareCapability({
   c_number: "C38",
   events: ["DeliveryCheckCompleted", "DeliveryCheckFailed"],
   skill_action_planned: true,
+  // producer and release read the engine's images and containers (503 without one); consumer alone
+  // runs without (docs/delivery-check.md)
+  requires_container_runtime: true,
   long_running: true,
   app_less: true,
   built: true,

@@ -131,6 +131,10 @@ test("long work left behind by a node killed with -9 ends as failed (interrupted
       evs.body.items.map((e: { type: string }) => e.type),
       ["BuildFailed", "BuildStarted"],
     );
+    // the closing event says the node died (a dead node's deploy is DeploymentRolledBack with
+    // status failed, not rolled_back, and this reason: docs/events.md)
+    t.is(evs.body.items[0].status, "failed");
+    t.regex(evs.body.items[0].data.reason, /interrupted: node doomed stopped while it ran/);
     // the busy group is free again: a new build gets past the busy check on the heir (which has
     // the real build: the app has no workspace here, so it answers 422, not 409 busy)
     const after = await client.send({ ...command(app, "build", { app }), gateway_id: "gworphan" });

@@ -85,7 +85,7 @@ async function waitEnd(t: { context: Ctx }, id: string, owner: string): Promise<
 }
 
 test.serial(
-  "no model configured: 503 model_unavailable, after a bad schema's 400, and nothing is made",
+  "no model configured: 503 model_unavailable, after a bad schema's 400, the run kept failed with AgentRunFailed",
   async (t) => {
     const bad = await run(t, { owner: "usr_a", input: "x", schema: { type: "array" } });
     t.is(bad.status, 400, bad.text);
@@ -95,8 +95,22 @@ test.serial(
     t.is(none.status, 503, none.text);
     t.is(none.body.error.code, "model_unavailable");
     t.regex(none.body.error.message, /ANTHROPIC_API_KEY/);
-    const list = await read(t, `/resources?type=AgentTask&owner=usr_a`);
-    t.deepEqual(list.body.items, []);
+    // the bad schema made nothing; the run that could not start is persisted, failed, with its event
+    const list = await eventually(async () => {
+      const l = await read(t, `/resources?type=AgentTask&owner=usr_a`);
+      return l.body.items?.length ? l.body.items : undefined;
+    });
+    t.is(list.length, 1);
+    t.like(list[0], { status: "failed", owner: "usr_a", error_code: "model_unavailable" });
+    t.regex(none.body.error.message, new RegExp(`AgentTask ${list[0].id}, failed`));
+    const evs = await eventually(async () => {
+      const e = await read(t, `/events?resource_id=${list[0].id}`);
+      return e.body.items?.length ? e.body.items : undefined;
+    });
+    t.deepEqual(
+      evs.map((e: { type: string; status?: string }) => [e.type, e.status]),
+      [["AgentRunFailed", "failed"]],
+    );
     t.is(t.context.api.requests.length, 0, "the model was never called");
   },
 );
@@ -252,13 +266,15 @@ test.serial(
     const r = await call(t.context.p.dataUrl, "inspect", { app: t.context.app, type: "agent-runs" }, auth(t));
     t.is(r.status, 200, r.text);
     const result = r.body.resource.result;
-    t.is(result.total, 3);
-    t.deepEqual(result.by_status, { succeeded: 1, failed: 2 });
+    // the first test's run refused for want of a model is kept, failed
+    t.is(result.total, 4);
+    t.deepEqual(result.by_status, { succeeded: 1, failed: 3 });
     t.is(result.by_model["claude-test-agent"].succeeded, 1);
     t.true(result.tokens.input > 0 && result.tokens.output > 0);
     t.is(result.artifacts, 1);
     t.deepEqual(result.recent_failures.map((f: { error_code: string }) => f.error_code).sort(), [
       "model_rate_limited",
+      "model_unavailable",
       "schema_mismatch",
     ]);
     const text = JSON.stringify(r.body);

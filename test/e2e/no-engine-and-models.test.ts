@@ -1,6 +1,6 @@
 import anyTest, { type TestFn } from "ava";
 import { randomUUID } from "node:crypto";
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import {
   call,
@@ -13,6 +13,9 @@ import {
 } from "../helpers/infra.js";
 import { SAMPLE_PLAN, SAMPLE_READING, startMessagesApi, type MessagesApi } from "../helpers/messages-api.js";
 import { runSlipway } from "../helpers/cli-run.js";
+import { handlerOf } from "../../actors/handlers.js";
+import { registerHandler } from "../../actors/testing.js";
+import type { Effect, HandlerContext } from "../../actors/context.js";
 
 /**
  * Without a container engine run-dev-server answers 503 and the rest of the
@@ -118,8 +121,19 @@ test.serial(
     t.regex(String(bad.json.resource.error), /schema|malformed|steps/i);
     t.is(bad.json.resource.steps, undefined);
 
-    const events = await get(t.context.p.controlUrl, `/events?app_id=${app}&type=PlanCreated`);
-    t.is((events.body as { items: unknown[] }).items.length, 1, "only the valid plan is PlanCreated");
+    // the closed catalogue has no PlanFailed: PlanCreated ends both, the envelope's status says which
+    const events = await eventually(async () => {
+      const r = await get(t.context.p.controlUrl, `/events?app_id=${app}&type=PlanCreated`);
+      const items = (r.body as { items: { resource_id: string; status?: string }[] }).items;
+      return items.length === 2 ? items : undefined;
+    });
+    t.deepEqual(
+      events.map((e) => [e.resource_id, e.status]).sort(),
+      [
+        [plan.json.resource.id, "succeeded"],
+        [bad.json.resource.id, "failed"],
+      ].sort(),
+    );
   },
 );
 
@@ -182,10 +196,13 @@ test.serial(
     t.regex(ex.json.resource.next_step, /lockfile/);
     // a watcher sees the failed install: DependenciesInstalled ends every install, data.status says how
     const events = await get(t.context.p.controlUrl, `/events?resource_id=${install.json.resource.id}`);
-    const items = (events.body as { items: { type: string; data: Record<string, unknown> }[] }).items;
+    const items = (
+      events.body as { items: { type: string; status?: string; data: Record<string, unknown> }[] }
+    ).items;
     t.deepEqual(
-      items.map((e) => [e.type, e.data.status]),
-      [["DependenciesInstalled", "failed"]],
+      items.map((e) => [e.type, e.status, e.data.status]),
+      [["DependenciesInstalled", "failed", "failed"]],
+      "the envelope's status tells a failed install without reading data",
     );
 
     // a build that hangs: the time bound ends the whole process group
@@ -238,5 +255,130 @@ test.serial(
     } finally {
       writeFileSync(pkgFile, original);
     }
+  },
+);
+
+/** The real handler of `name`, its long work made to fail (a log that cannot be read, an engine that gives up). */
+function failingTask(name: "explain-failure" | "run-dev-server", facts?: Partial<HandlerContext["facts"]>) {
+  const real = handlerOf(name)!;
+  return registerHandler(
+    name,
+    async (ctx: HandlerContext, input: Record<string, unknown>): Promise<Effect> => {
+      const c = facts ? { ...ctx, facts: { ...ctx.facts, ...facts } } : ctx;
+      const e = await real.handle(c, input as never);
+      if (!e.task) return e;
+      return {
+        ...e,
+        task: {
+          ...e.task,
+          run: async () => {
+            throw new Error(`${name} could not finish (test)`);
+          },
+        },
+      };
+    },
+    real.facts as never,
+  );
+}
+
+test.serial(
+  "a failed explain-failure and a failed dev-server start emit their closing events (AnalysisCreated, DevServerStopped) with the envelope's status failed",
+  async (t) => {
+    const { app, workspaces } = t.context;
+    const oops = join(workspaces, app, "src", "oops2.ts");
+    writeFileSync(oops, `export const y: number = "no";\n`);
+    const build = await call(t.context.p.controlUrl, "build", { app });
+    rmSync(oops);
+    t.is(build.status, 202, build.text);
+    t.is((await waitEnd(t, "Build", build.body.resource.id)).status, "failed");
+    const closing = async (id: string) =>
+      eventually(async () => {
+        const r = await get(t.context.p.controlUrl, `/events?resource_id=${id}`);
+        const items = (
+          r.body as { items: { type: string; status?: string; data: Record<string, unknown> }[] }
+        ).items;
+        return items.length ? items : undefined;
+      });
+
+    let restore = failingTask("explain-failure");
+    try {
+      const ex = await call(t.context.p.controlUrl, "explain-failure", {
+        app,
+        resource: build.body.resource.id,
+      });
+      t.is(ex.status, 202, ex.text);
+      const a = await waitEnd(t, "Analysis", ex.body.resource.id);
+      t.is(a.status, "failed");
+      const evs = await closing(a.id);
+      t.deepEqual(
+        evs.map((e) => [e.type, e.status]),
+        [["AnalysisCreated", "failed"]],
+      );
+      t.regex(String(evs[0]!.data.error), /could not finish/);
+    } finally {
+      restore();
+    }
+
+    // the engine is said to answer: the start is made, and its long work fails
+    restore = failingTask("run-dev-server", { engine: { available: true }, containers: {} } as never);
+    try {
+      const dev = await call(t.context.p.controlUrl, "run-dev-server", { app, action: "start" });
+      t.is(dev.status, 202, dev.text);
+      const d = await waitEnd(t, "DevServer", dev.body.resource.id);
+      t.is(d.status, "failed");
+      const evs = await closing(d.id);
+      t.deepEqual(
+        evs.map((e) => [e.type, e.status]),
+        [["DevServerStopped", "failed"]],
+      );
+      t.regex(String(evs[0]!.data.error), /could not finish/);
+    } finally {
+      restore();
+    }
+  },
+);
+
+test.serial(
+  "delivery-check: the catalogue says it needs a container engine; a repo_name that is no app is accepted with a repo_root under the workspace root",
+  async (t) => {
+    const caps = await get(t.context.p.controlUrl, "/capabilities");
+    const row = (caps.body as { items: { name: string; requires_container_runtime: boolean }[] }).items.find(
+      (c) => c.name === "delivery-check",
+    );
+    t.true(row?.requires_container_runtime, "producer and release read the engine");
+    const lib = `lib${randomUUID().slice(0, 6)}`;
+    mkdirSync(join(t.context.workspaces, "libs", lib), { recursive: true });
+    const noRoot = await call(t.context.p.controlUrl, "delivery-check", {
+      checks: ["producer"],
+      repo_name: lib,
+    });
+    t.is(noRoot.status, 404, noRoot.text);
+    t.regex(noRoot.body.error.message, /repo_root/);
+    const missing = await call(t.context.p.controlUrl, "delivery-check", {
+      checks: ["producer"],
+      repo_name: lib,
+      repo_root: "libs/none",
+    });
+    t.is(missing.status, 422, missing.text);
+    t.regex(missing.body.error.message, /workspace root/);
+    // past the app check: here the engine is what is missing
+    const producer = await call(t.context.p.controlUrl, "delivery-check", {
+      checks: ["producer"],
+      repo_name: lib,
+      repo_root: `libs/${lib}`,
+    });
+    t.is(producer.status, 503, producer.text);
+    t.is(producer.body.error.code, "container_runtime_unavailable");
+    const consumer = await call(t.context.p.controlUrl, "delivery-check", {
+      checks: ["consumer"],
+      repo_name: lib,
+      repo_root: `libs/${lib}`,
+      consumers: ["http://127.0.0.1:9/"],
+    });
+    t.is(consumer.status, 202, consumer.text);
+    t.like(consumer.body.resource, { type: "DeliveryCheckRun", repo_name: lib, repo_root: `libs/${lib}` });
+    const run = await waitEnd(t, "DeliveryCheckRun", consumer.body.resource.id);
+    t.is(run.status, "failed", "nothing answers at the consumer");
+    t.is(run.release_id, null, "a repository that is no app's has no release");
   },
 );

@@ -286,7 +286,7 @@ test("send-email: bad input is a 400 naming the field, before anything is made",
 });
 
 test.serial(
-  "send-email: no SMTP anywhere is 503 smtp_unavailable and makes nothing; the app's own SMTP_URL still works",
+  "send-email: no SMTP anywhere is 503 smtp_unavailable, the send kept failed with EmailFailed; the app's own SMTP_URL still works",
   async (t) => {
     const { p, smtp } = t.context;
     const app = await newApp(p, "nosmtp");
@@ -302,8 +302,26 @@ test.serial(
       t.is(r.body.status, "error");
       t.is(r.body.error.code, "smtp_unavailable");
       t.regex(r.body.error.message, /SLIPWAY_SMTP_URL/);
-      const list = await get(p.controlUrl, `/resources?app_id=${app.name}&type=EmailDelivery`);
-      t.deepEqual(list.body.items, []);
+      // every send is persisted (spec 1.2): the refused one is an EmailDelivery failed, with its event
+      const id = /EmailDelivery (\S+), failed/.exec(r.body.error.message)?.[1];
+      t.truthy(id, r.body.error.message);
+      const kept = await eventually(async () => {
+        const d = await get(p.controlUrl, `/resources/EmailDelivery/${id}`);
+        return d.status === 200 ? d.body : undefined;
+      });
+      t.like(kept, { app_id: app.name, status: "failed", error_code: "smtp_unavailable", attempts: 0 });
+      t.regex(kept.error, /SLIPWAY_SMTP_URL/);
+      t.deepEqual(kept.to, ["a***@example.com"], "redacted as any send");
+      t.false(JSON.stringify(kept).includes("a@example.com"));
+      const evs = await eventually(async () => {
+        const e = await get(p.controlUrl, `/events?resource_id=${id}`);
+        return e.body.items?.length ? e.body.items : undefined;
+      });
+      t.deepEqual(
+        evs.map((e: { type: string; status?: string }) => [e.type, e.status]),
+        [["EmailFailed", "failed"]],
+      );
+      t.is(evs[0].data.error_code, "smtp_unavailable");
       process.env.SLIPWAY_SMTP_URL = "http://not-smtp.example";
       const bad = await call(
         p.dataUrl,

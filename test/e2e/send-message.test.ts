@@ -455,6 +455,27 @@ test.serial(
       t.is(r.status, 503, r.text);
       t.is(r.body.error.code, "connector_unavailable");
       t.regex(r.body.error.message, /SLIPWAY_MICROSOFT_CLIENT_ID/);
+      // every send is persisted (spec 1.2): failed, with MessageFailed, the 503 naming it
+      const id = /EmailDelivery (\S+), failed/.exec(r.body.error.message)?.[1];
+      t.truthy(id, r.body.error.message);
+      const doc = await eventually(async () => {
+        const d = await get(t.context.p.dataUrl, `/resources/EmailDelivery/${id}`, auth(t));
+        return d.status === 200 ? d.body : undefined;
+      });
+      t.like(doc, {
+        status: "failed",
+        kind: "message",
+        provider: "outlook",
+        error_code: "connector_unavailable",
+      });
+      const evs = await eventually(async () => {
+        const e = await get(t.context.p.dataUrl, `/events?resource_id=${id}`, auth(t));
+        return e.body.items?.length ? e.body.items : undefined;
+      });
+      t.deepEqual(
+        evs.map((e: { type: string; status?: string }) => [e.type, e.status]),
+        [["MessageFailed", "failed"]],
+      );
     } finally {
       process.env.SLIPWAY_MICROSOFT_CLIENT_ID = id;
     }
