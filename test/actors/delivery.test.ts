@@ -2,7 +2,6 @@ import test from "ava";
 import {
   checkInput,
   consumerVerdict,
-  DEFAULT_IMAGE_LABEL,
   type ConsumerAnswer,
   inRepository,
   lastSucceeded,
@@ -32,10 +31,6 @@ const OLD = "b".repeat(40);
 const D1 = `sha256:${"1".repeat(64)}`;
 const D2 = `sha256:${"2".repeat(64)}`;
 const ID = `sha256:${"9".repeat(64)}`;
-
-test("delivery: the default image label is the one release puts on its images", (t) => {
-  t.is(DEFAULT_IMAGE_LABEL, REVISION_LABEL);
-});
 
 test("delivery: a repo_root or source path that leaves its folder is 400 with one detail per field", (t) => {
   t.notThrows(() => checkInput({ checks: ["producer"], repo_root: "svc/api", source_paths: ["src", "./x"] }));

@@ -1,6 +1,6 @@
 import http, { type IncomingHttpHeaders, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { PLANNED_ROUTES, capability } from "../../proto/catalogue.js";
+import { capability } from "../../proto/catalogue.js";
 import { type CliIo, runCli } from "../../cli/mod.js";
 
 /** A request as the fake platform received it. */
@@ -69,9 +69,8 @@ export function notImplementedBody(req: RecordedRequest): Record<string, unknown
 }
 
 /**
- * The default answers: a succeeded capability, an empty list, `501
- * not_implemented` for the planned routes (as the gateway answers today), an
- * error for anything else.
+ * The default answers: a succeeded capability, an empty list, a log line, a
+ * 404 for anything else (a test that needs a 501 scripts it with `respond`).
  */
 export const defaultResponder: Responder = (req, res) => {
   if (req.method === "POST" && req.path.startsWith("/capabilities/")) {
@@ -87,10 +86,6 @@ export const defaultResponder: Responder = (req, res) => {
   if (req.method === "GET" && req.path.startsWith("/logs/")) {
     res.writeHead(200, { "content-type": "text/plain" });
     res.end("log line\n");
-    return;
-  }
-  if (PLANNED_ROUTES.some((r) => r.test(req.path))) {
-    sendJson(res, 501, notImplementedBody(req));
     return;
   }
   sendJson(res, 404, { status: "error", error: { code: "not_found", message: "no such route" } });

@@ -1,6 +1,5 @@
 import { randomUUID } from "node:crypto";
 import anyTest, { type TestFn } from "ava";
-import { subjects } from "../../proto/mod.js";
 import {
   ACTOR,
   call,
@@ -194,7 +193,7 @@ test("app events: bad input is a 4xx in the documented shape, never a 500", asyn
 });
 
 test("app events: an Idempotency-Key stores once; reused with another event it is 409", async (t) => {
-  const { p, apps, nats } = t.context;
+  const { p, apps } = t.context;
   const { name, token } = apps.quiet;
   const body = { app: name, owner: "o", type: "order.placed", subject: "order 1", data: { total: 3 } };
   const key = { "idempotency-key": `k-${randomUUID()}` };
@@ -209,8 +208,6 @@ test("app events: an Idempotency-Key stores once; reused with another event it i
   t.is(c.body.error.code, "idempotency_mismatch");
   const list = await get(p.dataUrl, `/app-events?subject=${encodeURIComponent("order 1")}`, auth(token));
   t.is(list.body.items.length, 1);
-  t.truthy(nats.url);
-  t.is(subjects.appEvent(name, "o", "order 1").split(".").length, 5);
 });
 
 test("rate limits: a burst past the limit gets 429 with Retry-After; another app meanwhile is unaffected", async (t) => {

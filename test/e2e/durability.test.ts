@@ -1,14 +1,12 @@
 import test, { type ExecutionContext } from "ava";
-import { randomUUID } from "node:crypto";
-import { readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { createHash, randomUUID } from "node:crypto";
+import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { spawnSync } from "node:child_process";
 import { createRequire } from "node:module";
 import { fileURLToPath } from "node:url";
 import { startPlatform, type PlatformHandle } from "../../bin/platform.js";
-import { readStream } from "../../store/read-stream.js";
 import { type Bus, openBus } from "../../store/bus.js";
-import { STREAMS, BUCKETS } from "../../proto/subjects.js";
 import { encode } from "../../proto/codec.js";
 import { VaultTamperedError, secretAad } from "../../store/vault.js";
 import { resealAll } from "../../store/vault-rotate.js";
@@ -21,6 +19,7 @@ import {
   tempDir,
   testNatsLog,
 } from "../helpers/infra.js";
+import { busHaystacks, fileHaystacks, foundIn, type Haystack } from "../helpers/store-scan.js";
 
 const require = createRequire(import.meta.url);
 const tsx = require.resolve("tsx");
@@ -60,16 +59,6 @@ async function ids(url: string, app: string): Promise<string[]> {
   return r.body.items
     .filter((x: { type: string }) => x.type !== "Inspection")
     .map((x: { id: string }) => x.id);
-}
-
-function filesUnder(dir: string): string[] {
-  const out: string[] = [];
-  for (const e of readdirSync(dir, { withFileTypes: true })) {
-    const p = join(dir, e.name);
-    if (e.isDirectory()) out.push(...filesUnder(p));
-    else out.push(p);
-  }
-  return out;
 }
 
 type Platform = PlatformHandle & { url: string; dataUrl: string; admin: Bus };
@@ -219,31 +208,30 @@ async function rotation(t: ExecutionContext, l: Lives): Promise<void> {
   t.is(r2.resealed, 0, "nothing left to re-seal");
 }
 
-/** 6. the scan: no secret value in any answer, event, log line, KV value, stream message or file of the data dir. */
-async function scan(t: ExecutionContext, l: Lives): Promise<void> {
+/**
+ * 6. the scan: no secret value in any answer, event, log line, KV value, stream message or file of
+ * the data dir; the app's token in none of them but the answer that handed it out and the app's
+ * own `.env` (the platform keeps its SHA-256).
+ */
+async function scan(t: ExecutionContext, l: Lives, token: string): Promise<void> {
   const { p, dataDir } = l;
-  const haystacks: { where: string; text: string }[] = l.bodies.map((b, i) => ({
-    where: `response ${i}`,
-    text: b,
-  }));
-  for (const stream of Object.values(STREAMS)) {
-    for await (const m of readStream(p.admin, stream, ">"))
-      haystacks.push({ where: `${stream} seq ${m.seq}`, text: Buffer.from(m.data).toString("latin1") });
-  }
-  for (const name of Object.values(BUCKETS)) {
-    for await (const m of readStream(p.admin, `KV_${name}`, ">"))
-      haystacks.push({ where: `KV ${name} ${m.subject}`, text: Buffer.from(m.data).toString("latin1") });
-  }
+  const answers: Haystack[] = l.bodies.map((b, i) => ({ where: `response ${i}`, text: b }));
+  const stored = await busHaystacks(p.admin);
   await p.close();
-  for (const f of filesUnder(dataDir)) {
-    if (statSync(f).size > 64 * 1024 * 1024) continue;
-    haystacks.push({ where: f.slice(dataDir.length), text: readFileSync(f).toString("latin1") });
-  }
-  t.true(haystacks.length > 50, `scanned ${haystacks.length} places`);
+  stored.push(...fileHaystacks(dataDir));
+  t.true(stored.length > 50, `scanned ${stored.length} places`);
   for (const s of l.secrets) {
-    const found = haystacks.filter((h) => h.text.includes(s)).map((h) => h.where);
+    const found = foundIn([...answers, ...stored], s);
     t.deepEqual(found, [], `secret value found in ${found.join(", ")}`);
   }
+  // the app's own workspace .env hands it to the app's processes (mode 0600, never committed)
+  t.deepEqual(
+    foundIn(stored, token),
+    [`/apps/${l.app}/.env`],
+    "the app token is stored nowhere else in clear",
+  );
+  const hash = createHash("sha256").update(token).digest("hex");
+  t.true(foundIn(stored, hash).length > 0, "its SHA-256 is what is kept");
 }
 
 test("restart keeps resources, events and secrets; a deleted index is rebuilt; tampering is refused; rotation re-seals; no secret value is stored anywhere in clear", async (t) => {
@@ -269,6 +257,6 @@ test("restart keeps resources, events and secrets; a deleted index is rebuilt; t
   await rebuiltIndex(t, l, before);
   await tampering(t, l);
   await rotation(t, l);
-  await scan(t, l);
+  await scan(t, l, before.token);
   rmSync(l.dataDir, { recursive: true, force: true });
 });

@@ -262,28 +262,51 @@ test.serial(
 );
 
 test.serial(
-  "an unknown email costs about what a wrong password does (medians of 50 within 20 %)",
+  "an unknown email costs about what a wrong password does (the median of 50 paired ratios within 0.75-1.33)",
   async (t) => {
     // five users, 10 wrong tries each (the 10th failure locks, it is still 401): 50 wrong passwords,
-    // each beside an unknown email, so both see the same load
+    // each paired with an unknown email sent right before or right after it (the order alternates),
+    // so both of a pair see the same load; the median of the pairs' ratios ignores the pairs a
+    // load spike split. Each login costs one argon2id verification (tens of ms): an unknown email
+    // that skipped it would give ratios under 0.1, one that hashed twice ratios near 2, while the
+    // noise of a loaded 2-core machine stays well inside the bounds (docs/testing.md, timing table)
     const users = Array.from({ length: 5 }, (_, i) => `cy${i}.${randomUUID().slice(0, 6)}@example.com`);
     for (const u of users) await signup(t, u, `pw-${randomUUID()}`);
+    const ratios: number[] = [];
     const wrong: number[] = [];
     const unknown: number[] = [];
     for (let i = 0; i < 50; i++) {
-      const w = await auth(t, "login", { email: users[i % 5]!, password: `wrong-${i}` });
-      t.is(w.status, 401);
-      wrong.push(w.ms);
-      const u = await auth(t, "login", {
-        email: `nobody${i}.${randomUUID().slice(0, 6)}@example.com`,
-        password: "x",
-      });
-      t.is(u.status, 401);
-      unknown.push(u.ms);
+      const tryWrong = async () => {
+        const w = await auth(t, "login", { email: users[i % 5]!, password: `wrong-${i}` });
+        t.is(w.status, 401);
+        return w.ms;
+      };
+      const tryUnknown = async () => {
+        const u = await auth(t, "login", {
+          email: `nobody${i}.${randomUUID().slice(0, 6)}@example.com`,
+          password: "x",
+        });
+        t.is(u.status, 401);
+        return u.ms;
+      };
+      let w: number;
+      let u: number;
+      if (i % 2 === 0) {
+        w = await tryWrong();
+        u = await tryUnknown();
+      } else {
+        u = await tryUnknown();
+        w = await tryWrong();
+      }
+      wrong.push(w);
+      unknown.push(u);
+      ratios.push(u / w);
     }
-    const [mw, mu] = [median(wrong), median(unknown)];
-    t.log(`median wrong password ${mw.toFixed(1)} ms, unknown email ${mu.toFixed(1)} ms`);
-    t.true(Math.abs(mw - mu) / Math.max(mw, mu) < 0.2, `${mw} vs ${mu}`);
+    const ratio = median(ratios);
+    t.log(
+      `median wrong password ${median(wrong).toFixed(1)} ms, unknown email ${median(unknown).toFixed(1)} ms, median ratio ${ratio.toFixed(2)}`,
+    );
+    t.true(ratio > 0.75 && ratio < 1 / 0.75, `median unknown/wrong ratio ${ratio.toFixed(2)}`);
   },
 );
 

@@ -115,9 +115,17 @@ test.serial(
     t.false(r.text.includes(wrong));
     t.false(r.text.includes(PUBLIC_KEY));
     t.true(await nothingSaved(t));
-    t.is(rx.spans().length, 0, "the refused probe span was not taken");
+    // the 502 is the receiver's refusal: the probe reached it with the wrong keys, and was refused
+    const wrongBasic = `Basic ${Buffer.from(`${PUBLIC_KEY}:${wrong}`).toString("base64")}`;
+    t.true(rx.refused.length > 0, "the probe reached the receiver");
+    t.true(rx.refused.every((q) => q.headers.authorization === wrongBasic));
+    t.is(rx.requests.length, 0, "nothing was taken");
+    refusedByProbe = rx.refused.length;
   },
 );
+
+/** How many requests the refused probe made: later tests check no exporter went on with its keys. */
+let refusedByProbe = -1;
 
 test.serial(
   "setup-observability: a capability call's spans arrive with its request id, keys as headers only",
@@ -206,7 +214,10 @@ test.serial(
     await eventually(async () => rx.metricNames().includes("slipway.actor.commands"), 10_000);
     await eventually(async () => rx.logLines().some((l) => l.includes("exports traces, metrics and logs")));
 
-    // every request carried the keys as a header, and the keys are nowhere else
+    // every request carried the keys as a header (the refused keys were never kept: nothing
+    // arrived with them after their probe), and the keys are nowhere else
+    t.true(refusedByProbe > 0);
+    t.is(rx.refused.length, refusedByProbe, "no export with the refused keys");
     for (const q of rx.requests) {
       t.is(q.headers.authorization, BASIC);
       t.false(q.text.includes(SECRET_KEY), q.path);

@@ -305,8 +305,17 @@ export interface Target {
   hits: Hit[];
   /** Highest number of calls in flight at once, per path. */
   maxConcurrent: Map<string, number>;
-  behave: Map<string, { delayMs?: number; status?: number; hang?: boolean }>;
+  behave: Map<string, Behaviour>;
   server: Server;
+}
+
+/** How the target answers a path: after a delay, with a status, never, or once `release` settles. */
+export interface Behaviour {
+  delayMs?: number;
+  status?: number;
+  hang?: boolean;
+  /** The answer waits for this (calls held at once are answered together). */
+  release?: Promise<void>;
 }
 
 /** Starts a {@link Target} on a free loopback port; it records every call it gets. */
@@ -314,7 +323,7 @@ export async function startTarget(): Promise<Target> {
   const hits: Hit[] = [];
   const current = new Map<string, number>();
   const maxConcurrent = new Map<string, number>();
-  const behave = new Map<string, { delayMs?: number; status?: number; hang?: boolean }>();
+  const behave = new Map<string, Behaviour>();
   const server = createServer((req, res) => {
     const path = req.url ?? "/";
     hits.push({
@@ -337,7 +346,8 @@ export async function startTarget(): Promise<Target> {
       req.on("close", () => current.set(path, (current.get(path) ?? 1) - 1));
       return;
     }
-    if (b.delayMs) setTimeout(end, b.delayMs);
+    if (b.release) void b.release.then(end);
+    else if (b.delayMs) setTimeout(end, b.delayMs);
     else end();
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));

@@ -5,7 +5,8 @@ import type { AddressInfo } from "node:net";
  * A local OTLP HTTP receiver for tests: it speaks OTLP/HTTP with JSON bodies
  * (`POST /v1/traces`, `/v1/metrics`, `/v1/logs`, what the platform's exporters
  * send), keeps every request with its headers, and can require an
- * `Authorization` value (else 401, as a receiver with keys does).
+ * `Authorization` value (else 401, as a receiver with keys does; the refused
+ * requests are kept apart, in `refused`).
  */
 
 /** One span as the receiver decoded it, with its resource's and its own attributes flattened. */
@@ -28,7 +29,10 @@ export interface ReceivedRequest {
 export interface OtlpReceiver {
   /** `http://127.0.0.1:<port>`: the endpoint to configure. */
   url: string;
+  /** The requests it took (the right `Authorization`, a known path, JSON). */
   requests: ReceivedRequest[];
+  /** The requests it answered 401 (a wrong or missing `Authorization`), body as text only. */
+  refused: ReceivedRequest[];
   /** Every span received so far. */
   spans(): ReceivedSpan[];
   /** Every log record body received so far. */
@@ -64,12 +68,14 @@ function attrs(list: KeyValue[] | undefined): Record<string, unknown> {
 /** Starts a receiver on a free loopback port; `auth`: the only `Authorization` value it takes. */
 export async function startOtlpReceiver(opts: { auth?: string } = {}): Promise<OtlpReceiver> {
   const requests: ReceivedRequest[] = [];
+  const refused: ReceivedRequest[] = [];
   const server: Server = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on("data", (c: Buffer) => chunks.push(c));
     req.on("end", () => {
       const text = Buffer.concat(chunks).toString("utf8");
       if (opts.auth !== undefined && req.headers.authorization !== opts.auth) {
+        refused.push({ path: req.url ?? "", headers: req.headers, body: undefined, text });
         res.writeHead(401, { "content-type": "application/json" }).end('{"message":"unauthorized"}');
         return;
       }
@@ -95,6 +101,7 @@ export async function startOtlpReceiver(opts: { auth?: string } = {}): Promise<O
   return {
     url: `http://127.0.0.1:${port}`,
     requests,
+    refused,
     spans() {
       const out: ReceivedSpan[] = [];
       for (const b of of("/v1/traces"))

@@ -2,7 +2,7 @@ import anyTest, { type TestFn } from "ava";
 import { randomBytes } from "node:crypto";
 import { Agent } from "node:http";
 import type { RouteApplied } from "../../proto/mod.js";
-import { sleep } from "../helpers/infra.js";
+import { eventually, sleep } from "../helpers/infra.js";
 import {
   ackOf,
   type ProxyWorld,
@@ -30,13 +30,36 @@ interface Load {
   ok: number;
   failed: string[];
   byVersion: Map<string, number>;
+  /** Per connection: the version of its latest good answer, and how many answers it has had. */
+  latest: (string | undefined)[];
+  answers: number[];
   stop(): Promise<void>;
+}
+
+/**
+ * Waits until every connection of the load has had a good answer from `version` (its next request
+ * cannot be on its way to an older one: each connection sends one request at a time), and, with
+ * `since`, one more answer than `since` counted.
+ */
+async function everyConnection(l: Load, version: string, since?: number[]): Promise<void> {
+  await eventually(
+    async () => l.latest.every((v, i) => v === version && (!since || l.answers[i]! > since[i]!)),
+    20_000,
+    10,
+  );
 }
 
 /** `n` keep-alive connections each sending GET and POST (its body echoed back) in a loop until stopped. */
 function load(base: string, host: string, n: number): Load {
   const agent = new Agent({ keepAlive: true, maxSockets: n });
-  const l: Load = { ok: 0, failed: [], byVersion: new Map(), stop: async () => {} };
+  const l: Load = {
+    ok: 0,
+    failed: [],
+    byVersion: new Map(),
+    latest: Array.from({ length: n }, () => undefined),
+    answers: Array.from({ length: n }, () => 0),
+    stop: async () => {},
+  };
   let running = true;
   const loop = async (i: number) => {
     let k = 0;
@@ -51,9 +74,11 @@ function load(base: string, host: string, n: number): Load {
         });
         const version = String(r.headers["x-version"]);
         const good = r.status === 200 && (post ? r.body === body : JSON.parse(r.body).version === version);
+        l.answers[i]!++;
         if (good) {
           l.ok++;
           l.byVersion.set(version, (l.byVersion.get(version) ?? 0) + 1);
+          l.latest[i] = version;
         } else l.failed.push(`${post ? "POST" : "GET"} ${r.status} ${r.body.slice(0, 200)}`);
       } catch (e) {
         l.failed.push(`${post ? "POST" : "GET"} ${String(e)}`);
@@ -77,19 +102,19 @@ test("proxy: 16 keep-alive connections doing GET and POST through 8 swaps betwee
   t.true((await putRoute(w, routeOf(host, [upstreamOf(ups[0]!, "dep_0")]))).ok);
   const l = load(w.base, host, 16);
   try {
-    await sleep(300);
+    await everyConnection(l, "v0");
     for (let v = 1; v <= 8; v++) {
       const old = ups[ups.length - 1]!;
       const next = await startUpstream(`v${v}`);
       ups.push(next);
       const ack = await putRoute(w, routeOf(host, [upstreamOf(next, `dep_${v}`)]));
       t.true(ack.ok, `swap to v${v}: ${ack.error ?? ""}`);
-      // the old version drains, then stops as a roll stops it
-      await sleep(300);
+      // the old version has drained once every connection is answered by the new one; it stops
+      // as a roll stops it (its connections cut), and every connection is answered once more
+      await everyConnection(l, `v${v}`);
       await old.close();
-      await sleep(100);
+      await everyConnection(l, `v${v}`, [...l.answers]);
     }
-    await sleep(300);
   } finally {
     await l.stop();
   }

@@ -372,6 +372,14 @@ test("starter server: /auth/config answers the platform's document", async (t) =
   t.deepEqual(await res.json(), AUTH_CONFIG);
 });
 
+test("starter: the template's own test fakes /auth/config with the platform's document", async (t) => {
+  // the template is shipped to apps and stands alone: its copy is checked here instead
+  const text = await readFile(join(starterTemplateDir(), "test", "server.test.ts"), "utf8");
+  const literal = /const PLATFORM_AUTH_CONFIG = (\{[\s\S]*?\n\});/.exec(text)?.[1];
+  t.truthy(literal, "the template test names PLATFORM_AUTH_CONFIG");
+  t.deepEqual(new Function(`return (${literal});`)(), AUTH_CONFIG);
+});
+
 test("starter server: verify's assertions pass against it; check_refresh without the platform's probe session says why it has none", async (t) => {
   const quick = { readiness_timeout_ms: 5000, readiness_interval_ms: 100, timeout_ms: 3000 };
   const o = await runVerification({

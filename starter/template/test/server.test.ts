@@ -21,6 +21,17 @@ function serviceToken(claims: { app: string; job: string; tick: string; exp?: nu
 }
 
 /**
+ * What the platform's `GET /auth/config` answers (Slipway's own suite checks this copy against the
+ * platform's document, so it cannot drift).
+ */
+const PLATFORM_AUTH_CONFIG = {
+  idp: ["password"],
+  email: { verification: "required" },
+  password_signup: true,
+  twofa: "optional",
+};
+
+/**
  * A small stand-in for the platform's data plane: the `/auth` routes and
  * `/auth/me` as the platform's identity answers them, users in memory. The
  * verification links it would mail are kept in `mail`.
@@ -95,12 +106,7 @@ function fakeDataPlane() {
       return owner ? send(res, 200, owner) : fail(res, 401, "unauthenticated");
     }
     if (auth !== `Bearer ${APP_TOKEN}`) return fail(res, 401, "unauthenticated");
-    if (req.method === "GET" && req.url === "/auth/config")
-      return send(res, 200, {
-        idp: ["password"],
-        email: { verification: "required" },
-        password_signup: true,
-      });
+    if (req.method === "GET" && req.url === "/auth/config") return send(res, 200, PLATFORM_AUTH_CONFIG);
     const route = routes[req.url ?? ""];
     if (req.method !== "POST" || !route) return fail(res, 404, "not_found");
     if (req.headers["x-platform-actor-type"] !== "app" || req.headers["x-platform-actor-id"] !== APP)
@@ -184,11 +190,7 @@ describe("{{APP}}", () => {
   it("answers the platform's /auth/config", async () => {
     const res = await fetch(`${base}/auth/config`);
     assert.equal(res.status, 200);
-    assert.deepEqual(await res.json(), {
-      idp: ["password"],
-      email: { verification: "required" },
-      password_signup: true,
-    });
+    assert.deepEqual(await res.json(), PLATFORM_AUTH_CONFIG);
   });
 
   it("answers 503 when the platform cannot be reached", async () => {
