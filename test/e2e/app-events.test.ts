@@ -192,6 +192,38 @@ test("app events: bad input is a 4xx in the documented shape, never a 500", asyn
   t.is(del.status, 405);
 });
 
+test("app events: the types the platform writes (authz.*, policy.*, membership.*, billing.*, connector.*, message.*, mcp.*) are refused: 403 reserved_type", async (t) => {
+  const { p, apps } = t.context;
+  const { name, token } = apps.quiet;
+  const reserved = [
+    "authz.decision",
+    "authz.approval",
+    "policy.set",
+    "membership.removed",
+    "billing.admin_comped",
+    "connector.connected",
+    "message.sent",
+    "mcp.tool_call",
+    "MCP.tool_call",
+    "owner.legacy_claimed",
+  ];
+  for (const type of reserved) {
+    const r = await post(p.dataUrl, token, { app: name, owner: "o", type, data: { decision: "allow" } });
+    t.is(r.status, 403, type);
+    t.is(r.body.status, "error");
+    t.is(r.body.error.code, "reserved_type", type);
+    t.regex(r.body.error.message, /written by the platform only/);
+  }
+  const listed = await get(p.dataUrl, `/app-events?owner=o`, auth(token));
+  t.false(
+    (listed.body.items as Array<{ type: string }>).some((e) => reserved.includes(e.type)),
+    "none was stored",
+  );
+  // the app's own vocabulary, even close to a reserved one, is its own
+  for (const type of ["authz", "messages.sent", "order.paid", "mcpx.call"])
+    t.is((await post(p.dataUrl, token, { app: name, owner: "o", type, data: {} })).status, 200, type);
+});
+
 test("app events: an Idempotency-Key stores once; reused with another event it is 409", async (t) => {
   const { p, apps } = t.context;
   const { name, token } = apps.quiet;
