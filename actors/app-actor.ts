@@ -465,8 +465,8 @@ export class AppActor {
         resource: r,
         events: ctx.outbox.events,
         links: {
-          // never a link to what this call deleted
-          ...(deleted ? {} : { resource: `/resources/${r.type}/${r.id}` }),
+          // never a link to what this call deleted, or did not keep (a plain inspect)
+          ...(deleted || effect.transient ? {} : { resource: `/resources/${r.type}/${r.id}` }),
           logs: `/logs/${r.id}`,
           events: `/events?resource_id=${r.id}`,
         },

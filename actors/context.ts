@@ -141,6 +141,8 @@ export interface Effect {
    * (spec: "every send is persisted"; docs/resources.md).
    */
   refused?: PlatformError;
+  /** The answer's resource is not kept (a plain inspect): the answer links to no resource. */
+  transient?: boolean;
 }
 
 export type { TaskContext, TaskResult, TaskSpec } from "./tasks/types.js";

@@ -53,6 +53,8 @@ export const PREFERENCES = {
   replaceHost: "replace-host",
   /** release: roll back to the previous good release, or to the one named (`rollback=<release id>`). */
   rollback: "rollback",
+  /** inspect: keep the Inspection (a resource and InspectionCreated); a plain inspect only answers it. */
+  record: "record",
 } as const;
 export type Preference = (typeof PREFERENCES)[keyof typeof PREFERENCES];
 

@@ -8,6 +8,8 @@ import {
   type InspectType,
   PlatformError,
   type PlatformEvent,
+  PREFERENCES,
+  preferred,
   secretAad,
   type Resource,
 } from "../../proto/mod.js";
@@ -240,7 +242,12 @@ export const readers: Partial<Record<InspectType, (ctx: HandlerContext) => Promi
   },
 };
 
-/** inspect: reads application state into an Inspection resource. */
+/**
+ * inspect: reads application state into an Inspection. Every inspect type only reads, so a plain
+ * inspect answers its Inspection and keeps nothing: reads do not grow the event log or the
+ * resources. `Prefer: record` keeps it (the resource, and InspectionCreated, the catalogue's event
+ * of inspect), to point at later (docs/resources.md#inspection).
+ */
 export const inspect = defineHandler("inspect", {
   facts: (input) =>
     input.type === "health"
@@ -261,6 +268,8 @@ export const inspect = defineHandler("inspect", {
       result,
     });
     if (input.owner !== undefined) resource.owner = input.owner;
+    if (preferred(ctx.cmd.prefer, PREFERENCES.record) === undefined)
+      return { status: "succeeded", resource, transient: true };
     ctx.putResource(resource);
     ctx.emit("InspectionCreated", resource, { inspected: type });
     return { status: "succeeded", resource };

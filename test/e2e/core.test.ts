@@ -101,7 +101,7 @@ test("inspect answers app, resources, events, secrets, health and auth; an unkno
     t.is(r.status, 200, type);
     t.is(r.body.resource.type, "Inspection");
     t.is(r.body.resource.inspected, type);
-    t.is(r.body.events[0].type, "InspectionCreated");
+    t.deepEqual(r.body.events, [], "a read is no write (docs/resources.md#inspection)");
   }
   const ev = await call(p.controlUrl, "inspect", { app: name, type: "events" });
   t.true(ev.body.resource.result.items.some((e: { type: string }) => e.type === "ApplicationInitialized"));
@@ -226,4 +226,40 @@ test("resources and events page newest first with a cursor", async (t) => {
     ["SecretSet", "SecretSet", "SecretSet"],
   );
   t.is(evs.body.items[0].data.name, "K4");
+});
+
+test("inspect of a read-only kind grows neither the event log nor the resources; Prefer: record keeps one", async (t) => {
+  const { p } = t.context;
+  const name = appName();
+  await call(p.controlUrl, "initialize-app", { name });
+  await call(p.controlUrl, "set-secret", { app: name, name: "K", value: "v" });
+  const count = async (path: string) => (await get(p.controlUrl, `${path}&limit=200`)).body.items.length;
+  const events = () => count(`/events?app_id=${name}`);
+  const kept = () => count(`/resources?app_id=${name}&type=Inspection`);
+  const before = await events();
+  for (const type of ["secrets", "jobs", "routes", "health", "resources"]) {
+    for (let i = 0; i < 10; i++) {
+      const r = await call(p.controlUrl, "inspect", { app: name, type });
+      t.is(r.status, 200, r.text);
+      t.is(r.body.status, "succeeded");
+      t.like(r.body.resource, { type: "Inspection", inspected: type, status: "succeeded" });
+      t.is(r.body.links.resource, undefined, "no link to what is not kept");
+    }
+  }
+  const secrets = await call(p.controlUrl, "inspect", { app: name, type: "secrets" });
+  t.deepEqual(
+    secrets.body.resource.result.items.map((s: { name: string }) => s.name),
+    ["K"],
+  );
+  t.is(await events(), before, "50 reads, no event");
+  t.is(await kept(), 0, "and no Inspection kept");
+  // asked for: kept, with the catalogue's InspectionCreated
+  const rec = await call(p.controlUrl, "inspect", { app: name, type: "secrets" }, { prefer: "record" });
+  t.is(rec.status, 200, rec.text);
+  t.deepEqual(
+    rec.body.events.map((e: { type: string }) => e.type),
+    ["InspectionCreated"],
+  );
+  t.is((await get(p.controlUrl, rec.body.links.resource)).body.id, rec.body.resource.id);
+  t.is(await events(), before + 1);
 });
