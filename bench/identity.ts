@@ -190,7 +190,12 @@ async function prepare(
   let token = "";
   const initDeadline = Date.now() + 30_000;
   for (;;) {
-    const init = await post(p.control, "initialize-app", { name: "idbench" }, 15_000).catch((err: Error) => ({
+    const init = await post(
+      p.control,
+      "initialize-app",
+      { name: "idbench", base_url: "https://bench.example" },
+      15_000,
+    ).catch((err: Error) => ({
       status: 0,
       body: err.message,
     }));

@@ -9,7 +9,6 @@ import {
   secretAad,
   signingKeyAad,
   signingKeyKey,
-  USER_ID_PATTERN,
   VaultEntrySchema,
 } from "../proto/mod.js";
 
@@ -119,7 +118,8 @@ export function claimedApp(token: string): string | undefined {
   }
 }
 
-const USER_ID = new RegExp(USER_ID_PATTERN);
+/** A token's subject: a user id (`usr_…`; verify's probe user `usr_probe-<app>` is up to 69 characters long). */
+const USER_ID = /^usr_[A-Za-z0-9_-]{1,80}$/;
 
 /** The claims of a valid, unexpired access token of `app` whose subject is a user (`usr_…`), or undefined: no lookup. */
 export function verifyAccessToken(
