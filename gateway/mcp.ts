@@ -1,5 +1,6 @@
 import { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import { WebStandardStreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js";
+import { AjvJsonSchemaValidator } from "@modelcontextprotocol/sdk/validation/ajv";
 import {
   type CallToolResult,
   CallToolRequestSchema,
@@ -33,6 +34,7 @@ import {
   registerMcpReplay,
   toolError,
 } from "./mcp-call.js";
+import { bodyRefusal, directToolCall, idOf, rpcError } from "./mcp-rpc.js";
 import { compileInputSchema } from "./mcp-schema.js";
 import { authorize, type PolicyDeps } from "./policy.js";
 import type { Req } from "./request.js";
@@ -41,9 +43,9 @@ import type { Req } from "./request.js";
  * MCP (docs/mcp.md, DESIGN §10): each app's tool registry on both planes
  * (`/mcp/tools`, `/mcp/instructions`, `/mcp/proactive`; writes become the
  * internal commands `_mcp_<route>` for the app's actor) and, on the data
- * plane, the app's MCP endpoint `POST /mcp` (Streamable HTTP, stateless: one
- * SDK `Server` and one web-standard transport per request, JSON answers, no
- * session). A tools/call is checked against the tool's JSON Schema (ajv),
+ * plane, the app's MCP endpoint `POST /mcp` (Streamable HTTP, stateless, JSON
+ * answers, no session: a single tools/call is answered here directly, the
+ * rest by one SDK `Server` and web-standard transport per request). A tools/call is checked against the tool's JSON Schema (ajv),
  * then against the app's policies (gateway/policy.ts), then proxied to the
  * app at `appUrl(base_url, target_path)` with a service token (`job:
  * mcp:<tool>`); every call writes the app event `mcp.tool_call`.
@@ -241,10 +243,31 @@ async function endpoint(d: McpDeps, req: Req, res: Res, bodyP: Promise<Buffer> |
       if ((m as { method?: unknown } | null)?.method === "tools/call")
         d.limiter.limiter.take(app, "mcp", d.limiter.limits.capability);
   }
+  if (parsed !== undefined) {
+    // before any reader of MCP messages: a recursive one overflows on a deep body, and `__proto__`
+    // would become a prototype (the answer names no internal error)
+    const refused = bodyRefusal(parsed);
+    if (refused !== undefined)
+      return res.send(200, rpcError(idOf(parsed), -32600, `Invalid Request: ${refused}`), "application/json");
+  }
   const reg = await registry(d, app);
   const actor = mcpActor(req.headers, principal);
   const host = req.headers.host ?? "";
-  const server = mcpServer(d, { app, owner, actor, host, requestId: req.requestId }, reg);
+  const c: CallContext = { app, owner, actor, host, requestId: req.requestId };
+  const direct = directToolCall(req.headers, parsed);
+  if (direct) {
+    // the hot path: no SDK server, transport or schema parsing per call
+    let text: string;
+    try {
+      const result = await callTool(d, c, reg, direct.name, direct.args);
+      text = JSON.stringify({ jsonrpc: "2.0", id: direct.id, result });
+    } catch (e) {
+      if (!(e instanceof McpError)) throw e;
+      text = rpcError(direct.id, e.code, e.message);
+    }
+    return res.send(200, text, "application/json");
+  }
+  const server = mcpServer(d, c, reg);
   const transport = new WebStandardStreamableHTTPServerTransport({
     sessionIdGenerator: undefined,
     enableJsonResponse: true,
@@ -312,6 +335,9 @@ function mcpActor(h: Record<string, string>, principal: Principal): Actor {
   return { type: "service", id: userOf(principal) ?? "mcp", ...(app ? { app } : {}) };
 }
 
+/** One JSON Schema validator for the SDK's servers (each would build its own ajv). */
+const sdkValidator = new AjvJsonSchemaValidator();
+
 /** The app's MCP server for one request: its tools, its instructions, tools/call as described above. */
 function mcpServer(d: McpDeps, c: CallContext, reg: McpRegistryState): Server {
   const server = new Server(
@@ -319,6 +345,7 @@ function mcpServer(d: McpDeps, c: CallContext, reg: McpRegistryState): Server {
     {
       capabilities: { tools: { listChanged: false } },
       ...(reg.instructions ? { instructions: reg.instructions } : {}),
+      jsonSchemaValidator: sdkValidator,
     },
   );
   server.setRequestHandler(ListToolsRequestSchema, async () => ({
@@ -329,46 +356,56 @@ function mcpServer(d: McpDeps, c: CallContext, reg: McpRegistryState): Server {
       ...(t.high_risk ? { annotations: { destructiveHint: true } } : {}),
     })),
   }));
-  server.setRequestHandler(CallToolRequestSchema, async (request): Promise<CallToolResult> => {
-    const name = request.params.name;
-    const args = request.params.arguments ?? {};
-    const tool = reg.tools.find((t) => t.name === name);
-    if (!tool) {
-      await record(d, c, name.slice(0, 128), { ok: false, reason: "unknown tool" });
-      throw new McpError(
-        ErrorCode.InvalidParams,
-        `unknown tool ${name.slice(0, 128)}: tools/list names them`,
-      );
-    }
-    const why = argumentProblems(c.app, tool, args);
-    if (why !== undefined) {
-      await record(d, c, tool.name, { ok: false, reason: `invalid arguments: ${why}`.slice(0, 500) });
-      return toolError(`invalid arguments: ${why}`);
-    }
-    if (d.policy) {
-      const o = await authorize(d.policy, {
-        app: c.app,
-        action: `mcp:${tool.name}`,
-        owner: c.owner,
-        high_risk: tool.high_risk,
-        actor: c.actor,
-        requestId: c.requestId,
-        replay: { kind: "mcp", tool: tool.name, arguments: args, ...(c.owner ? { owner: c.owner } : {}) },
-      });
-      if (o.decision === "deny") {
-        await record(d, c, tool.name, { ok: false, reason: `policy: denied by ${o.rule}` });
-        return toolError(`denied by policy rule ${o.rule}`);
-      }
-      if (o.decision === "stage") {
-        await record(d, c, tool.name, { ok: false, reason: `pending approval ${o.approval_id}` });
-        const pending = { status: "pending_approval", approval_id: o.approval_id, expires_at: o.expires_at };
-        return { content: [{ type: "text", text: JSON.stringify(pending) }], structuredContent: pending };
-      }
-    }
-    const target = d.apps.record(c.app);
-    const out = await proxy(d.vault, c, tool, args, target);
-    await record(d, c, tool.name, out.event);
-    return out.result;
-  });
+  server.setRequestHandler(CallToolRequestSchema, (request) =>
+    callTool(d, c, reg, request.params.name, request.params.arguments ?? {}),
+  );
   return server;
+}
+
+/**
+ * A tools/call: the tool known, its arguments checked against its schema, the app's policies,
+ * then the call of the app; `mcp.tool_call` is written without holding the answer back (a bus
+ * that is down is logged, the call happened all the same). An unknown tool is a JSON-RPC error.
+ */
+async function callTool(
+  d: McpDeps,
+  c: CallContext,
+  reg: McpRegistryState,
+  name: string,
+  args: Record<string, unknown>,
+): Promise<CallToolResult> {
+  const tool = reg.tools.find((t) => t.name === name);
+  if (!tool) {
+    void record(d, c, name.slice(0, 128), { ok: false, reason: "unknown tool" });
+    throw new McpError(ErrorCode.InvalidParams, `unknown tool ${name.slice(0, 128)}: tools/list names them`);
+  }
+  const why = argumentProblems(c.app, tool, args);
+  if (why !== undefined) {
+    void record(d, c, tool.name, { ok: false, reason: `invalid arguments: ${why}`.slice(0, 500) });
+    return toolError(`invalid arguments: ${why}`);
+  }
+  if (d.policy) {
+    const o = await authorize(d.policy, {
+      app: c.app,
+      action: `mcp:${tool.name}`,
+      owner: c.owner,
+      high_risk: tool.high_risk,
+      actor: c.actor,
+      requestId: c.requestId,
+      replay: { kind: "mcp", tool: tool.name, arguments: args, ...(c.owner ? { owner: c.owner } : {}) },
+    });
+    if (o.decision === "deny") {
+      void record(d, c, tool.name, { ok: false, reason: `policy: denied by ${o.rule}` });
+      return toolError(`denied by policy rule ${o.rule}`);
+    }
+    if (o.decision === "stage") {
+      void record(d, c, tool.name, { ok: false, reason: `pending approval ${o.approval_id}` });
+      const pending = { status: "pending_approval", approval_id: o.approval_id, expires_at: o.expires_at };
+      return { content: [{ type: "text", text: JSON.stringify(pending) }], structuredContent: pending };
+    }
+  }
+  const target = d.apps.record(c.app);
+  const out = await proxy(d.vault, c, tool, args, target);
+  void record(d, c, tool.name, out.event);
+  return out.result;
 }

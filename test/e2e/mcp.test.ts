@@ -60,6 +60,20 @@ async function startFront(port: number, to: () => number): Promise<Ctx["front"]>
         authorization: req.headers.authorization,
         body: body.toString(),
       });
+      // targets that misbehave (docs/mcp.md: what the platform makes of the app's answer)
+      if (req.url === "/tools/slow") return; // never answers (the platform gives up after 10 s)
+      if (req.url === "/tools/big") {
+        res.writeHead(200, { "content-type": "application/json" });
+        return res.end(JSON.stringify({ blob: "x".repeat(1024 * 1024 + 16) }));
+      }
+      if (req.url === "/tools/teapot") {
+        res.writeHead(418, { "content-type": "text/plain" });
+        return res.end("short and stout");
+      }
+      if (req.url === "/tools/moved") {
+        res.writeHead(302, { location: "/tools/word_count" });
+        return res.end();
+      }
       const out = httpRequest(
         { host: "127.0.0.1", port: to(), method: req.method, path: req.url, headers: req.headers },
         (r) => {
@@ -582,7 +596,186 @@ test.serial(
       return (r.body.items as any[]).length ? r.body.items : undefined;
     });
     t.like(approvals[0].data, { decision: "approved", rule: "hold-risky", action: "mcp:echo" });
-    for (const id of ["no-words", "hold-risky"])
-      t.is((await http("DELETE", `${p.dataUrl}/policies?id=${id}`, undefined, bearer(token))).status, 200);
+    // a deny or stage rule binds the app's token: the operator removes them
+    for (const id of ["no-words", "hold-risky"]) {
+      t.is((await http("DELETE", `${p.dataUrl}/policies?id=${id}`, undefined, bearer(token))).status, 403);
+      t.is((await http("DELETE", `${p.controlUrl}/policies?app=${app}&id=${id}`)).status, 200);
+    }
+  },
+);
+
+/** A raw JSON-RPC POST to the app's MCP endpoint with the headers an MCP client sends. */
+async function rpc(
+  dataUrl: string,
+  token: string,
+  body: string,
+): Promise<{ status: number; body: any; text: string }> {
+  const r = await fetch(`${dataUrl}/mcp`, {
+    method: "POST",
+    headers: {
+      ...bearer(token),
+      accept: "application/json, text/event-stream",
+      "content-type": "application/json",
+    },
+    body,
+  });
+  const text = await r.text();
+  let parsed: any;
+  try {
+    parsed = JSON.parse(text);
+  } catch {}
+  return { status: r.status, body: parsed, text };
+}
+
+test.serial(
+  "hostile tools/call bodies: 50,000-deep arguments and __proto__ keys answer a clean JSON-RPC error, nothing is proxied",
+  async (t) => {
+    const { p, token, front } = t.context;
+    const before = front.seen.length;
+    const deep = `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"word_count","arguments":{"text":${"[".repeat(50_000)}${"]".repeat(50_000)}}}}`;
+    const d = await rpc(p.dataUrl, token, deep);
+    t.is(d.status, 200, d.text.slice(0, 300));
+    t.is(d.body.id, 7);
+    t.is(d.body.error.code, -32600);
+    t.regex(d.body.error.message, /nests deeper than 128 levels/);
+    t.notRegex(d.text, /stack|RangeError|Maximum/);
+    const proto = await rpc(
+      p.dataUrl,
+      token,
+      '{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"word_count","arguments":{"__proto__":{"polluted":1},"text":"a"}}}',
+    );
+    t.is(proto.body.id, 8);
+    t.regex(proto.body.error.message, /__proto__/);
+    // in a batch too (the SDK's path)
+    const batch = await rpc(
+      p.dataUrl,
+      token,
+      '[{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"word_count","arguments":{"__proto__":{},"text":"a"}}}]',
+    );
+    t.regex(batch.body.error.message, /__proto__/);
+    t.is(front.seen.length, before, "nothing reached the app");
+  },
+);
+
+test.serial(
+  "the app's answer: past 10 s a tool error, over 1 MiB a tool error, non-2xx isError naming the status, a redirect is not followed",
+  async (t) => {
+    const { p, app, token, front } = t.context;
+    const schema = { type: "object", properties: {}, additionalProperties: false };
+    for (const name of ["slow", "big", "teapot", "moved"]) {
+      const r = await http("POST", `${p.controlUrl}/mcp/tools`, {
+        app,
+        name,
+        description: name,
+        input_schema: schema,
+        target_path: `/tools/${name}`,
+      });
+      t.is(r.status, 200, r.text);
+    }
+    const client = await mcpClient(p.dataUrl, token);
+    t.teardown(() => client.close());
+    const callOf = (name: string) => client.callTool({ name, arguments: {} }, undefined, { timeout: 30_000 });
+    const teapot = await callOf("teapot");
+    t.true(teapot.isError);
+    t.regex(JSON.stringify(teapot.content), /the app answered HTTP 418: short and stout/);
+    const seenBefore = front.seen.length;
+    const moved = await callOf("moved");
+    t.true(moved.isError, JSON.stringify(moved));
+    t.regex(JSON.stringify(moved.content), /HTTP 302/);
+    t.is(front.seen.length, seenBefore + 1, "the redirect's target was not called");
+    const big = await callOf("big");
+    t.true(big.isError);
+    t.regex(JSON.stringify(big.content), /larger than 1048576 bytes/);
+    const t0 = Date.now();
+    const slow = await callOf("slow");
+    t.true(slow.isError);
+    t.regex(JSON.stringify(slow.content), /did not answer within 10000 ms/);
+    t.true(Date.now() - t0 >= 9_900, `${Date.now() - t0} ms`);
+    const events = await eventually(async () => {
+      const xs = await toolCalls(p, app);
+      return xs.some((x) => x.subject === "slow") ? xs : undefined;
+    });
+    t.is(events.find((x) => x.subject === "slow").data.reason, "timeout after 10000 ms");
+    t.is(events.find((x) => x.subject === "teapot").data.reason, "HTTP 418");
+    for (const name of ["slow", "big", "teapot", "moved"])
+      t.is((await http("DELETE", `${p.controlUrl}/mcp/tools?app=${app}&name=${name}`)).status, 200);
+  },
+);
+
+test.serial(
+  "the control token on the data plane's /mcp is 403; an app holds at most 64 tools (the 65th is 409)",
+  async (t) => {
+    const { p, other } = t.context;
+    const op = await rpc(p.dataUrl, p.controlToken, '{"jsonrpc":"2.0","id":1,"method":"tools/list"}');
+    t.is(op.status, 403, op.text);
+    t.is(op.body.error.code, "forbidden");
+    const tool = (i: number) => ({
+      app: other.app,
+      name: `t${i}`,
+      description: "d",
+      target_path: `/tools/t${i}`,
+    });
+    for (let i = 0; i < 64; i += 16) {
+      const rs = await Promise.all(
+        Array.from({ length: 16 }, (_, k) => http("POST", `${p.controlUrl}/mcp/tools`, tool(i + k))),
+      );
+      t.true(
+        rs.every((r) => r.status === 200),
+        rs.find((r) => r.status !== 200)?.text,
+      );
+    }
+    const over = await http("POST", `${p.controlUrl}/mcp/tools`, tool(64));
+    t.is(over.status, 409, over.text);
+    t.regex(over.body.error.message, /64 tools/);
+    t.is((await http("POST", `${p.controlUrl}/mcp/tools`, { ...tool(3), description: "again" })).status, 200);
+  },
+);
+
+test.serial(
+  "a hostile input-schema pattern (`^(a+)+$`, maxLength 100) is refused at registration at once, and /healthz answers meanwhile",
+  async (t) => {
+    const { p, app, token } = t.context;
+    // the review's schema: `^(a+)+$` with maxLength 100 was accepted, and a call froze the gateway
+    // (26 characters: 2.5 s, doubling with each more; 100: never). Both answer in a few ms on an idle
+    // machine; the bounds are wall times on a shared 2-core machine under load (20+ runnable
+    // processes were seen), so they are 250 ms: far from a stall, not a measure of the engine. The
+    // CPU bound of 50 ms on the checks themselves is test/gateway/mcp-schema.test.ts's.
+    const hostile = {
+      name: "redos",
+      description: "r",
+      input_schema: {
+        type: "object",
+        properties: { t: { type: "string", maxLength: 100, pattern: "^(a+)+$" } },
+        required: ["t"],
+        additionalProperties: false,
+      },
+      target_path: "/tools/echo",
+    };
+    const t0 = performance.now();
+    const refused = await http("POST", `${p.dataUrl}/mcp/tools`, hostile, bearer(token));
+    const ms = performance.now() - t0;
+    t.is(refused.status, 400, refused.text);
+    t.regex(refused.body.error.message, /nested quantifiers/);
+    t.log(`first refusal ${ms.toFixed(1)} ms`);
+    const timed = async (f: () => Promise<unknown>) => {
+      const s = performance.now();
+      await f();
+      return performance.now() - s;
+    };
+    // the best of 3 (a single sample on this machine measures its other load)
+    let call = Infinity;
+    let health = Infinity;
+    for (let i = 0; i < 3; i++) {
+      const [c, h] = await Promise.all([
+        timed(() => http("POST", `${p.dataUrl}/mcp/tools`, hostile, bearer(token))),
+        timed(() => fetch(`${p.controlUrl}/healthz`).then((r) => r.text())),
+      ]);
+      call = Math.min(call, c);
+      health = Math.min(health, h);
+    }
+    t.log(`refusal ${call.toFixed(1)} ms, /healthz ${health.toFixed(1)} ms`);
+    t.true(call < 250, `refusal ${call.toFixed(1)} ms`);
+    t.true(health < 250, `/healthz ${health.toFixed(1)} ms`);
+    void app;
   },
 );
