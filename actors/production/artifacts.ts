@@ -136,11 +136,8 @@ function compose(i: ArtifactInputs): string {
     "# behind the platform's proxy. Keep to the subset it honours: image, environment, env_file, ports,",
     "# labels, healthcheck, command, volumes, depends_on (anything else is refused by name). Images are",
     "# pinned by digest: release rewrites them; deploy refuses an image that is not (422 image_not_pinned).",
-    ...(isUnpublished(i.web_image)
-      ? [
-          `# ${i.web_image}: the image the first release builds and pins here (slipway release --app ${i.app}).`,
-        ]
-      : []),
+    `# web: each release builds its image and pins it here by digest (slipway release --app ${i.app});`,
+    '# a deploy before the first release answers "release first".',
     `name: ${i.app}`,
     "services:",
     "  web:",
