@@ -51,11 +51,16 @@ export class AppDirectory {
     this.vault = vault;
   }
 
-  async start(log: (m: string) => void): Promise<void> {
+  /** `onBaseUrl`: an app that had no base URL (or was not known yet) has one now (its paused jobs resume). */
+  async start(log: (m: string) => void, onBaseUrl: (app: string) => void = () => {}): Promise<void> {
     const w = await this.bus.kv.apps.watch();
     this.stopWatch = () => w.stop();
     (async () => {
-      for await (const e of w) this.learn(e);
+      for await (const e of w) {
+        const before = this.apps.get(e.key);
+        this.learn(e);
+        if (this.apps.get(e.key)?.baseUrl && !before?.baseUrl) onBaseUrl(e.key);
+      }
     })().catch((e) => log(`scheduler: apps watch ended: ${String(e)}`));
   }
 

@@ -15,6 +15,7 @@ import {
   keys,
   LEASE_TTL_MS,
 } from "../proto/mod.js";
+import { NO_BASE_URL } from "./capabilities/mod.js";
 import { AppDirectory, TickCaller, type TickResult, TickReporter } from "./scheduler-io.js";
 
 export interface SchedulerOptions {
@@ -47,6 +48,8 @@ interface Job {
   stateRev: number;
   timer?: NodeJS.Timeout;
   busy: boolean;
+  /** Waits for its app's base URL: no timer until the app has one (docs/scheduler.md). */
+  parked?: boolean;
 }
 
 /**
@@ -164,7 +167,7 @@ class Scheduler {
 
   /** Becomes leader: loads every job and its state from a watch, then arms timers (catching up once). */
   private async lead(): Promise<void> {
-    await this.apps.start(this.o.log);
+    await this.apps.start(this.o.log, (app) => this.resume(app));
     // definitions only (`<app>.<job>`): a tick's run state is this leader's own write, or read back
     // after a compare-and-set that another leader won
     const w = await this.o.bus.kv.jobs.watch({ key: keys.allJobs });
@@ -198,6 +201,7 @@ class Scheduler {
     if (job) {
       job.def = def;
       job.schedule = schedule;
+      job.parked = false; // a new definition looks at the app again
       this.arm(job);
       return;
     }
@@ -220,7 +224,7 @@ class Scheduler {
   private arm(job: Job): void {
     if (job.timer) clearTimeout(job.timer);
     job.timer = undefined;
-    if (!this.leading || job.def.disabled) return;
+    if (!this.leading || job.def.disabled || job.parked) return;
     const s = job.state;
     let due: number | null;
     if (s?.running) {
@@ -297,7 +301,42 @@ class Scheduler {
     };
   }
 
+  /** The jobs of an app that waited for its base URL fire again (missed ticks caught up as after downtime). */
+  private resume(app: string): void {
+    for (const job of this.jobs.values()) {
+      if (job.def.app !== app || !job.parked) continue;
+      job.parked = false;
+      this.o.log(`scheduler: ${job.key}: ${app} has a base_url; the job resumes`);
+      if (!job.busy) this.arm(job);
+    }
+  }
+
+  /**
+   * A job of an app without a base URL is not fired (it would fail every period): it waits,
+   * reported once with the reason (on the job's resource, no event), until the app has one.
+   */
+  private async parkWithoutBaseUrl(job: Job): Promise<boolean> {
+    const target = await this.apps.get(job.def.app).catch(() => undefined);
+    if (!target || target.baseUrl) return false;
+    if (job.parked) return true;
+    job.parked = true;
+    this.o.log(`scheduler: ${job.key}: ${NO_BASE_URL}`);
+    const state = job.state ?? this.blankState(job);
+    this.reporter.add(job.def.app, {
+      name: job.def.name,
+      ok: false,
+      paused: NO_BASE_URL,
+      duration_ms: 0,
+      due_at: new Date(now()).toISOString(),
+      late_ms: 0,
+      refire: false,
+      state,
+    });
+    return true;
+  }
+
   private async fireInner(job: Job): Promise<void> {
+    if (await this.parkWithoutBaseUrl(job)) return;
     const t = now();
     const anchor = Date.parse(job.def.anchor);
     let state: JobState = job.state ? { ...job.state } : this.blankState(job);

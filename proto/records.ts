@@ -91,6 +91,11 @@ export const JobRanSchema = Type.Object({
   late_ms: Type.Number(),
   refire: Type.Boolean(),
   state: JobStateSchema,
+  /**
+   * The tick was not fired and the job waits: why (the app has no base_url yet). No event; the
+   * reason goes on the job (`paused_reason`) until a tick runs again (docs/scheduler.md).
+   */
+  paused: Type.Optional(Type.String()),
 });
 export type JobRan = Static<typeof JobRanSchema>;
 

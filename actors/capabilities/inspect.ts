@@ -204,6 +204,7 @@ export const readers: Partial<Record<InspectType, (ctx: HandlerContext) => Promi
         failures: j.failures,
         skipped_overlap: j.skipped_overlap,
         missed: j.missed,
+        paused_reason: j.paused_reason ?? null,
       })),
     };
   },

@@ -25,6 +25,7 @@ import { verify } from "./verify.js";
 
 /** Internal command a scheduler leader sends with a tick's outcome. */
 export const JOB_RAN = "_job_ran";
+export { NO_BASE_URL } from "./schedule-job.js";
 
 /**
  * The handlers of the built capabilities, one file each; a capability is built

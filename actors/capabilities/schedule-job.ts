@@ -15,6 +15,14 @@ import {
   keys,
 } from "../../proto/mod.js";
 
+/**
+ * Why a job waits instead of firing: its ticks call `<base_url><target_path>`, and the app has no
+ * base URL yet (initialize-app's `base_url`, a dev server or a deploy sets it). It resumes by
+ * itself when the app gets one (docs/scheduler.md).
+ */
+export const NO_BASE_URL =
+  "paused: the app has no base_url yet; the job resumes by itself once it has one (initialize-app base_url, a dev server or a deploy)";
+
 /** Jobs one app may define (docs/scheduler.md); `SLIPWAY_JOB_QUOTA` on the node changes it. */
 export const JOB_QUOTA_DEFAULT = 100;
 
@@ -53,7 +61,8 @@ function scheduleView(s: Schedule): Record<string, string> {
  */
 export const scheduleJob = defineHandler("schedule-job", {
   handle: async (ctx, input) => {
-    if (!(await ctx.state.getApp())) throw new PlatformError("unknown_app", `app ${ctx.app} does not exist`);
+    const app = await ctx.state.getApp();
+    if (!app) throw new PlatformError("unknown_app", `app ${ctx.app} does not exist`);
     const name = input.name;
     const existing = await ctx.state.getJob(name);
     const iso = ctx.now.toISOString();
@@ -129,6 +138,8 @@ export const scheduleJob = defineHandler("schedule-job", {
         failures: previous?.failures ?? 0,
         skipped_overlap: previous?.skipped_overlap ?? 0,
         missed: previous?.missed ?? 0,
+        // fired only once the app has a base URL (the scheduler resumes it then)
+        paused_reason: app.base_url ? null : NO_BASE_URL,
       },
       { id, created_at: previous?.created_at ?? iso },
     );
@@ -169,7 +180,16 @@ export const jobRan: InternalHandler = async (ctx, input) => {
     const seen = written.get(def.resource_id);
     const previous = seen?.previous ?? (await ctx.state.getResource("ScheduledJob", def.resource_id));
     if (!previous) continue;
-    const resource = tickedResource(seen?.resource ?? previous, r, ctx.now.toISOString());
+    const before = seen?.resource ?? previous;
+    if (r.paused !== undefined) {
+      // not fired: the job waits, and says why (no event: nothing ran)
+      const resource = { ...before, paused_reason: r.paused, updated_at: ctx.now.toISOString() };
+      written.set(def.resource_id, { resource, previous });
+      last = resource;
+      ctx.log(def.resource_id, r.paused);
+      continue;
+    }
+    const resource = tickedResource(before, r, ctx.now.toISOString());
     written.set(def.resource_id, { resource, previous });
     last = resource;
     ctx.log(def.resource_id, tickLine(r));
@@ -195,6 +215,7 @@ function tickedResource(before: Resource, r: JobRan, iso: string): Resource {
     failures: s.failures,
     skipped_overlap: s.skipped_overlap,
     missed: s.missed,
+    paused_reason: null,
   };
 }
 

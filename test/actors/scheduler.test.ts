@@ -12,7 +12,8 @@ import {
   targetAppPerFile,
 } from "../helpers/cluster.js";
 import { call, eventually, freePort, get, sleep } from "../helpers/infra.js";
-import { STREAMS, subjects } from "../../proto/subjects.js";
+import { keys, STREAMS, subjects } from "../../proto/subjects.js";
+import { encode } from "../../proto/codec.js";
 import { readStream } from "../../store/read-stream.js";
 
 /**
@@ -316,4 +317,48 @@ test("the outcomes of an app's ticks that end together reach its actor as one re
   t.true(reports[0]!.every((x) => x.due_at === at));
   for (const id of ids) t.is((await ran(id)).length, 1, "one JobRan per reported tick");
   for (const name of names) target.behave.delete(`/cron/${app}/${name}`);
+});
+
+test("a job of an app without a base_url waits, the reason on its job, instead of failing every period, and resumes once the app has one", async (t) => {
+  const { p, target } = t.context;
+  const app = `n${randomUUID().slice(0, 8)}`;
+  t.is((await call(p.controlUrl, "initialize-app", { name: app })).status, 200);
+  const r = await call(p.controlUrl, "schedule-job", {
+    app,
+    name: "wait",
+    target_path: "/cron/wait",
+    every: "1s",
+  });
+  t.is(r.status, 200, r.text);
+  const id = r.body.resource.id;
+  t.regex(r.body.resource.paused_reason, /no base_url yet/);
+  // three periods pass: no tick fails (before: JobRunFailed "the app has no base_url yet" each second)
+  await sleep(3500);
+  t.deepEqual(
+    (await jobEvents(p, id)).map((e) => e.type),
+    ["JobScheduled"],
+  );
+  const waiting = (await get(p.controlUrl, `/resources/ScheduledJob/${id}`)).body;
+  t.like(waiting, { runs: 0, failures: 0 });
+  t.regex(waiting.paused_reason, /resumes by itself/);
+  const ins = await call(p.controlUrl, "inspect", { app, type: "jobs" });
+  t.regex(ins.body.resource.result.items[0].paused_reason, /no base_url yet/);
+  // the app gets a base URL (what the end of a dev server's start writes): the job resumes by itself
+  const rec = await p.admin.kv.apps.get(keys.app(app));
+  await p.admin.kv.apps.put(keys.app(app), encode({ ...rec!.json<object>(), base_url: target.url }));
+  await eventually(async () => hitsOf(target, "/cron/wait").length >= 2, 10_000);
+  const ran = await eventually(async () => {
+    const d = (await get(p.controlUrl, `/resources/ScheduledJob/${id}`)).body;
+    return d.runs >= 1 && d.paused_reason === null ? d : undefined;
+  });
+  t.is(ran.failures, 0);
+  const evs = await eventually(async () => {
+    const e = await jobEvents(p, id);
+    return e.some((x) => x.type === "JobRan") ? e : undefined;
+  });
+  t.false(
+    evs.some((e) => e.type === "JobRunFailed"),
+    "no failed tick while it waited",
+  );
+  await call(p.controlUrl, "schedule-job", { app, name: "wait", remove: true });
 });
