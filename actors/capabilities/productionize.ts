@@ -63,7 +63,7 @@ export const productionize = defineHandler("productionize", {
 
     // images: the call's (pinned), else what compose.prod.yaml pins already (release's), else a placeholder
     const ws = ctx.workspace(app);
-    const existing = ws.read("compose.prod.yaml");
+    const existing = await ws.read("compose.prod.yaml");
     let pinnedBefore: Record<string, string> = {};
     if (existing !== undefined) {
       try {
@@ -98,11 +98,12 @@ export const productionize = defineHandler("productionize", {
       secrets: await ctx.state.listVaultNames(),
     });
     const hashes = ARTIFACT_FILES.map((path) => ({ path, sha256: sha256(files[path]) }));
-    const changed = ARTIFACT_FILES.filter((p) => ws.read(p) !== files[p]);
+    const current = await Promise.all(ARTIFACT_FILES.map((p) => ws.read(p)));
+    const changed = ARTIFACT_FILES.filter((p, i) => current[i] !== files[p]);
     for (const path of ARTIFACT_FILES)
       ctx.outbox.files.push({ path: `${app.workspace}/${path}`, content: files[path] });
     // .gitignore: .env.prod stays out, its example goes in (workspaces made before the rule)
-    const ignore = ws.read(".gitignore");
+    const ignore = await ws.read(".gitignore");
     if (ignore !== undefined && !ignore.split("\n").includes("!.env.*.example"))
       ctx.outbox.files.push({
         path: `${app.workspace}/.gitignore`,

@@ -85,7 +85,7 @@ function insideWorkspace(field: string, path: string | undefined): void {
 export async function planDeploy(
   ctx: HandlerContext,
   input: HandlerInput<"deploy">,
-  workspace: { read(path: string): string | undefined },
+  workspace: { read(path: string): Promise<string | undefined> },
   appHost: string | undefined,
   opts: { requirePinned?: boolean } = {},
 ): Promise<DeployPlan> {
@@ -94,7 +94,7 @@ export async function planDeploy(
   insideWorkspace("context", input.context);
   if (input.proxy_net !== undefined) checkNetworkName(input.proxy_net, "proxy_net");
   const composeFile = input.compose_file ?? DEFAULT_COMPOSE_FILE;
-  const text = workspace.read(composeFile);
+  const text = await workspace.read(composeFile);
   if (text === undefined)
     throw bad(
       "/compose_file",
@@ -120,7 +120,7 @@ export async function planDeploy(
   const envFiles = input.env_file ? [input.env_file] : svc.env_file;
   for (const f of svc.env_file) insideWorkspace("env_file", f);
   for (const f of envFiles)
-    if (workspace.read(f) === undefined)
+    if ((await workspace.read(f)) === undefined)
       throw bad(
         "/env_file",
         `${f} is not in the app's workspace${f === PROD_ENV_FILE ? " (copy .env.prod.example to .env.prod and fill it)" : ""}`,
