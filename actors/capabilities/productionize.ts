@@ -27,15 +27,31 @@ function pinnedInput(field: "web_image" | "data_plane_image", v: string | undefi
   return v;
 }
 
+/** A host another app holds (its route, or its record: it productionized it first) is 409 naming that app. */
+function ownHost(
+  owners: Record<string, string> | undefined,
+  field: "host" | "mcp_mtls_host",
+  host: string,
+): void {
+  const owner = owners?.[host];
+  if (owner === undefined) return;
+  const message = `${host} belongs to the app ${owner} (it productionized it first); a host serves one app`;
+  throw new PlatformError("conflict", `${field}: ${message}`, { details: [{ path: `/${field}`, message }] });
+}
+
 /**
  * productionize: writes the production artifacts into the app's workspace and
  * commits them (docs/deploy.md). The host is remembered in the app record on
  * the first run; another host later is `409 conflict` unless the call says
  * `Prefer: replace-host`. An image already pinned in compose.prod.yaml (by
  * release) is kept unless the call gives another. Idempotent: the same inputs
- * write the same bytes (the event lists each file's hash).
+ * write the same bytes (the event lists each file's hash). A host belongs to the app that
+ * productionized it first: another app's host is `409 conflict` naming it.
  */
 export const productionize = defineHandler("productionize", {
+  facts: (input) => [
+    { kind: "host-owners", hosts: [input.host, input.mcp_mtls_host].filter((h) => h !== undefined) },
+  ],
   handle: async (ctx, input) => {
     const app = await requireApp(ctx);
     const host = (input.host ?? app.host)?.toLowerCase();
@@ -50,6 +66,9 @@ export const productionize = defineHandler("productionize", {
         "conflict",
         `${ctx.app} is productionized for ${app.host}; to move it to ${host}, call again with Prefer: replace-host (slipway productionize --replace-host)`,
       );
+    ownHost(ctx.facts.hostOwners, "host", host);
+    if (input.mcp_mtls_host !== undefined)
+      ownHost(ctx.facts.hostOwners, "mcp_mtls_host", input.mcp_mtls_host.toLowerCase());
     if (input.mcp_mtls_host !== undefined && input.mcp_mtls_host.toLowerCase() === host)
       throw new PlatformError("invalid_input", "mcp_mtls_host: must be another host than host", {
         details: [{ path: "/mcp_mtls_host", message: "must differ from host" }],

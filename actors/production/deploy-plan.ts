@@ -129,14 +129,7 @@ export async function planDeploy(
   const artifacts = await lastArtifacts(ctx);
   let route: DeployPlan["route"] = null;
   if (name === DEFAULT_SERVICE) {
-    const host = (svc.labels["slipway.host"] ?? appHost)?.toLowerCase();
-    if (!host)
-      throw bad(
-        "/service",
-        `${ctx.app} has no production host: run productionize first (slipway productionize --app ${ctx.app} --host <name>)`,
-        "precondition_failed",
-      );
-    route = { host };
+    route = { host: routeHost(ctx, name, composeFile, svc, appHost) };
     const resolver = typeof artifacts?.cert_resolver === "string" ? artifacts.cert_resolver : undefined;
     if (resolver) route.acme_directory = acmeDirectory(resolver, process.env);
     const mtlsHost = typeof artifacts?.mcp_mtls_host === "string" ? artifacts.mcp_mtls_host : undefined;
@@ -174,6 +167,41 @@ export async function planDeploy(
     ...(limits ? { limits } : {}),
     ...(dataUrl ? { data_url: dataUrl } : {}),
   };
+}
+
+/**
+ * The host of the web service's route: the platform's own record of the app (productionize's
+ * host), never the compose file's `slipway.host` label, which the app can edit; a label naming
+ * another host is refused (422), and a host another app holds is 409 naming it (its route, when
+ * the call read `host-owners`).
+ */
+function routeHost(
+  ctx: HandlerContext,
+  name: string,
+  file: string,
+  svc: ComposeService,
+  appHost: string | undefined,
+): string {
+  const host = appHost?.toLowerCase();
+  if (!host)
+    throw bad(
+      "/service",
+      `${ctx.app} has no production host: run productionize first (slipway productionize --app ${ctx.app} --host <name>)`,
+      "precondition_failed",
+    );
+  const label = svc.labels["slipway.host"];
+  if (label !== undefined && label.toLowerCase() !== host)
+    throw bad(
+      `/services/${name}/labels/slipway.host`,
+      `${file} labels service ${name} with the host ${JSON.stringify(label.slice(0, 120))}, but ${ctx.app} is productionized for ${host}; the route's host is the platform's record (change it with slipway productionize --replace-host, which rewrites the label)`,
+      "precondition_failed",
+    );
+  const owner = ctx.facts.hostOwners?.[host];
+  if (owner !== undefined)
+    throw new PlatformError("conflict", `${host} belongs to the app ${owner}; a host serves one app`, {
+      details: [{ path: "/host", message: `belongs to the app ${owner}` }],
+    });
+  return host;
 }
 
 /** The service's own limits (compose `mem_limit`, `pids_limit`), refused past the operator's ceiling. */
