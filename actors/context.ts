@@ -63,10 +63,13 @@ export interface Workspace {
   /** Absolute path, for the specs of long work (tasks run there). */
   readonly path: string;
   exists(path: string): boolean;
-  /** The file's text; undefined when it is missing, unreadable or too large. */
-  read(path: string): string | undefined;
-  /** The entries of a folder; [] when it is missing. */
-  list(path?: string): WorkspaceEntry[];
+  /**
+   * The file's text; undefined when it is missing or unreadable. A symbolic link, a FIFO, a device,
+   * a file past the size cap or a path leading out of the workspace is refused (422 naming it).
+   */
+  read(path: string): Promise<string | undefined>;
+  /** The entries of a folder; [] when it is missing or a symbolic link. */
+  list(path?: string): Promise<WorkspaceEntry[]>;
 }
 
 /** Where apps reach the platform's planes (injected into dev servers); unknown parts are absent. */

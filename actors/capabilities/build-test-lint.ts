@@ -17,7 +17,7 @@ interface Kind {
 async function runScript(ctx: HandlerContext, kind: Kind) {
   const app = await requireApp(ctx);
   const workspace = ctx.workspace(app);
-  const scripts = packageScripts(workspace);
+  const scripts = await packageScripts(workspace);
   if (!scripts[kind.script])
     throw new PlatformError("precondition_failed", `the app's package.json has no "${kind.script}" script`);
   if (!workspace.exists("node_modules"))

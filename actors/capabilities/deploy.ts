@@ -80,7 +80,7 @@ async function start(
  * is long work (actors/tasks/deploy.ts).
  */
 export const deploy = defineHandler("deploy", {
-  facts: () => [{ kind: "engine" }, { kind: "production-containers" }],
+  facts: () => [{ kind: "engine" }, { kind: "production-containers" }, { kind: "host-owners" }],
   handle: async (ctx, input) => {
     const app = await requireApp(ctx);
     const plan = await planDeploy(ctx, input, ctx.workspace(app), app.host);

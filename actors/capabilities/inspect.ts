@@ -43,16 +43,16 @@ const ROUTE_PATTERNS: Array<{ re: RegExp; method?: number; path: number; prefix?
   { re: /(?:under\(\s*path\s*,|startsWith\()\s*["'](\/[^"'\s]*)["']/g, path: 1, prefix: true },
 ];
 
-function sourceFiles(ws: Workspace, rel: string, out: string[] = []): string[] {
+async function sourceFiles(ws: Workspace, rel: string, out: string[] = []): Promise<string[]> {
   if (out.length >= 500) return out;
-  for (const e of ws.list(rel)) {
+  for (const e of await ws.list(rel)) {
     const path = rel ? `${rel}/${e.name}` : e.name;
     if (
       e.dir &&
       !["node_modules", "dist", ".git", "test", "tests"].includes(e.name) &&
       !e.name.startsWith(".")
     )
-      sourceFiles(ws, path, out);
+      await sourceFiles(ws, path, out);
     else if (e.file && /\.(ts|js|mjs|tsx|jsx)$/.test(e.name) && !/\.(test|spec)\./.test(e.name))
       out.push(path);
   }
@@ -60,13 +60,14 @@ function sourceFiles(ws: Workspace, rel: string, out: string[] = []): string[] {
 }
 
 /** Routes the app's source declares, by a static scan of `src/` (method, path, file:line). */
-export function scanRoutes(
+export async function scanRoutes(
   workspace: Workspace,
-): Array<{ method: string; path: string; prefix: boolean; source: string }> {
+): Promise<Array<{ method: string; path: string; prefix: boolean; source: string }>> {
   const found = new Map<string, { method: string; path: string; prefix: boolean; source: string }>();
   const base = workspace.exists("src") ? "src" : "";
-  for (const file of sourceFiles(workspace, base)) {
-    const text = workspace.read(file);
+  for (const file of await sourceFiles(workspace, base)) {
+    // a file the platform does not read (a link, a FIFO, too large) is passed over
+    const text = await workspace.read(file).catch(() => undefined);
     if (text === undefined || text.length > 1_000_000) continue;
     const lineAt = (i: number) => text.slice(0, i).split("\n").length;
     for (const p of ROUTE_PATTERNS) {
@@ -110,13 +111,13 @@ export function scanRoutes(
 export const readers: Partial<Record<InspectType, (ctx: HandlerContext) => Promise<unknown>>> = {
   async routes(ctx) {
     const app = (await ctx.state.getApp())!;
-    const routes = scanRoutes(ctx.workspace(app));
+    const routes = await scanRoutes(ctx.workspace(app));
     return { source: "static scan of the app's src/", total: routes.length, items: routes };
   },
   async scripts(ctx) {
     const app = (await ctx.state.getApp())!;
     const workspace = ctx.workspace(app);
-    const scripts = packageScripts(workspace);
+    const scripts = await packageScripts(workspace);
     const lockfile = workspace.exists("package-lock.json");
     return {
       items: Object.entries(scripts).map(([name, command]) => ({ name, command })),

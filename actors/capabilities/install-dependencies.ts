@@ -14,7 +14,7 @@ export const installDependencies = defineHandler("install-dependencies", {
   handle: async (ctx) => {
     const app = await requireApp(ctx);
     const workspace = ctx.workspace(app);
-    packageScripts(workspace); // 422 without a package.json
+    await packageScripts(workspace); // 422 without a package.json
     const lockfile = workspace.exists("package-lock.json") || workspace.exists("npm-shrinkwrap.json");
     const args = lockfile ? ["ci", "--no-audit", "--no-fund"] : ["install", "--no-audit", "--no-fund"];
     const sealed = await sealedSecrets(ctx);

@@ -29,15 +29,31 @@ function pinnedInput(field: "web_image" | "data_plane_image", v: string | undefi
   return v;
 }
 
+/** A host another app holds (its route, or its record: it productionized it first) is 409 naming that app. */
+function ownHost(
+  owners: Record<string, string> | undefined,
+  field: "host" | "mcp_mtls_host",
+  host: string,
+): void {
+  const owner = owners?.[host];
+  if (owner === undefined) return;
+  const message = `${host} belongs to the app ${owner} (it productionized it first); a host serves one app`;
+  throw new PlatformError("conflict", `${field}: ${message}`, { details: [{ path: `/${field}`, message }] });
+}
+
 /**
  * productionize: writes the production artifacts into the app's workspace and
  * commits them (docs/deploy.md). The host is remembered in the app record on
  * the first run; another host later is `409 conflict` unless the call says
  * `Prefer: replace-host`. An image already pinned in compose.prod.yaml (by
  * release) is kept unless the call gives another. Idempotent: the same inputs
- * write the same bytes (the event lists each file's hash).
+ * write the same bytes (the event lists each file's hash). A host belongs to the app that
+ * productionized it first: another app's host is `409 conflict` naming it.
  */
 export const productionize = defineHandler("productionize", {
+  facts: (input) => [
+    { kind: "host-owners", hosts: [input.host, input.mcp_mtls_host].filter((h) => h !== undefined) },
+  ],
   handle: async (ctx, input) => {
     const app = await requireApp(ctx);
     const host = (input.host ?? app.host)?.toLowerCase();
@@ -52,6 +68,9 @@ export const productionize = defineHandler("productionize", {
         "conflict",
         `${ctx.app} is productionized for ${app.host}; to move it to ${host}, call again with Prefer: replace-host (slipway productionize --replace-host)`,
       );
+    ownHost(ctx.facts.hostOwners, "host", host);
+    if (input.mcp_mtls_host !== undefined)
+      ownHost(ctx.facts.hostOwners, "mcp_mtls_host", input.mcp_mtls_host.toLowerCase());
     if (input.mcp_mtls_host !== undefined && input.mcp_mtls_host.toLowerCase() === host)
       throw new PlatformError("invalid_input", "mcp_mtls_host: must be another host than host", {
         details: [{ path: "/mcp_mtls_host", message: "must differ from host" }],
@@ -65,7 +84,7 @@ export const productionize = defineHandler("productionize", {
 
     // images: the call's (pinned), else what compose.prod.yaml pins already (release's), else a placeholder
     const ws = ctx.workspace(app);
-    const existing = ws.read("compose.prod.yaml");
+    const existing = await ws.read("compose.prod.yaml");
     let pinnedBefore: Record<string, string> = {};
     if (existing !== undefined) {
       try {
@@ -101,7 +120,8 @@ export const productionize = defineHandler("productionize", {
     };
     const files = renderArtifacts(inputs);
     const hashes = ARTIFACT_FILES.map((path) => ({ path, sha256: sha256(files[path]) }));
-    const changed = ARTIFACT_FILES.filter((p) => ws.read(p) !== files[p]);
+    const current = await Promise.all(ARTIFACT_FILES.map((p) => ws.read(p)));
+    const changed = ARTIFACT_FILES.filter((p, i) => current[i] !== files[p]);
     for (const path of ARTIFACT_FILES)
       ctx.outbox.files.push({ path: `${app.workspace}/${path}`, content: files[path] });
     // the app's own .env.prod, empty, when there is none (never committed; the platform's values come at roll time)
@@ -112,7 +132,7 @@ export const productionize = defineHandler("productionize", {
       mode: 0o600,
     });
     // .gitignore: .env.prod stays out, its example goes in (workspaces made before the rule)
-    const ignore = ws.read(".gitignore");
+    const ignore = await ws.read(".gitignore");
     if (ignore !== undefined && !ignore.split("\n").includes("!.env.*.example"))
       ctx.outbox.files.push({
         path: `${app.workspace}/.gitignore`,

@@ -175,7 +175,7 @@ export const provisionEnvironment = defineHandler("provision-environment", {
     const workspace = ctx.workspace(app);
     const existing = (await ctx.state.listResources("Environment"))[0];
     const written = (existing?.files ?? {}) as Record<string, string>;
-    const previous = parseObject(workspace.read("platform.app.json")) as Partial<Infra> | undefined;
+    const previous = parseObject(await workspace.read("platform.app.json")) as Partial<Infra> | undefined;
     const infra = wantedInfra(ctx.app, input, previous, await ctx.state.listVaultNames(), app);
     const files = renderEnvironment(infra);
     const changed: string[] = [];
@@ -183,7 +183,7 @@ export const provisionEnvironment = defineHandler("provision-environment", {
     const handEdited: string[] = [];
     const kept: string[] = [];
     for (const path of PROVISIONED_FILES) {
-      const current = workspace.read(path);
+      const current = await workspace.read(path);
       if (current === files[path]) {
         unchanged.push(path);
         continue;

@@ -100,6 +100,7 @@ export const release = defineHandler("release", {
   facts: (input) => [
     { kind: "engine" },
     { kind: "production-containers" },
+    { kind: "host-owners" },
     input.commit ? { kind: "git", ref: input.commit } : { kind: "git" },
   ],
   handle: async (ctx, input) => {

@@ -50,7 +50,7 @@ async function start(ctx: HandlerContext): Promise<Effect> {
     if (existing.status === "running") return { status: "running", resource: existing };
     if (ctx.facts.containers[name]?.running) return { status: "succeeded", resource: existing };
   }
-  const scripts = packageScripts(workspace);
+  const scripts = await packageScripts(workspace);
   const script = scripts.dev ?? scripts.start;
   if (!script) throw new PlatformError("precondition_failed", `the app's package.json has no "dev" script`);
   if (!workspace.exists("node_modules"))

@@ -19,8 +19,8 @@ export async function requireApp(ctx: HandlerContext): Promise<AppRecord> {
 }
 
 /** The app's `package.json` scripts, or 422 precondition_failed when there is no package.json. */
-export function packageScripts(workspace: Workspace): Record<string, string> {
-  const text = workspace.read("package.json");
+export async function packageScripts(workspace: Workspace): Promise<Record<string, string>> {
+  const text = await workspace.read("package.json");
   if (text === undefined)
     throw new PlatformError("precondition_failed", "the app's workspace has no package.json");
   try {

@@ -53,6 +53,33 @@ async function baseUrlOf(bus: Bus, app: string): Promise<string | null> {
   return check(AppRecordSchema, e.json(), `app ${app}`).base_url;
 }
 
+/**
+ * The hosts of `hosts` (and of the app's own record) that another app holds: the app its proxy
+ * route names, else another app whose record names the host (it productionized it first).
+ */
+async function hostOwners(bus: Bus, app: string, asked: readonly string[]): Promise<Record<string, string>> {
+  const own = await bus.kv.apps.get(keys.app(app));
+  const ownHost =
+    own?.operation === "PUT" ? check(AppRecordSchema, own.json(), `app ${app}`).host : undefined;
+  const hosts = new Set([...asked, ...(ownHost ? [ownHost] : [])].map((h) => h.toLowerCase()));
+  const out: Record<string, string> = {};
+  const left = new Set<string>();
+  for (const host of hosts) {
+    const e = await bus.kv.routes.get(keys.route(host)).catch(() => null);
+    const owner = e?.operation === "PUT" ? (e.json() as { app?: unknown }).app : undefined;
+    if (typeof owner === "string" && owner !== app) out[host] = owner;
+    else if (owner === undefined) left.add(host);
+  }
+  if (left.size === 0) return out;
+  for (const name of await kvKeys(bus, BUCKETS.apps, ">")) {
+    if (name === app) continue;
+    const e = await bus.kv.apps.get(name);
+    const host = e?.operation === "PUT" ? (e.json() as { host?: unknown }).host : undefined;
+    if (typeof host === "string" && left.has(host.toLowerCase())) out[host.toLowerCase()] = name;
+  }
+  return out;
+}
+
 /** Reads the requested facts of one command (of `app`); `mac` is the vault's (configuration hashes). */
 export async function gatherFacts(
   bus: Bus,
@@ -132,6 +159,9 @@ export async function gatherFacts(
           }
           return;
         }
+        case "host-owners":
+          facts.hostOwners = await hostOwners(bus, app, r.hosts ?? []);
+          return;
         case "app-record": {
           const e = isAppName(r.app) ? await bus.kv.apps.get(keys.app(r.app)) : null;
           facts.appRecords ??= {};

@@ -30,6 +30,11 @@ export type FactRequest =
   | { kind: "routes" }
   /** The app's repository: the commit `ref` names (default HEAD) and what is not committed (release). */
   | { kind: "git"; ref?: string }
+  /**
+   * Which other app holds each of `hosts` and the app's own production host (productionize, deploy,
+   * release): the app of the host's proxy route, else an app whose record names it.
+   */
+  | { kind: "host-owners"; hosts?: string[] }
   /** Another app's record, by name (an app-less capability naming an app: delivery-check). */
   | { kind: "app-record"; app: string }
   /** Is a mail provider configured (send-message), without its client secret. */
@@ -92,6 +97,8 @@ export interface Facts {
   engineDescription?: Record<string, unknown>;
   /** `app-health`: null when the app has no base URL. */
   appHealth?: ProbeFact | null;
+  /** `host-owners`: the hosts another app holds, and that app (a host absent here is free or the app's own). */
+  hostOwners?: Record<string, string>;
   /** `app-record`: the named apps' records; null when there is no such app. */
   appRecords?: Record<string, AppRecord | null>;
   /** `app-events`: the latest event per subject and the newest events (at most 200 each), or why not read. */

@@ -85,7 +85,7 @@ function insideWorkspace(field: string, path: string | undefined): void {
 export async function planDeploy(
   ctx: HandlerContext,
   input: HandlerInput<"deploy">,
-  workspace: { read(path: string): string | undefined },
+  workspace: { read(path: string): Promise<string | undefined> },
   appHost: string | undefined,
   opts: { requirePinned?: boolean } = {},
 ): Promise<DeployPlan> {
@@ -94,7 +94,7 @@ export async function planDeploy(
   insideWorkspace("context", input.context);
   if (input.proxy_net !== undefined) checkNetworkName(input.proxy_net, "proxy_net");
   const composeFile = input.compose_file ?? DEFAULT_COMPOSE_FILE;
-  const text = workspace.read(composeFile);
+  const text = await workspace.read(composeFile);
   if (text === undefined)
     throw bad(
       "/compose_file",
@@ -126,7 +126,7 @@ export async function planDeploy(
   const envFiles = input.env_file ? [input.env_file] : svc.env_file;
   for (const f of svc.env_file) insideWorkspace("env_file", f);
   for (const f of envFiles)
-    if (workspace.read(f) === undefined)
+    if ((await workspace.read(f)) === undefined)
       throw bad(
         "/env_file",
         `${f} is not in the app's workspace${f === PROD_ENV_FILE ? " (copy .env.prod.example to .env.prod and fill it)" : ""}`,
@@ -135,14 +135,7 @@ export async function planDeploy(
   const artifacts = await lastArtifacts(ctx);
   let route: DeployPlan["route"] = null;
   if (name === DEFAULT_SERVICE) {
-    const host = (svc.labels["slipway.host"] ?? appHost)?.toLowerCase();
-    if (!host)
-      throw bad(
-        "/service",
-        `${ctx.app} has no production host: run productionize first (slipway productionize --app ${ctx.app} --host <name>)`,
-        "precondition_failed",
-      );
-    route = { host };
+    route = { host: routeHost(ctx, name, composeFile, svc, appHost) };
     const resolver = typeof artifacts?.cert_resolver === "string" ? artifacts.cert_resolver : undefined;
     if (resolver) route.acme_directory = acmeDirectory(resolver, process.env);
     const mtlsHost = typeof artifacts?.mcp_mtls_host === "string" ? artifacts.mcp_mtls_host : undefined;
@@ -184,6 +177,41 @@ export async function planDeploy(
     ...(limits ? { limits } : {}),
     ...(dataUrl ? { data_url: dataUrl } : {}),
   };
+}
+
+/**
+ * The host of the web service's route: the platform's own record of the app (productionize's
+ * host), never the compose file's `slipway.host` label, which the app can edit; a label naming
+ * another host is refused (422), and a host another app holds is 409 naming it (its route, when
+ * the call read `host-owners`).
+ */
+function routeHost(
+  ctx: HandlerContext,
+  name: string,
+  file: string,
+  svc: ComposeService,
+  appHost: string | undefined,
+): string {
+  const host = appHost?.toLowerCase();
+  if (!host)
+    throw bad(
+      "/service",
+      `${ctx.app} has no production host: run productionize first (slipway productionize --app ${ctx.app} --host <name>)`,
+      "precondition_failed",
+    );
+  const label = svc.labels["slipway.host"];
+  if (label !== undefined && label.toLowerCase() !== host)
+    throw bad(
+      `/services/${name}/labels/slipway.host`,
+      `${file} labels service ${name} with the host ${JSON.stringify(label.slice(0, 120))}, but ${ctx.app} is productionized for ${host}; the route's host is the platform's record (change it with slipway productionize --replace-host, which rewrites the label)`,
+      "precondition_failed",
+    );
+  const owner = ctx.facts.hostOwners?.[host];
+  if (owner !== undefined)
+    throw new PlatformError("conflict", `${host} belongs to the app ${owner}; a host serves one app`, {
+      details: [{ path: "/host", message: `belongs to the app ${owner}` }],
+    });
+  return host;
 }
 
 /** The service's own limits (compose `mem_limit`, `pids_limit`), refused past the operator's ceiling. */

@@ -129,7 +129,7 @@ export async function planRelease(
   ctx: HandlerContext,
   input: HandlerInput<"release">,
   o: {
-    workspace: { read(path: string): string | undefined };
+    workspace: { read(path: string): Promise<string | undefined> };
     appHost: string | undefined;
     git: GitFact | undefined;
   },

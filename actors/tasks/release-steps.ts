@@ -1,4 +1,4 @@
-import { mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { mkdtemp, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve, sep } from "node:path";
 import { parseDocument } from "yaml";
@@ -17,6 +17,7 @@ import {
 } from "../../effects/mod.js";
 import { LABELS } from "../../proto/mod.js";
 import type { ReleasePlan } from "../production/release-plan.js";
+import { readContained } from "../workspace-files.js";
 import { timeoutMs } from "./npm.js";
 import type { TaskContext } from "./types.js";
 
@@ -137,7 +138,7 @@ export async function publish(
     await step(t, ctxDir, ["ci", "--no-audit", "--no-fund", "--prefer-offline"], "install");
     await step(t, ctxDir, ["run", "build"], "build");
     await step(t, ctxDir, ["prune", "--omit=dev"], "build");
-    const committed = await readFile(join(ctxDir, DOCKERFILE), "utf8");
+    const committed = await readFileOf(ctxDir, DOCKERFILE);
     const dockerfile = runtimeDockerfile(committed, {
       commit: plan.commit,
       labels: { [LABELS.app]: t.app },
@@ -168,6 +169,18 @@ export async function publish(
   }
 }
 
+/** A file of the app's (workspace, exported commit) read safely (actors/workspace-files.ts); PhaseFailure when refused or missing. */
+async function readFileOf(dir: string, file: string): Promise<string> {
+  let text: string | undefined;
+  try {
+    text = await readContained(dir, file);
+  } catch (e) {
+    throw new PhaseFailure(e instanceof Error ? e.message : String(e));
+  }
+  if (text === undefined) throw new PhaseFailure(`${file} is missing from the workspace`);
+  return text;
+}
+
 /**
  * repin: the service's image in the compose file set to `image` and the file committed (alone).
  * Returns the image it named before, and the commit (undefined: it already named it).
@@ -182,9 +195,7 @@ export async function repin(
   const file = plan.deploy.compose_file;
   const path = resolve(dir, file);
   if (!path.startsWith(dir + sep)) throw new PhaseFailure(`${file} is outside the workspace`);
-  const text = await readFile(path, "utf8").catch(() => {
-    throw new PhaseFailure(`${file} is missing from the workspace`);
-  });
+  const text = await readFileOf(dir, file);
   const doc = parseDocument(text);
   const before = String(doc.getIn(["services", plan.deploy.service, "image"]) ?? "");
   if (before === image) {

@@ -1,5 +1,4 @@
-import { readFile } from "node:fs/promises";
-import { resolve, sep } from "node:path";
+import { resolve } from "node:path";
 import {
   ContainerRuntime,
   LABEL_APP,
@@ -33,6 +32,7 @@ import {
   viewOf,
 } from "../production/drift.js";
 import type { DeployPlan } from "../production/deploy-plan.js";
+import { readContained } from "../workspace-files.js";
 import { DEV_ENV_FILE, platformEnv } from "./platform-env.js";
 import { swapRoute, type Swapped } from "./routes.js";
 import { openSecrets } from "./secrets.js";
@@ -123,14 +123,14 @@ async function readEnvFiles(
   const dir = resolve(root, workspace);
   let env: Record<string, string> = {};
   for (const f of files) {
-    const path = resolve(dir, f);
-    if (!path.startsWith(dir + sep)) throw new RollBack(`env file ${f} is outside the app's workspace`);
-    let text: string;
+    // no link, FIFO or device, nothing outside the workspace, at most the cap (docs/security.md)
+    let text: string | undefined;
     try {
-      text = await readFile(path, "utf8");
-    } catch {
-      throw new RollBack(`env file ${f} is missing from the app's workspace`);
+      text = await readContained(dir, f);
+    } catch (e) {
+      throw new RollBack(`env file ${e instanceof Error ? e.message : String(e)}`);
     }
+    if (text === undefined) throw new RollBack(`env file ${f} is missing from the app's workspace`);
     env = { ...env, ...parseEnvFile(text) };
   }
   return env;

@@ -12,7 +12,7 @@ import {
   type Upstream,
   type VaultEntry,
 } from "../../proto/mod.js";
-import { kvKeys } from "../../store/mod.js";
+import { isCasConflict, kvKeys } from "../../store/mod.js";
 import type { DeployPlan } from "../production/deploy-plan.js";
 import { openSecrets } from "./secrets.js";
 import type { TaskContext } from "./types.js";
@@ -69,6 +69,40 @@ async function liveProxies(t: TaskContext): Promise<string[]> {
     if (l?.kind === "proxy") out.push(l.proxy);
   }
   return out;
+}
+
+/** The routes a swap wrote, back as they were (`before`: each key's previous value, null: none). */
+async function putBack(t: TaskContext, before: ReadonlyMap<string, Uint8Array | null>): Promise<void> {
+  for (const [key, value] of before)
+    if (value) await t.bus.pub.kvPut(BUCKETS.routes, key, value);
+    else await t.bus.pub.kvDelete(BUCKETS.routes, key);
+}
+
+/**
+ * Writes `r` unless the host's route belongs to another app (a host serves the app that holds it:
+ * docs/deploy.md), compare-and-set against the route read, so another app's write in between is
+ * seen. The new revision, or why it was refused (naming the owner). Records the previous value.
+ */
+export async function writeOwnRoute(
+  t: Pick<TaskContext, "bus">,
+  r: Route,
+  before: Map<string, Uint8Array | null>,
+): Promise<number | string> {
+  const key = keys.route(r.host);
+  for (let attempt = 0; ; attempt++) {
+    const prev = await t.bus.kv.routes.get(key);
+    const value = prev?.operation === "PUT" ? prev.value : null;
+    const owner = value ? (prev!.json() as { app?: unknown }).app : undefined;
+    if (typeof owner === "string" && owner !== r.app)
+      return `the host ${r.host} belongs to the app ${owner}; its route is not ${r.app}'s to change`;
+    try {
+      const rev = await t.bus.pub.kvUpdate(BUCKETS.routes, key, encode(r), prev?.revision ?? 0);
+      if (!before.has(key)) before.set(key, value);
+      return rev;
+    } catch (e) {
+      if (!isCasConflict(e) || attempt >= 4) throw e;
+    }
+  }
 }
 
 export async function swapRoute(
@@ -130,10 +164,12 @@ export async function swapRoute(
     const before = new Map<string, Uint8Array | null>();
     const revisions = new Map<string, number>();
     for (const r of routes) {
-      const key = keys.route(r.host);
-      const prev = await t.bus.kv.routes.get(key);
-      before.set(key, prev?.operation === "PUT" ? prev.value : null);
-      revisions.set(r.host, await t.bus.pub.kvPut(BUCKETS.routes, key, encode(r)));
+      const written = await writeOwnRoute(t, r, before);
+      if (typeof written === "string") {
+        await putBack(t, before);
+        return { ok: false, error: written, revision: 0, proxies: [] };
+      }
+      revisions.set(r.host, written);
     }
     await t.log(
       proxies.length
@@ -155,10 +191,7 @@ export async function swapRoute(
       (a) => !a.ok && a.revision >= (revisions.get(a.host) ?? Infinity),
     );
     if (refused) {
-      // the previous routes back, as they were
-      for (const [key, value] of before)
-        if (value) await t.bus.pub.kvPut(BUCKETS.routes, key, value);
-        else await t.bus.pub.kvDelete(BUCKETS.routes, key);
+      await putBack(t, before);
       return {
         ok: false,
         error: `proxy ${refused.proxy_id}: ${refused.error ?? "refused"}`,

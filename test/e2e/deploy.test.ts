@@ -254,7 +254,7 @@ test("a version that never gets ready is rolled back: the old one serves through
   t.is((await deployAndWait(t, { app })).doc.status, "succeeded");
 });
 
-test("drift: a container stopped, replaced with other env, or an extra one with the app's labels is 409 drift_detected naming each, and nothing changes", async (t) => {
+test("drift: a container stopped, replaced with other env, removed (missing), or an extra one with the app's labels is 409 drift_detected naming each, and nothing changes", async (t) => {
   const { p, v1 } = t.context;
   const { app } = await prodApp(t, v1.id);
   const done = await deployAndWait(t, { app });
@@ -304,6 +304,14 @@ test("drift: a container stopped, replaced with other env, or an extra one with 
   t.true(
     replaced.some((x) => x.message.startsWith("changed")),
     JSON.stringify(replaced),
+  );
+
+  // removed by hand: missing, named
+  await fake.remove({ force: true });
+  const missing = await refuse("missing");
+  t.true(
+    missing.some((x) => x.path === `/containers/${name}` && x.message.startsWith(`missing: ${name}`)),
+    JSON.stringify(missing),
   );
 });
 

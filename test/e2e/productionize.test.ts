@@ -160,3 +160,35 @@ test("productionize keeps an image release pinned in compose.prod.yaml, and comm
   t.deepEqual(r.body.resource.changed, [], "the repinned file is what productionize writes now");
   t.is(gitOut(ws, "status", "--porcelain"), "");
 });
+
+test("a host belongs to the app that productionized it first: another app's productionize of it is 409 naming the owner, and writes nothing", async (t) => {
+  const { p } = t.context;
+  const first = await newApp(t);
+  const second = await newApp(t);
+  const host = `${first.name}.example.com`;
+  t.is((await call(p.controlUrl, "productionize", { app: first.name, host })).status, 200);
+  t.is(
+    (await call(p.controlUrl, "productionize", { app: second.name, host: "free.example.net" })).status,
+    200,
+  );
+  const before = gitOut(second.ws, "rev-parse", "HEAD");
+  const attempts: [Record<string, unknown>, Record<string, string>, string][] = [
+    [{ host: host.toUpperCase() }, { prefer: "replace-host" }, "/host"],
+    [{ mcp_mtls_host: host }, {}, "/mcp_mtls_host"],
+  ];
+  for (const [body, headers, path] of attempts) {
+    const r = await call(p.controlUrl, "productionize", { app: second.name, ...body }, headers);
+    t.is(r.status, 409, JSON.stringify(r.body));
+    t.is(r.body.error.code, "conflict");
+    t.is(r.body.error.details[0].path, path);
+    t.regex(r.body.error.message, new RegExp(`belongs to the app ${first.name}`));
+  }
+  const fresh = await newApp(t);
+  const r = await call(p.controlUrl, "productionize", { app: fresh.name, host });
+  t.is(r.status, 409, JSON.stringify(r.body));
+  t.is(gitOut(second.ws, "rev-parse", "HEAD"), before, "nothing committed");
+  const record = await get(p.controlUrl, `/resources?app_id=${second.name}&type=Application`);
+  t.is(record.body.items[0].host, "free.example.net");
+  // the owner itself productionizes its host again as before
+  t.is((await call(p.controlUrl, "productionize", { app: first.name, host })).status, 200);
+});
