@@ -6,7 +6,8 @@ import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import anyTest, { type ExecutionContext, type TestFn } from "ava";
-import { BUCKETS, encode, keys, type Route } from "../../proto/mod.js";
+import { BUCKETS, type CertificateEntry, certificateAad, encode, keys, type Route } from "../../proto/mod.js";
+import { Vault } from "../../store/mod.js";
 import { newServiceKey } from "../../proto/service-token.js";
 import { writeStarter } from "../../starter/mod.js";
 import { runSlipway } from "../helpers/cli-run.js";
@@ -20,7 +21,10 @@ import {
   type TestNats,
   type TestPlatform,
   controlAuth,
+  TEST_VAULT_KEY,
+  tempDir,
 } from "../helpers/infra.js";
+import { makeCa } from "../proxy/tls-support.js";
 
 /**
  * verify end to end (docs/verify.md): the starter itself runs (its server on a
@@ -458,4 +462,34 @@ test("verify: a host the platform's edge serves is reached through the edge, wit
   t.is(doc.status, "succeeded", JSON.stringify(doc.assertions));
   t.regex(doc.via, /^127\.0\.0\.1:\d+$/);
   await p.admin.pub.kvDelete(BUCKETS.routes, keys.route(host));
+});
+
+test("verify: a bare host the edge holds a certificate for goes through its HTTPS listener, SNI and Host the host's (conformance gap 3)", async (t) => {
+  const { p, app, starter } = t.context;
+  const host = `${app}-tls.shop.test`;
+  await edgeRoute(t, host, starter.base);
+  // the certificate as the edge's ACME would leave it: sealed in the vault at _certs.<host>
+  const leaf = makeCa(tempDir(), "verify-ca").issue(host, "server");
+  const vault = Vault.open(tempDir(), { SLIPWAY_VAULT_KEY: TEST_VAULT_KEY });
+  const entry: CertificateEntry = {
+    host,
+    sealed: vault.seal(
+      JSON.stringify({ key_pem: leaf.keyPem, cert_pem: leaf.certPem }),
+      certificateAad(host),
+    ),
+    not_after: new Date(Date.now() + 86_400_000).toISOString(),
+    issued_at: new Date().toISOString(),
+    directory: "https://acme.test/directory",
+  };
+  await p.admin.kv.vault.put(keys.certificate(host), JSON.stringify(entry));
+  t.teardown(() => p.admin.kv.vault.delete(keys.certificate(host)));
+  const https = String(p.proxy!.httpsPort);
+  const { doc } = await eventually(async () => {
+    // the edge's certificate watch may take a moment to bring it
+    const r = await verifyAndWait(t, { host, readiness_timeout_ms: 2000 });
+    return r.doc.status === "succeeded" ? r : undefined;
+  }, 30_000);
+  t.is(doc.base, `https://${host}`);
+  t.is(doc.via, `127.0.0.1:${https}`);
+  t.true(doc.assertions.every((a: { ok: boolean }) => a.ok));
 });
