@@ -3,6 +3,7 @@ import { type IncomingHttpHeaders, request as httpRequest } from "node:http";
 import { request as httpsRequest } from "node:https";
 import { isIP } from "node:net";
 import { appUrl } from "../proto/mod.js";
+import { addressRefusal } from "./verify-address.js";
 import type { VerifyOptions } from "./verify.js";
 
 /**
@@ -10,9 +11,16 @@ import type { VerifyOptions } from "./verify.js";
  * origin only (each URL built by `appUrl`), to the address the host name
  * resolved to once per run, or to `via` (the platform's own edge) keeping the
  * base's Host header and TLS server name; no redirect is followed, a body is
- * read up to {@link VERIFY_BODY_CAP}, each request has its time-out, and
- * nothing but an abort throws.
+ * read up to {@link VERIFY_BODY_CAP}, each request has its time-out, a run
+ * sends at most {@link VERIFY_MAX_REQUESTS}, and nothing but an abort throws.
+ * A resolved (or literal) address that is not public is refused before any
+ * connection unless the operator allows it (effects/verify-address.ts); the
+ * name is resolved once per run and every request connects to that address
+ * (no second lookup a rebinding name could answer differently).
  */
+
+/** Most requests one run sends (the readiness wait included); past it a request is not sent. */
+export const VERIFY_MAX_REQUESTS = 200;
 
 /** Most bytes of a body verify reads; past it the body is cut (and the answer is not JSON). */
 export const VERIFY_BODY_CAP = 64 * 1024;
@@ -22,6 +30,10 @@ export interface Target {
   /** Where to connect, or why there is nowhere (the name did not resolve). */
   connect: { host: string; port: number } | { error: string };
   https: boolean;
+  /** Through the platform's own edge proxy: its certificate is its own, not checked again. */
+  edge: boolean;
+  /** Requests sent so far in this run (shared by every copy of the target). */
+  sent: { n: number };
   servername: string | undefined;
   timeoutMs: number;
   signal: AbortSignal | undefined;
@@ -68,6 +80,10 @@ export function send(
       done({ headers: {}, body: Buffer.alloc(0), truncated: false, error: t.connect.error }),
     );
   }
+  if (t.sent.n >= VERIFY_MAX_REQUESTS) {
+    const error = `not sent: this run already sent ${VERIFY_MAX_REQUESTS} requests (the most one verify sends)`;
+    return Promise.resolve(done({ headers: {}, body: Buffer.alloc(0), truncated: false, error }));
+  }
   let url: URL;
   try {
     url = appUrl(t.base, path);
@@ -76,6 +92,7 @@ export function send(
     return Promise.resolve(done({ headers: {}, body: Buffer.alloc(0), truncated: false, error }));
   }
   const { host, port } = t.connect;
+  t.sent.n++;
   return new Promise<Answer>((resolve, reject) => {
     let settled = false;
     const chunks: Buffer[] = [];
@@ -98,6 +115,7 @@ export function send(
       path: url.pathname + url.search,
       agent: false,
       ...(t.https && t.servername ? { servername: t.servername } : {}),
+      ...(t.https && t.edge ? { rejectUnauthorized: false } : {}),
       headers: {
         host: url.host,
         "user-agent": "slipway-verify",
@@ -136,22 +154,34 @@ export function send(
   });
 }
 
-/** Where the run connects: `via`, the base's address when it is one, else the name resolved once. */
+/**
+ * Where the run connects: `via` (the platform's edge), else the base's address when it is one, else
+ * the name resolved once; an address that is not public and not allowed is refused here, before
+ * any connection.
+ */
 export async function targetOf(o: VerifyOptions, timeoutMs: number): Promise<Target> {
   const url = new URL(o.base);
   const https = url.protocol === "https:";
   const name = url.hostname.replace(/^\[|\]$/g, "");
   const port = url.port ? Number(url.port) : https ? 443 : 80;
   const servername = isIP(name) ? undefined : name;
-  const common = { base: o.base, https, servername, timeoutMs, signal: o.signal };
-  if (o.via) return { ...common, connect: { host: o.via.host, port: o.via.port } };
-  if (isIP(name)) return { ...common, connect: { host: name, port } };
-  try {
-    const { address } = await lookup(name);
-    return { ...common, connect: { host: address, port } };
-  } catch (e) {
-    return { ...common, connect: { error: `cannot resolve ${name}: ${reasonOf(e, timeoutMs)}` } };
+  const common = { base: o.base, https, servername, timeoutMs, signal: o.signal, sent: { n: 0 } };
+  if (o.via) return { ...common, edge: true, connect: { host: o.via.host, port: o.via.port } };
+  let address = name;
+  if (!isIP(name)) {
+    try {
+      address = (await lookup(name)).address;
+    } catch (e) {
+      return {
+        ...common,
+        edge: false,
+        connect: { error: `cannot resolve ${name}: ${reasonOf(e, timeoutMs)}` },
+      };
+    }
   }
+  const refused = addressRefusal(address, o.allowAddress);
+  if (refused) return { ...common, edge: false, connect: { error: refused } };
+  return { ...common, edge: false, connect: { host: address, port } };
 }
 
 export const isJsonType = (h: IncomingHttpHeaders) =>

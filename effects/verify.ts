@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto";
+import type { AddressAllowance } from "./verify-address.js";
 import {
   type Answer,
   jsonOf,
@@ -7,9 +8,11 @@ import {
   type Target,
   targetOf,
   VERIFY_BODY_CAP,
+  VERIFY_MAX_REQUESTS,
 } from "./verify-http.js";
 
-export { VERIFY_BODY_CAP };
+export { type AddressAllowance, addressAllowanceFromEnv, nonPublicKind } from "./verify-address.js";
+export { VERIFY_BODY_CAP, VERIFY_MAX_REQUESTS };
 
 /**
  * verify's probe of a deployed host (DESIGN §8, docs/verify.md): a readiness
@@ -26,6 +29,12 @@ export interface VerifyOptions {
   base: string;
   /** Connect here instead of resolving the base's host (the platform's own edge proxy); Host and TLS server name stay the base's. */
   via?: { host: string; port: number };
+  /**
+   * Non-public addresses the operator allows (SLIPWAY_VERIFY_ALLOW_PRIVATE, SLIPWAY_VERIFY_ALLOW);
+   * without it a host that resolves to loopback, link-local or a private range is refused before
+   * any connection. Not asked for `via`.
+   */
+  allowAddress?: AddressAllowance;
   page_path?: string;
   health_path?: string;
   api_paths?: string[];
@@ -80,6 +89,20 @@ export const VERIFY_DEFAULTS = {
   readiness_timeout_ms: 60_000,
   readiness_interval_ms: 1_000,
 } as const;
+
+/**
+ * What bounds the readiness wait (docs/verify.md#limits): polls are at least
+ * `min_interval_ms` apart, and at most `max_attempts` of them go out however
+ * long the wait (a long wait polls less often); {@link VERIFY_MAX_REQUESTS}
+ * bounds the whole run.
+ */
+export const VERIFY_READINESS_LIMITS = { min_interval_ms: 250, max_attempts: 120 } as const;
+
+/** The interval the readiness wait uses for the one asked. */
+export function readinessInterval(timeoutMs: number, askedMs: number): number {
+  const { min_interval_ms, max_attempts } = VERIFY_READINESS_LIMITS;
+  return Math.max(askedMs, min_interval_ms, Math.ceil(timeoutMs / (max_attempts - 1)));
+}
 
 function statusAssertion(name: string, path: string, want: number, a: Answer): VerifyAssertion {
   return { name, expected: `GET ${path} -> ${want}`, actual: statusText(a), ok: a.status === want, ms: a.ms };
@@ -236,6 +259,8 @@ async function waitReady(
   for (;;) {
     attempts++;
     last = await send(t, "GET", path);
+    // a refused or unresolved target stays so: one attempt says it
+    if (attempts >= VERIFY_READINESS_LIMITS.max_attempts || "error" in t.connect) break;
     if (last.status !== undefined) answered = true;
     const ok = last.status !== undefined && last.status >= 200 && last.status < 300;
     if (ok || Date.now() + intervalMs > started + timeoutMs) break;
@@ -329,11 +354,12 @@ export async function runVerification(o: VerifyOptions): Promise<VerifyOutcome> 
   o.onLine?.(
     `verifying ${o.base}${o.via ? ` through ${o.via.host}:${o.via.port}` : "error" in t.connect ? "" : ` at ${t.connect.host}:${t.connect.port}`}`,
   );
+  const readinessMs = o.readiness_timeout_ms ?? VERIFY_DEFAULTS.readiness_timeout_ms;
   const ready = await waitReady(
     t,
     health,
-    o.readiness_timeout_ms ?? VERIFY_DEFAULTS.readiness_timeout_ms,
-    o.readiness_interval_ms ?? VERIFY_DEFAULTS.readiness_interval_ms,
+    readinessMs,
+    readinessInterval(readinessMs, o.readiness_interval_ms ?? VERIFY_DEFAULTS.readiness_interval_ms),
   );
   push(ready.assertion);
   if (ready.answered) await contractAssertions(t, o, push);

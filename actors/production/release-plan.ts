@@ -51,6 +51,8 @@ export const VerifyPlanSchema = Type.Object({
   expect_email: Type.Optional(Type.Boolean()),
   expect_password_signup: Type.Optional(Type.Boolean()),
   check_refresh: Type.Optional(Type.Boolean()),
+  /** A bare host over HTTP, not HTTPS. */
+  insecure_http: Type.Optional(Type.Boolean()),
   timeout_ms: Type.Optional(Type.Integer()),
   readiness_timeout_ms: Type.Optional(Type.Integer()),
   readiness_interval_ms: Type.Optional(Type.Integer()),
@@ -153,7 +155,8 @@ export async function planRelease(
       "precondition_failed",
     );
   const host = (o.appHost ?? "").toLowerCase();
-  const base = input.host ?? (host ? `http://${host}` : undefined);
+  // a host name or a URL, as verify's (docs/verify.md#host): the remembered host is a bare name
+  const base = input.host ?? (host || undefined);
   if (!base)
     throw bad(
       "/host",
@@ -203,6 +206,7 @@ export async function planRelease(
       ? { expect_password_signup: input.expect_password_signup }
       : {}),
     ...(input.check_refresh !== undefined ? { check_refresh: input.check_refresh } : {}),
+    ...(input.insecure_http ? { insecure_http: true } : {}),
     ...(input.verify_timeout_ms !== undefined ? { timeout_ms: input.verify_timeout_ms } : {}),
     ...(input.verify_readiness_timeout_ms !== undefined
       ? { readiness_timeout_ms: input.verify_readiness_timeout_ms }

@@ -1,11 +1,11 @@
-import { runVerification, type VerifyOutcome } from "../../effects/mod.js";
+import { addressAllowanceFromEnv, runVerification, type VerifyOutcome } from "../../effects/mod.js";
 import type { VaultEntry } from "../../proto/mod.js";
 import type { ExpectedContainer } from "../production/drift.js";
 import type { PhaseName, PhaseState, ReleasePlan } from "../production/release-plan.js";
 import { assess, PhaseFailure, publish, repin, workspaceDir } from "./release-steps.js";
 import { RollBack, type RollResult, rollOut } from "./roll.js";
-import { localEdge } from "./routes.js";
 import type { TaskContext, TaskResult, TaskSpec } from "./types.js";
+import { reachOf } from "./verify.js";
 
 /**
  * release's long work (DESIGN §8, docs/release.md): the phases assess,
@@ -82,13 +82,15 @@ function roll(r: Run, image: string, expected = r.o.expected, suffix?: string): 
 }
 
 async function verify(r: Run): Promise<VerifyOutcome> {
-  const v = r.o.plan.verify;
-  const url = new URL(v.base);
-  const via = await localEdge(r.t.bus, url.hostname.toLowerCase(), url.protocol === "https:");
-  await r.t.log(`verify: ${v.base}${via ? ` through the platform's edge at ${via.host}:${via.port}` : ""}`);
+  const { insecure_http, ...v } = r.o.plan.verify;
+  // the host as verify reaches it (actors/tasks/verify.ts reachOf); the probe's token to the app's own route only
+  const { base, via, routeApp } = await reachOf(r.t.bus, v.base, insecure_http);
+  await r.t.log(`verify: ${base}${via ? ` through the platform's edge at ${via.host}:${via.port}` : ""}`);
   return runVerification({
     ...v,
-    ...(r.o.refresh_token !== undefined ? { refresh_token: r.o.refresh_token } : {}),
+    base,
+    allowAddress: addressAllowanceFromEnv(process.env),
+    ...(r.o.refresh_token !== undefined && routeApp === r.o.app ? { refresh_token: r.o.refresh_token } : {}),
     ...(via ? { via } : {}),
     signal: r.t.signal,
     onLine: (line) => void r.t.log(line),

@@ -4,6 +4,7 @@ import {
   App,
   FilePath,
   framework,
+  HOST_NAME_PATTERN,
   Obj,
   OptBool,
   OptFilePath,
@@ -19,6 +20,22 @@ import {
 } from "../fields.js";
 
 /** The production path (spec 1.2, DESIGN §8): verify, productionize, deploy, release, delivery-check. */
+
+/**
+ * `host` of verify and release, as productionize's (docs/verify.md#host): a host name
+ * (`shop.example.com`, reached over HTTPS) or an http(s) URL.
+ */
+const HostOrUrl = (description: string) =>
+  Type.Optional(
+    Type.Union(
+      [
+        Type.String({ pattern: HOST_NAME_PATTERN, maxLength: 253, description: "host name" }),
+        Url("base URL"),
+      ],
+      { description: `${description}: a host name (reached over HTTPS) or an http(s) URL` },
+    ),
+  );
+const insecure_http = OptBool("reach a bare host over HTTP, not HTTPS");
 
 const production = {
   long_running: true,
@@ -40,13 +57,14 @@ export const verify = declareCapability({
     app: App,
     platform,
     framework,
-    host: Type.Optional(Url("base URL of the deployed host")),
+    host: HostOrUrl("the deployed host"),
+    insecure_http,
     ...verifyShared,
     check_billing_mode: OptStr("expected billing mode"),
     billing_app_name: OptStr("billing app name"),
     timeout_ms: OptInt("per-request timeout", 1, 600_000),
     readiness_timeout_ms: OptInt("how long to wait for readiness", 0, 3_600_000),
-    readiness_interval_ms: OptInt("readiness poll interval", 10, 600_000),
+    readiness_interval_ms: OptInt("readiness poll interval (at least 250 ms are used)", 10, 600_000),
   }),
 });
 
@@ -122,7 +140,8 @@ export const release = declareCapability({
     app: App,
     platform,
     framework,
-    host: Type.Optional(Url("base URL of the production host")),
+    host: HostOrUrl("the production host"),
+    insecure_http,
     publish_mode: Type.Optional(
       Type.Enum(["push", "local"] as const, {
         description: "push to the registry and pin the digest read back, or keep the image local",

@@ -59,6 +59,19 @@ test("cli: verify exits 0 when every assertion passed, and says so", async (t) =
   t.false(r.stdout.includes("FAIL"));
 });
 
+test("cli: verify and release pass a bare --host as it is, and --insecure-http as a field (conformance gap 3)", async (t) => {
+  const p = await platform(t);
+  const passing = ASSERTIONS.map((a) => ({ ...a, ok: true, actual: a.expected.split(" -> ")[1]! }));
+  playLongWork(p, { type: "Verification", id: "vfy_3", end: "succeeded", endFields: verification(passing) });
+  const r = await runAgainst(p, ["verify", "--app", "shop", "--host", "shop.example.com", "--insecure-http"]);
+  t.is(r.code, 0, r.stderr);
+  const body = p.requests.find((q) => q.path === "/capabilities/verify")!;
+  t.deepEqual(body.json, { app: "shop", host: "shop.example.com", insecure_http: true });
+  const help = await runAgainst(p, ["release", "--help"]);
+  t.regex(help.stdout, /--host\b/);
+  t.regex(help.stdout, /--insecure-http\b/);
+});
+
 test("cli: verify --json prints the resource as JSON and still exits 1 on a failed assertion", async (t) => {
   const p = await platform(t);
   playLongWork(p, { type: "Verification", id: "vfy_3", end: "failed", endFields: verification(ASSERTIONS) });

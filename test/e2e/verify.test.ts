@@ -6,7 +6,8 @@ import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import anyTest, { type ExecutionContext, type TestFn } from "ava";
-import { BUCKETS, encode, keys, type Route } from "../../proto/mod.js";
+import { BUCKETS, type CertificateEntry, certificateAad, encode, keys, type Route } from "../../proto/mod.js";
+import { Vault } from "../../store/mod.js";
 import { newServiceKey } from "../../proto/service-token.js";
 import { writeStarter } from "../../starter/mod.js";
 import { runSlipway } from "../helpers/cli-run.js";
@@ -20,7 +21,10 @@ import {
   type TestNats,
   type TestPlatform,
   controlAuth,
+  TEST_VAULT_KEY,
+  tempDir,
 } from "../helpers/infra.js";
+import { makeCa } from "../proxy/tls-support.js";
 
 /**
  * verify end to end (docs/verify.md): the starter itself runs (its server on a
@@ -121,6 +125,22 @@ test.after.always(async (t) => {
 
 const QUICK = { readiness_timeout_ms: 10_000, readiness_interval_ms: 100, timeout_ms: 3000 };
 
+/**
+ * A route of the platform's edge for `host` to `upstream` (as deploy writes one), owned by `app`.
+ * The name resolves nowhere: only the edge reaches it, and loopback upstreams are its business.
+ */
+async function edgeRoute(t: ExecutionContext<Ctx>, host: string, upstream: string, app = t.context.app) {
+  const route: Route = {
+    host,
+    app,
+    service: "web",
+    upstreams: [{ url: upstream, deployment_id: "dpl_test", health_path: "/health" }],
+    updated_at: new Date().toISOString(),
+  };
+  await t.context.p.admin.pub.kvPut(BUCKETS.routes, keys.route(host), encode(route));
+  t.teardown(() => t.context.p.admin.pub.kvDelete(BUCKETS.routes, keys.route(host)));
+}
+
 /** Starts a verify and waits for its end: the Verification and its events. */
 async function verifyAndWait(
   t: ExecutionContext<Ctx>,
@@ -154,10 +174,12 @@ async function verifyAndWait(
   return { doc, events };
 }
 
-test("verify: the starter, run as it is, passes every assertion on the control plane", async (t) => {
+test("verify: the starter, run as it is, passes every assertion on the control plane; a bare host goes through the platform's edge", async (t) => {
   const { starter, app } = t.context;
+  const host = `${app}.shop.test`;
+  await edgeRoute(t, host, starter.base);
   const { doc, events } = await verifyAndWait(t, {
-    host: starter.base,
+    host,
     api_paths: ["/api/me", "/api/anything"],
     expect_idp: "password",
     expect_email: true,
@@ -169,8 +191,10 @@ test("verify: the starter, run as it is, passes every assertion on the control p
   t.is(doc.status, "succeeded", JSON.stringify(doc.assertions, null, 1));
   t.is(doc.ok, true);
   t.is(doc.failed, 0);
-  t.is(doc.host, starter.base);
-  t.is(doc.via, null);
+  t.is(doc.host, host);
+  // a bare host the edge serves without a certificate: its HTTP listener, the Host header the host's
+  t.is(doc.base, `http://${host}`);
+  t.regex(doc.via, /^127\.0\.0\.1:\d+$/);
   t.true(doc.readiness.ok);
   t.deepEqual(
     doc.assertions.map((a: { name: string }) => a.name),
@@ -204,7 +228,7 @@ test("verify: the starter, run as it is, passes every assertion on the control p
   t.is(probe.user_id, `usr_probe-${app}`);
   const completed = events.filter((e) => e.type === "VerificationCompleted");
   t.is(completed.length, 1);
-  t.like(completed[0]!.data, { status: "succeeded", ok: true, failed: 0, total: 14, host: starter.base });
+  t.like(completed[0]!.data, { status: "succeeded", ok: true, failed: 0, total: 14, host });
   const logs = await get(t.context.p.controlUrl, `/logs/${doc.id}`);
   t.regex(logs.text, /ok +api \/api\/me: GET \/api\/me -> 401/);
 });
@@ -254,7 +278,10 @@ test("the starter's /auth and /api go through the platform's identity: a user's 
 
 test("verify: a broken app fails the assertion it breaks, the CLI prints it and exits 1, explain-failure names it", async (t) => {
   const { broken, app, p } = t.context;
-  const { doc, events } = await verifyAndWait(t, { host: broken.base });
+  // the spec's call shape: `verify --app <app> --host <host>` with a host name
+  const host = `${app}-broken.shop.test`;
+  await edgeRoute(t, host, broken.base);
+  const { doc, events } = await verifyAndWait(t, { host });
   t.is(doc.status, "failed");
   t.is(doc.ok, false);
   t.is(doc.failed, 1);
@@ -268,7 +295,7 @@ test("verify: a broken app fails the assertion it breaks, the CLI prints it and 
     "--app",
     app,
     "--host",
-    broken.base,
+    host,
     "--readiness-timeout-ms",
     "5000",
   ]);
@@ -276,9 +303,11 @@ test("verify: a broken app fails the assertion it breaks, the CLI prints it and 
   t.regex(cli.stdout, /^failed {2}Verification {2}vfy_/);
   t.regex(cli.stdout, /^ {4}api \/api\/me +GET \/api\/me -> 401 +200 +FAIL +\d+$/m);
   t.regex(cli.stdout, /1 of \d+ assertions failed: api \/api\/me/);
-  const json = await runSlipway(p.controlUrl, ["verify", "--app", app, "--host", broken.base, "--json"]);
+  const json = await runSlipway(p.controlUrl, ["verify", "--app", app, "--host", host, "--json"]);
   t.is(json.code, 1);
   t.is(json.json.resource.failed, 1);
+  t.is(json.json.resource.host, host);
+  t.is(json.json.resource.base, `http://${host}`);
 
   const ex = await call(p.controlUrl, "explain-failure", { app, resource: doc.id });
   t.is(ex.status, 202, ex.text);
@@ -293,13 +322,35 @@ test("verify: a broken app fails the assertion it breaks, the CLI prints it and 
   t.regex(analysis.next_step, /401/);
 });
 
-test("verify: an unreachable host is a failed readiness, not an error", async (t) => {
-  const port = await freePort();
-  const { doc } = await verifyAndWait(t, { host: `http://127.0.0.1:${port}`, readiness_timeout_ms: 300 });
-  t.is(doc.status, "failed");
-  t.false(doc.readiness.ok);
-  t.regex(doc.assertions[0].actual, /connection refused/);
-  t.is(doc.failed, doc.assertions.length);
+test("verify: the report's targets (the loopback control plane, the metadata address) are refused before any connection, on the control plane too (security #9)", async (t) => {
+  const { p } = t.context;
+  const control = new URL(p.controlUrl).port;
+  const targets: Array<[Record<string, unknown>, RegExp]> = [
+    [
+      {
+        host: `http://127.0.0.1:${control}`,
+        health_path: "/healthz",
+        page_path: "/resources?app_id=other",
+        api_paths: ["/resources?app_id=other&type=Secret", "/events?app_id=other"],
+        readiness_timeout_ms: 0,
+      },
+      /^refused: 127\.0\.0\.1 is not a public address \(loopback\)/,
+    ],
+    [
+      { host: "http://169.254.169.254", health_path: "/redirect", readiness_interval_ms: 10 },
+      /^refused: 169\.254\.169\.254 is not a public address \(link-local\)/,
+    ],
+    [{ host: "localhost", insecure_http: true }, /^refused: (127\.0\.0\.1|::1) is not a public address/],
+  ];
+  for (const [body, why] of targets) {
+    const { doc } = await verifyAndWait(t, body);
+    t.is(doc.status, "failed");
+    t.false(doc.readiness.ok);
+    t.is(doc.readiness.attempts, 1, "one attempt, refused before connecting");
+    t.regex(doc.assertions[0].actual, why);
+    t.is(doc.failed, doc.assertions.length);
+    t.is(doc.via, null);
+  }
 });
 
 test("verify: bad input is 400 in the documented shape; no host anywhere is 422 precondition_failed", async (t) => {
@@ -329,21 +380,71 @@ test("verify: bad input is 400 in the documented shape; no host anywhere is 422 
   t.is(unknown.status, 404);
 });
 
-test("verify: on the data plane the app's token verifies its own app, and no other", async (t) => {
-  const { p, starter, token } = t.context;
+test("verify: on the data plane the app's token verifies its own host only: another host, the control plane, the metadata address are 403 and nothing is sent (security #9)", async (t) => {
+  const { p, starter, token, app } = t.context;
   const auth = {
     authorization: `Bearer ${token}`,
     "x-platform-actor-type": "app",
     "x-platform-actor-id": "ci",
   };
-  const { doc } = await verifyAndWait(t, { host: starter.base }, { url: p.dataUrl, headers: auth });
+  const own = `${app}-own.shop.test`;
+  await edgeRoute(t, own, starter.base);
+  const { doc } = await verifyAndWait(
+    t,
+    { host: own, check_refresh: true },
+    { url: p.dataUrl, headers: auth },
+  );
   t.is(doc.status, "succeeded", JSON.stringify(doc.assertions));
   const other = `vfo-${randomUUID().slice(0, 8)}`;
   t.is((await call(p.controlUrl, "initialize-app", { name: other })).status, 200);
-  const r = await call(p.dataUrl, "verify", { app: other, host: starter.base }, auth);
+  // a host another app's route serves
+  const theirs = `${other}.shop.test`;
+  await edgeRoute(t, theirs, starter.base, other);
+  const control = new URL(p.controlUrl).port;
+  const attacks = [
+    `http://127.0.0.1:${control}`,
+    "http://169.254.169.254",
+    "169.254.169.254",
+    theirs,
+    `https://${theirs}`,
+    starter.base,
+  ];
+  for (const host of attacks) {
+    const r = await call(p.dataUrl, "verify", { app, host, check_refresh: true, ...QUICK }, auth);
+    t.is(r.status, 403, `${host}: ${r.text}`);
+    t.is(r.body.error.code, "forbidden");
+    t.is(r.body.error.details[0].path, "/host");
+  }
+  const made = await get(p.controlUrl, `/resources?app_id=${app}&type=Verification`);
+  const hosts = (made.body.items as Array<{ host: string }>).map((v) => v.host);
+  t.true(hosts.includes(own));
+  // (the control plane's refusal test verifies the first two on its own)
+  t.false(
+    hosts.some((h) => attacks.slice(2).includes(h)),
+    "no Verification was made for a refused host",
+  );
+  const r = await call(p.dataUrl, "verify", { app: other, host: theirs }, auth);
   t.is(r.status, 403, r.text);
-  t.is((await call(p.dataUrl, "verify", { app: t.context.app, host: starter.base })).status, 401);
+  t.is((await call(p.dataUrl, "verify", { app: t.context.app, host: own })).status, 401);
 });
+
+test.serial(
+  "verify: check_refresh sends the probe's session to a host the app owns only; another host gets a throwaway sign-up and no session is made",
+  async (t) => {
+    const { p, app, starter } = t.context;
+    const other = `vfr-${randomUUID().slice(0, 8)}`;
+    t.is((await call(p.controlUrl, "initialize-app", { name: other })).status, 200);
+    const theirs = `${other}.shop.test`;
+    await edgeRoute(t, theirs, starter.base, other);
+    const sessions = async () =>
+      ((await get(p.controlUrl, `/resources?app_id=${app}&type=Session`)).body.items as unknown[]).length;
+    const before = await sessions();
+    const { doc } = await verifyAndWait(t, { host: theirs, check_refresh: true });
+    const refresh = doc.assertions.find((a: { name: string }) => a.name === "refresh");
+    t.regex(refresh.expected, /^POST \/auth\/refresh with a fresh session -> 200 and a new session cookie/);
+    t.is(await sessions(), before, "no probe session was made for a host the app does not own");
+  },
+);
 
 test("verify: a host the platform's edge serves is reached through the edge, with its own Host", async (t) => {
   const { p, starter, app } = t.context;
@@ -361,4 +462,34 @@ test("verify: a host the platform's edge serves is reached through the edge, wit
   t.is(doc.status, "succeeded", JSON.stringify(doc.assertions));
   t.regex(doc.via, /^127\.0\.0\.1:\d+$/);
   await p.admin.pub.kvDelete(BUCKETS.routes, keys.route(host));
+});
+
+test("verify: a bare host the edge holds a certificate for goes through its HTTPS listener, SNI and Host the host's (conformance gap 3)", async (t) => {
+  const { p, app, starter } = t.context;
+  const host = `${app}-tls.shop.test`;
+  await edgeRoute(t, host, starter.base);
+  // the certificate as the edge's ACME would leave it: sealed in the vault at _certs.<host>
+  const leaf = makeCa(tempDir(), "verify-ca").issue(host, "server");
+  const vault = Vault.open(tempDir(), { SLIPWAY_VAULT_KEY: TEST_VAULT_KEY });
+  const entry: CertificateEntry = {
+    host,
+    sealed: vault.seal(
+      JSON.stringify({ key_pem: leaf.keyPem, cert_pem: leaf.certPem }),
+      certificateAad(host),
+    ),
+    not_after: new Date(Date.now() + 86_400_000).toISOString(),
+    issued_at: new Date().toISOString(),
+    directory: "https://acme.test/directory",
+  };
+  await p.admin.kv.vault.put(keys.certificate(host), JSON.stringify(entry));
+  t.teardown(() => p.admin.kv.vault.delete(keys.certificate(host)));
+  const https = String(p.proxy!.httpsPort);
+  const { doc } = await eventually(async () => {
+    // the edge's certificate watch may take a moment to bring it
+    const r = await verifyAndWait(t, { host, readiness_timeout_ms: 2000 });
+    return r.doc.status === "succeeded" ? r : undefined;
+  }, 30_000);
+  t.is(doc.base, `https://${host}`);
+  t.is(doc.via, `127.0.0.1:${https}`);
+  t.true(doc.assertions.every((a: { ok: boolean }) => a.ok));
 });

@@ -1,7 +1,17 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import type { AddressInfo } from "node:net";
+import { type AddressInfo, Socket } from "node:net";
 import test from "ava";
-import { runVerification, VERIFY_BODY_CAP, type VerifyOutcome } from "../../effects/verify.js";
+import {
+  addressAllowanceFromEnv,
+  nonPublicKind,
+  readinessInterval,
+  runVerification as runUnallowed,
+  VERIFY_BODY_CAP,
+  VERIFY_MAX_REQUESTS,
+  VERIFY_READINESS_LIMITS,
+  type VerifyOptions,
+  type VerifyOutcome,
+} from "../../effects/verify.js";
 
 /**
  * runVerification against real HTTP servers on loopback: a small app that
@@ -73,6 +83,10 @@ async function startApp(
   t.teardown(close);
   return { base: `http://127.0.0.1:${port}`, port, hits, close };
 }
+
+/** The test apps listen on 127.0.0.1: allowed as an operator would (SLIPWAY_VERIFY_ALLOW). */
+const loopbackAllowed = addressAllowanceFromEnv({ SLIPWAY_VERIFY_ALLOW: "127.0.0.1" });
+const runVerification = (o: VerifyOptions) => runUnallowed({ allowAddress: loopbackAllowed, ...o });
 
 const fast = { readiness_timeout_ms: 0, readiness_interval_ms: 10, timeout_ms: 2000 };
 const named = (o: VerifyOutcome, name: string) => o.assertions.find((a) => a.name === name);
@@ -255,13 +269,13 @@ test("verify: readiness waits for the health path, polling at the interval", asy
 test("verify: readiness gives up at its timeout and the rest still runs against an app that answers", async (t) => {
   const app = await startApp(t, { "GET /health": (_q, r) => json(r, 503, {}) });
   const started = Date.now();
-  const o = await runVerification({ base: app.base, readiness_timeout_ms: 600, readiness_interval_ms: 100 });
+  const o = await runVerification({ base: app.base, readiness_timeout_ms: 600, readiness_interval_ms: 250 });
   const took = Date.now() - started;
   t.false(o.ok);
   t.false(o.readiness.ok);
-  // an attempt every 100 ms; it stops when the next one would start past the 600 ms deadline
-  t.true(o.readiness.attempts >= 2 && o.readiness.attempts <= 7, String(o.readiness.attempts));
-  t.true(o.readiness.ms >= 500 && o.readiness.ms < 3000, String(o.readiness.ms));
+  // an attempt every 250 ms; it stops when the next one would start past the 600 ms deadline
+  t.true(o.readiness.attempts >= 2 && o.readiness.attempts <= 3, String(o.readiness.attempts));
+  t.true(o.readiness.ms >= 250 && o.readiness.ms < 3000, String(o.readiness.ms));
   t.true(took < 4000, String(took));
   t.like(named(o, "readiness"), { ok: false, expected: "GET /health -> 2xx within 600 ms" });
   t.regex(named(o, "readiness")!.actual, /^503 \(last of \d attempts in \d+ ms\)$/);
@@ -363,4 +377,94 @@ test("verify: an abort stops the run and rejects with the signal's reason", asyn
     { message: "stop now" },
   );
   t.true(Date.now() - started < 2000);
+});
+
+/** Every address a socket of this process connects to while `fn` runs. */
+async function connectsDuring(fn: () => Promise<unknown>): Promise<string[]> {
+  const seen: string[] = [];
+  const original = Socket.prototype.connect;
+  Socket.prototype.connect = function (this: Socket, ...args: unknown[]) {
+    const o = args[0] as { host?: string; port?: number } | undefined;
+    if (o && typeof o === "object") seen.push(`${o.host}:${o.port}`);
+    return (original as (...a: unknown[]) => Socket).apply(this, args);
+  } as typeof original;
+  try {
+    await fn();
+  } finally {
+    Socket.prototype.connect = original;
+  }
+  return seen;
+}
+
+test.serial(
+  "verify: loopback, link-local and private targets are refused before any connection unless the operator allows them (security #9)",
+  async (t) => {
+    const app = await startApp(t);
+    const cases: Array<[string, RegExp]> = [
+      // the report's attacks: the loopback control plane, the cloud metadata address
+      [`http://127.0.0.1:${app.port}`, /^refused: 127\.0\.0\.1 is not a public address \(loopback\)/],
+      ["http://169.254.169.254", /^refused: 169\.254\.169\.254 is not a public address \(link-local\)/],
+      ["http://10.1.2.3:8080", /\(private\)/],
+      ["http://[::ffff:127.0.0.1]:1", /\(loopback\)/],
+      ["http://0.0.0.0:1", /\(unspecified\)/],
+      // a name that resolves to loopback: the resolved address is checked, and is what a request would use
+      [`http://localhost:${app.port}`, /^refused: (127\.0\.0\.1|::1) is not a public address \(loopback\)/],
+    ];
+    for (const [base, why] of cases) {
+      let o: VerifyOutcome | undefined;
+      const connects = await connectsDuring(async () => {
+        o = await runUnallowed({
+          base,
+          readiness_timeout_ms: 2000,
+          readiness_interval_ms: 10,
+          check_refresh: true,
+        });
+      });
+      t.deepEqual(connects, [], base);
+      t.false(o!.ok);
+      t.is(o!.readiness.attempts, 1, base);
+      t.regex(named(o!, "readiness")!.actual, why, base);
+      for (const a of o!.assertions.slice(1)) t.regex(a.actual, /^not run: refused: /, `${base} ${a.name}`);
+    }
+    t.deepEqual(app.hits, [], "nothing reached the loopback app");
+    // the operator's allowance: the same app is reached
+    const allowed = await runUnallowed({
+      base: `http://127.0.0.1:${app.port}`,
+      ...fast,
+      allowAddress: addressAllowanceFromEnv({ SLIPWAY_VERIFY_ALLOW_PRIVATE: "1" }),
+    });
+    t.true(allowed.ok, JSON.stringify(allowed.assertions));
+    const listed = addressAllowanceFromEnv({ SLIPWAY_VERIFY_ALLOW: "10.0.0.0/8, fd00::/8,192.168.1.20" });
+    t.true(listed("10.9.8.7") && listed("fd12::1") && listed("192.168.1.20"));
+    t.false(listed("192.168.1.21") || listed("127.0.0.1") || listed("169.254.169.254"));
+    t.throws(() => addressAllowanceFromEnv({ SLIPWAY_VERIFY_ALLOW: "10.0.0.0/33" }), {
+      message: /SLIPWAY_VERIFY_ALLOW: "10\.0\.0\.0\/33"/,
+    });
+    t.is(nonPublicKind("93.184.215.14"), undefined);
+    t.is(nonPublicKind("2606:4700::1111"), undefined);
+    t.is(nonPublicKind("fe80::1"), "link-local");
+    t.is(nonPublicKind("100.64.1.1"), "private");
+  },
+);
+
+test("verify: one call sends a bounded number of requests: the readiness interval has a floor, a long wait polls less often (security #9 amplification)", async (t) => {
+  const app = await startApp(t, {
+    "GET /health": (_q, r) => {
+      r.writeHead(302, { location: "/health" });
+      r.end();
+    },
+  });
+  // the report's amplification: a redirecting health path, 2 s at 10 ms (169 requests before)
+  const o = await runVerification({ base: app.base, readiness_timeout_ms: 2000, readiness_interval_ms: 10 });
+  const polls = app.hits.filter((h) => h.path === "/health").length - 1; // less the health assertion
+  t.false(o.readiness.ok);
+  t.true(polls <= Math.floor(2000 / VERIFY_READINESS_LIMITS.min_interval_ms) + 1, String(polls));
+  t.is(polls, o.readiness.attempts);
+  t.true(app.hits.length <= 20, String(app.hits.length));
+  // the longest wait the input allows (an hour) at the smallest interval: at most max_attempts polls
+  const interval = readinessInterval(3_600_000, 10);
+  t.true(Math.floor(3_600_000 / interval) + 1 <= VERIFY_READINESS_LIMITS.max_attempts);
+  t.is(readinessInterval(60_000, 1000), 1000);
+  t.is(readinessInterval(2000, 10), VERIFY_READINESS_LIMITS.min_interval_ms);
+  t.true(VERIFY_MAX_REQUESTS >= VERIFY_READINESS_LIMITS.max_attempts + 57);
 });

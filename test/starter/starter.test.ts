@@ -381,7 +381,13 @@ test("starter: the template's own test fakes /auth/config with the platform's do
 });
 
 test("starter server: verify's assertions pass against it; check_refresh without the platform's probe session says why it has none", async (t) => {
-  const quick = { readiness_timeout_ms: 5000, readiness_interval_ms: 100, timeout_ms: 3000 };
+  // the starter listens on loopback: allowed as an operator would (docs/verify.md)
+  const quick = {
+    readiness_timeout_ms: 5000,
+    readiness_interval_ms: 100,
+    timeout_ms: 3000,
+    allowAddress: () => true,
+  };
   const o = await runVerification({
     base: t.context.base,
     ...quick,
