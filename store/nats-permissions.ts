@@ -116,8 +116,9 @@ function merge(...grants: Grant[]): Grant {
 /**
  * Gateways: put commands on the stream and wait for their replies; read events, app events, logs
  * and the KV buckets they serve reads from; publish app events (policies, MCP, identity,
- * connectors); write connector grants into the vault (their keys only: an app's secrets, its
- * signing key among them, are the node's to write). Never the commands stream, never the routes.
+ * connectors); write connector grants into the vault (their keys only: an app's secrets and its
+ * access-token signing key, `_identity.<app>`, are the node's to write). Never the commands stream,
+ * never the routes.
  */
 function gateway(): Grant {
   const reads = [BUCKETS.resources, BUCKETS.vault, BUCKETS.apps, BUCKETS.idempotency, BUCKETS.jobs];

@@ -10,6 +10,8 @@ import {
   encode,
   AppRecordSchema,
   keys,
+  signingKeyAad,
+  signingKeyKey,
   VaultEntrySchema,
 } from "../proto/mod.js";
 import { secretAad, serviceKeyAad, type Vault, VaultTamperedError } from "./vault.js";
@@ -24,16 +26,22 @@ export interface RotateReport {
 
 const CERT_PREFIX = keys.certificate("");
 const ACME_PREFIX = "_acme.";
+const IDENTITY_PREFIX = signingKeyKey("");
 
 /**
  * The AAD and the checked value of a vault entry that is not an app's secret (keys starting with
- * `_`): the edge proxy's certificates (`_certs.<host>`) and ACME account keys (`_acme.<hash>`).
+ * `_`): the edge proxy's certificates (`_certs.<host>`), ACME account keys (`_acme.<hash>`) and
+ * the apps' access-token signing keys (`_identity.<app>`).
  * Undefined for a key of a kind this version does not know (left as it is).
  */
 function platformEntry(key: string, value: unknown): { aad: string; entry: { sealed: Sealed } } | undefined {
   if (key.startsWith(CERT_PREFIX)) {
     const entry = check(CertificateEntrySchema, value, `vault ${key}`);
     return { aad: certificateAad(key.slice(CERT_PREFIX.length)), entry: entry as { sealed: Sealed } };
+  }
+  if (key.startsWith(IDENTITY_PREFIX)) {
+    const entry = check(VaultEntrySchema, value, `vault ${key}`);
+    return { aad: signingKeyAad(key.slice(IDENTITY_PREFIX.length)), entry };
   }
   if (key.startsWith(ACME_PREFIX)) {
     const entry = check(AcmeAccountEntrySchema, value, `vault ${key}`);

@@ -11,6 +11,7 @@ import {
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { startPlatform } from "../../bin/platform.js";
 import { BUCKETS, jsApi, keys, STREAMS, subjects } from "../../proto/subjects.js";
+import { signingKeyKey } from "../../proto/identity.js";
 import { type Bus, openBus } from "../../store/bus.js";
 import {
   type EmbeddedNats,
@@ -140,6 +141,11 @@ test("the gateway role cannot write the routes nor an app's secrets; the proxy w
     t,
     bus(t, "gateway").kv.vault.put(keys.vault("shop", "SLIPWAY_AUTH_SIGNING_KEY"), "{}"),
     "gateway writes an app's secret",
+  );
+  await refused(
+    t,
+    bus(t, "gateway").kv.vault.put(signingKeyKey("shop"), "{}"),
+    "gateway writes an app's signing key",
   );
   t.truthy(await bus(t, "node").kv.routes.put(keys.route("shop.test"), route), "the node deploys routes");
   t.is((await bus(t, "admin").kv.routes.get(keys.route("shop.test")))?.string(), route);
