@@ -262,8 +262,10 @@ async function endpoint(d: McpDeps, req: Req, res: Res, bodyP: Promise<Buffer> |
       const result = await callTool(d, c, reg, direct.name, direct.args);
       text = JSON.stringify({ jsonrpc: "2.0", id: direct.id, result });
     } catch (e) {
-      if (!(e instanceof McpError)) throw e;
-      text = rpcError(direct.id, e.code, e.message);
+      // as the SDK answers a handler's error: a JSON-RPC error (a platform error names no internals)
+      if (e instanceof McpError) text = rpcError(direct.id, e.code, e.message);
+      else if (e instanceof PlatformError) text = rpcError(direct.id, ErrorCode.InternalError, e.message);
+      else throw e;
     }
     return res.send(200, text, "application/json");
   }
@@ -379,7 +381,15 @@ async function callTool(
     void record(d, c, name.slice(0, 128), { ok: false, reason: "unknown tool" });
     throw new McpError(ErrorCode.InvalidParams, `unknown tool ${name.slice(0, 128)}: tools/list names them`);
   }
-  const why = argumentProblems(c.app, tool, args);
+  let why: string | undefined;
+  try {
+    why = argumentProblems(c.app, tool, args);
+  } catch (e) {
+    // a schema stored before its rules tightened (a pattern now refused): the tool cannot be checked
+    if (!(e instanceof PlatformError)) throw e;
+    void record(d, c, tool.name, { ok: false, reason: "input schema refused" });
+    return toolError(`the tool's input schema is no longer accepted (register it again): ${e.message}`);
+  }
   if (why !== undefined) {
     void record(d, c, tool.name, { ok: false, reason: `invalid arguments: ${why}`.slice(0, 500) });
     return toolError(`invalid arguments: ${why}`);
