@@ -1,4 +1,4 @@
-import { createHmac } from "node:crypto";
+import { createHash, createHmac } from "node:crypto";
 import { AppRecordSchema, check, keys, serviceKeyAad } from "../../proto/mod.js";
 import type { TaskContext } from "./types.js";
 
@@ -7,7 +7,7 @@ import type { TaskContext } from "./types.js";
  * first release needs no hand-made `.env.prod`: the data plane's URL, the app's service key (sealed
  * in its record), a session secret derived from it (stable across rolls, the app's alone) and the
  * app's data-plane token from the app's `.env`, where initialize-app wrote it (the platform keeps
- * only its hash). They come first: the env files, the compose `environment` and the vault win over
+ * only its hash, and gives the token only when it matches that hash). They come first: the env files, the compose `environment` and the vault win over
  * them.
  */
 
@@ -22,6 +22,8 @@ export function sessionSecretOf(app: string, serviceKey: string): string {
   return createHmac("sha256", serviceKey).update(`slipway session secret\0${app}`).digest("base64url");
 }
 
+const sha256hex = (s: string) => createHash("sha256").update(s).digest("hex");
+
 export async function platformEnv(
   t: TaskContext,
   o: {
@@ -34,14 +36,15 @@ export async function platformEnv(
   const env: Record<string, string> = {};
   if (o.dataUrl) env.SLIPWAY_DATA_URL = o.dataUrl;
   const e = await t.bus.kv.apps.get(keys.app(o.app));
-  if (e?.operation === "PUT") {
-    const rec = check(AppRecordSchema, e.json(), `app ${o.app}`);
-    const key = t.vault.openString(rec.service_key, serviceKeyAad(o.app));
-    env.SLIPWAY_SERVICE_KEY = key;
-    env.SESSION_SECRET = sessionSecretOf(o.app, key);
-  }
+  if (e?.operation !== "PUT") return env;
+  const rec = check(AppRecordSchema, e.json(), `app ${o.app}`);
+  const key = t.vault.openString(rec.service_key, serviceKeyAad(o.app));
+  env.SLIPWAY_SERVICE_KEY = key;
+  env.SESSION_SECRET = sessionSecretOf(o.app, key);
+  // the app can write its .env: only its own token (by the record's hash) is given, never another's
   const token = await o.readToken().catch(() => undefined);
-  if (token) env.SLIPWAY_TOKEN = token;
+  if (token && sha256hex(token) === rec.token_hash) env.SLIPWAY_TOKEN = token;
+  else if (token) await t.log(`SLIPWAY_TOKEN in ${DEV_ENV_FILE} is not ${o.app}'s token: not given`);
   const missing = PLATFORM_ENV.filter((n) => !(n in env));
   if (missing.length)
     await t.log(`the platform has no ${missing.join(", ")} to give (set them in .env.prod)`);
