@@ -72,7 +72,7 @@ interface RouteDef {
 }
 
 const USER_ID = "(usr_[A-Za-z0-9_-]{1,64})";
-const ROUTES: readonly RouteDef[] = [
+export const ROUTES: readonly RouteDef[] = [
   { method: "GET", path: /^\/auth\/config$/, route: "config", who: "either" },
   { method: "GET", path: /^\/auth\/me$/, route: "me", who: "user" },
   { method: "POST", path: /^\/auth\/signup$/, route: "signup", who: "app" },

@@ -36,7 +36,7 @@ export interface IncidentDeps extends CapabilityDeps {
   apps: AppDirectory;
 }
 
-const PATHS: Record<string, IncidentRoute> = {
+export const PATHS: Record<string, IncidentRoute> = {
   "/status/incidents": "open",
   "/status/incidents/update": "update",
   "/status/incidents/resolve": "resolve",

@@ -67,7 +67,7 @@ export function mcpDeps(d: McpDeps): McpDeps {
 }
 
 /** The registry routes (both planes). */
-const REGISTRY_PATH = /^\/mcp\/(tools|instructions|proactive)$/;
+export const REGISTRY_PATH = /^\/mcp\/(tools|instructions|proactive)$/;
 /** The MCP endpoint (data plane). */
 export const MCP_ENDPOINT = "/mcp";
 

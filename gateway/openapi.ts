@@ -165,6 +165,9 @@ function readPaths(): Record<string, unknown> {
       },
     },
   };
+  paths["/openapi.json"] = {
+    get: { summary: "this document", responses: { "200": { description: "OpenAPI 3.1" } } },
+  };
   for (const p of ["/version", "/healthz", "/readyz"])
     paths[p] = { get: { responses: { "200": { description: "ok" } } } };
   return paths;
@@ -390,6 +393,62 @@ function eventStreamOperation(): Record<string, unknown> {
   };
 }
 
+/** Policies and approvals (docs/policies.md), app events (docs/app-events.md), both planes; connect on the data plane (docs/connectors.md). */
+function appPaths(plane: "control" | "data"): Record<string, Record<string, unknown>> {
+  const op = (summary: string, params: unknown[], body: boolean, ok = "done") => ({
+    summary,
+    parameters: [...params, ...(body ? actorHeaders.slice(0, 2) : [])],
+    ...(body ? { requestBody: { content: { "application/json": { schema: { type: "object" } } } } } : {}),
+    responses: { "200": { description: ok }, ...errorResponses },
+  });
+  const path = (name: string) => ({ name, in: "path", required: true, schema: { type: "string" } });
+  const paths: Record<string, Record<string, unknown>> = {
+    "/policies": {
+      get: op("the app's policy rules", [q("app")], false, "{items}"),
+      post: op("add or replace a rule (the app's token or the operator)", [], true, "the rule"),
+      delete: op("remove a rule", [q("app"), q("id")], false),
+    },
+    "/policies/approvals": {
+      get: op(
+        "approvals of staged actions",
+        [q("app"), q("status", { type: "string", enum: ["pending", "approved", "expired"] }), q("limit")],
+        false,
+        "{items}",
+      ),
+    },
+    "/policies/approvals/{id}": {
+      post: op("approve a staged action (202 pending_approval answers name it)", [path("id")], true),
+    },
+    "/app-events": {
+      get: op(
+        "the app's application events, newest first",
+        ["app", "owner", "subject", "type", "limit", "cursor"].map((n) => q(n)),
+        false,
+        "{items, next_cursor}",
+      ),
+      post: op("record an application event (platform-reserved types are 403 reserved_type)", [], true),
+    },
+    "/app-events/latest": {
+      get: op("the latest event of each subject, without its data", [q("app"), q("owner")], false, "{items}"),
+    },
+  };
+  if (plane === "data") {
+    paths["/connect/{provider}/send"] = {
+      post: op(
+        "send-message as the end user owner through the provider they connected (202, EmailDelivery)",
+        [path("provider")],
+        true,
+        "CapabilityResponse",
+      ),
+    };
+    paths["/connect/{provider}/grant"] = {
+      post: op("store an end user's grant (refresh token, sealed)", [path("provider")], true),
+      delete: op("revoke an end user's grant", [path("provider"), q("app"), q("owner")], false),
+    };
+  }
+  return paths;
+}
+
 /** The OpenAPI document of one plane, generated from proto (never hand-written). */
 export function openApiDocument(plane: "control" | "data"): Record<string, unknown> {
   const schemas: Record<string, unknown> = {
@@ -405,6 +464,7 @@ export function openApiDocument(plane: "control" | "data"): Record<string, unkno
     ...identityPaths(plane),
     ...incidentPaths(plane),
     ...mcpPaths(plane),
+    ...appPaths(plane),
   };
   return {
     openapi: "3.1.0",

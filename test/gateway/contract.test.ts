@@ -13,7 +13,7 @@ import {
   validateInput,
   type CapabilityName,
 } from "../../proto/mod.js";
-import { call, get, platformPerFile, type PlatformContext } from "../helpers/infra.js";
+import { call, controlAuth, get, platformPerFile, type PlatformContext } from "../helpers/infra.js";
 
 /**
  * Issue 11: everything that describes a capability is derived from its one
@@ -227,7 +227,8 @@ test("the gateway routes every declaration as declared: wrong plane 403, schema 
   const ghost = `g${randomUUID().slice(0, 8)}`;
   for (const plane of PLANES) {
     const url = plane === "control" ? p.controlUrl : p.dataUrl;
-    const auth: Record<string, string> = plane === "data" ? { authorization: `Bearer ${token}` } : {};
+    const auth: Record<string, string> =
+      plane === "data" ? { authorization: `Bearer ${token}` } : controlAuth(p.controlUrl);
     for (const c of ALL_CAPABILITIES) {
       const what = `${plane} ${c.name}`;
       const r = await call(url, c.name, exampleFor(c, ghost), auth);
@@ -274,5 +275,129 @@ test("inspect types: built ones reach the actor, the others answer 501 naming th
       t.is(r.status, 501, type);
       t.true(r.body.error.message.includes(type), type);
     }
+  }
+});
+
+/**
+ * The paths a route pattern of the gateway matches, as templates (`{}` for a parameter) with a
+ * concrete path to probe: optional groups both ways, alternations each way, a group or class of
+ * characters one parameter (its literal prefix kept: `apr_x`).
+ */
+function expandRoute(re: RegExp): { template: string; sample: string }[] {
+  const src = re.source.replace(/^\^/, "").replace(/\$$/, "");
+  let i = 0;
+  type Alt = { template: string; sample: string };
+  const join = (a: Alt[], b: Alt[]): Alt[] =>
+    a.flatMap((x) => b.map((y) => ({ template: x.template + y.template, sample: x.sample + y.sample })));
+  const seq = (): Alt[] => {
+    let alts: Alt[] = [];
+    let cur: Alt[] = [{ template: "", sample: "" }];
+    while (i < src.length && src[i] !== ")") {
+      const c = src[i]!;
+      if (c === "|") {
+        alts = alts.concat(cur);
+        cur = [{ template: "", sample: "" }];
+        i++;
+      } else if (c === "(") {
+        i++;
+        if (src.startsWith("?:", i)) i += 2;
+        const start = i;
+        let inner = seq();
+        const body = src.slice(start, i);
+        i++; // ')'
+        if (body.includes("[") && !body.includes("(") && !body.includes("|")) {
+          const prefix = body.slice(0, body.indexOf("[")).replace(/\\/g, "");
+          inner = [{ template: "{}", sample: `${prefix}x` }];
+        }
+        if (src[i] === "?") {
+          i++;
+          inner = [...inner, { template: "", sample: "" }];
+        }
+        cur = join(cur, inner);
+      } else if (c === "[") {
+        i = src.indexOf("]", i) + 1;
+        const q = /^(\+|\*|\{\d+,?\d*\})/.exec(src.slice(i));
+        if (q) i += q[0].length;
+        cur = join(cur, [{ template: "{}", sample: "x" }]);
+      } else if (c === "\\") {
+        cur = join(cur, [{ template: src[i + 1]!, sample: src[i + 1]! }]);
+        i += 2;
+      } else {
+        cur = join(cur, [{ template: c, sample: c }]);
+        i++;
+      }
+    }
+    return alts.concat(cur);
+  };
+  return seq();
+}
+
+test("every route of each plane's route table is in its OpenAPI document, with each method it allows", async (t) => {
+  const { p, token } = t.context;
+  const { READ_ROUTES } = await import("../../gateway/reads.js");
+  const { APP_EVENT_ROUTE } = await import("../../gateway/app-events.js");
+  const { CONNECT_ROUTE } = await import("../../gateway/connect.js");
+  const { POLICY_PATH } = await import("../../gateway/policy.js");
+  const { GROUP_PATH } = await import("../../gateway/identity-groups.js");
+  const { ROUTES: IDENTITY_ROUTES } = await import("../../gateway/identity.js");
+  const { PATHS: INCIDENT_PATHS } = await import("../../gateway/incidents.js");
+  const { STATUS_PAGE_PATH } = await import("../../gateway/status-page.js");
+  const { REGISTRY_PATH, MCP_ENDPOINT } = await import("../../gateway/mcp.js");
+  // the router's table (gateway/server.ts), but the capabilities (their own test above)
+  const patterns: RegExp[] = [
+    ...READ_ROUTES,
+    APP_EVENT_ROUTE,
+    CONNECT_ROUTE,
+    POLICY_PATH,
+    GROUP_PATH,
+    ...IDENTITY_ROUTES.map((r) => r.path),
+    ...Object.keys(INCIDENT_PATHS).map((k) => new RegExp(`^${k.replace(/\//g, "\\/")}$`)),
+    STATUS_PAGE_PATH,
+    REGISTRY_PATH,
+    new RegExp(`^${MCP_ENDPOINT.replace(/\//g, "\\/")}$`),
+  ];
+  const routes = new Map<string, string>();
+  for (const re of patterns)
+    for (const r of expandRoute(re))
+      routes.set(r.template, r.sample.replace(/^\/connect\/x\//, "/connect/gmail/"));
+  t.true(routes.size >= 40, `${routes.size} routes walked`);
+  for (const plane of PLANES) {
+    const url = plane === "control" ? p.controlUrl : p.dataUrl;
+    const auth: Record<string, string> =
+      plane === "data" ? { authorization: `Bearer ${token}` } : controlAuth(p.controlUrl);
+    const doc = (await get(url, "/openapi.json", auth)).body;
+    const documented = new Map<string, Set<string>>();
+    for (const [k, v] of Object.entries(doc.paths as Record<string, object>))
+      documented.set(k.replace(/\{[^}]+\}/g, "{}"), new Set(Object.keys(v)));
+    const missing: string[] = [];
+    for (const [template, sample] of routes) {
+      // an unlikely method: a route answers 405 with the methods it allows (or refuses the caller)
+      const r = await fetch(`${url}${sample}`, {
+        method: "PATCH",
+        headers: { ...auth, "x-platform-actor-type": "builder", "x-platform-actor-id": "t" },
+      });
+      const body = (await r.json().catch(() => ({}))) as { error?: { code?: string; message?: string } };
+      if (r.status === 404 && /^no route/.test(body.error?.message ?? "")) continue; // not this plane's
+      if (body.error?.code === "wrong_plane") continue;
+      const allow = r.status === 405 ? (r.headers.get("allow") ?? "") : "";
+      const first = allow.split(",")[0]?.trim();
+      if (first) {
+        // the method checked before the plane: one it allows says whether this plane serves it
+        const again = await fetch(`${url}${sample}`, {
+          method: first,
+          headers: { ...auth, "x-platform-actor-type": "builder", "x-platform-actor-id": "t" },
+        });
+        const b = (await again.json().catch(() => ({}))) as { error?: { code?: string } };
+        if (b.error?.code === "wrong_plane") continue;
+      }
+      const methods = documented.get(template);
+      if (!methods) {
+        missing.push(`${template} (answered ${r.status} ${body.error?.code})`);
+        continue;
+      }
+      for (const m of allow.split(",").map((s) => s.trim().toLowerCase()))
+        if (m && m !== "head" && !methods.has(m)) missing.push(`${m.toUpperCase()} ${template}`);
+    }
+    t.deepEqual(missing, [], `${plane} plane: routes served and not documented`);
   }
 });
