@@ -1,5 +1,5 @@
-import { chmod, mkdir, stat, writeFile } from "node:fs/promises";
-import { dirname, join, resolve, sep } from "node:path";
+import { lstat, mkdir, realpath } from "node:fs/promises";
+import { dirname, join, relative, resolve, sep } from "node:path";
 import {
   BUCKETS,
   encode,
@@ -14,6 +14,7 @@ import {
 } from "../proto/mod.js";
 import { appendLog, type Bus } from "../store/mod.js";
 import type { Sealer } from "./sealer.js";
+import { writeNoFollow } from "./workspace-files.js";
 
 /** What applying an outbox needs of its node. */
 export interface OutboxHost {
@@ -139,19 +140,36 @@ async function writeWorkspaceFile(
   if (!path.startsWith(root + sep))
     throw new PlatformError("internal", "outbox file outside the workspace root");
   if (unchangedSince !== undefined) {
-    const s = await stat(path).catch(() => undefined);
+    const s = await lstat(path).catch(() => undefined);
     if (s && s.mtimeMs >= unchangedSince) return;
   }
-  if (f.keep_existing) {
-    try {
-      await stat(path);
-      return;
-    } catch {
-      /* not there yet */
-    }
+  if (f.keep_existing && (await lstat(path).catch(() => undefined))) return;
+  if (!(await folderInside(root, dirname(path)))) {
+    console.warn(`outbox: ${f.path} not written: a folder of its path leads outside the app's workspace`);
+    return;
   }
-  await mkdir(dirname(path), { recursive: true });
   const content = f.sealed ? host.vault.open(f.sealed, f.aad ?? "") : (f.content ?? "");
-  await writeFile(path, content, { mode: f.mode ?? 0o644 });
-  if (f.mode !== undefined) await chmod(path, f.mode);
+  await writeNoFollow(path, content, f.mode ?? 0o644);
+}
+
+/**
+ * Makes the folders of a workspace path one at a time, never through a symbolic link (the app can
+ * write its workspace): whether `dir` is now a real folder inside `root`.
+ */
+async function folderInside(root: string, dir: string): Promise<boolean> {
+  const realRoot = await realpath(root);
+  let at = root;
+  for (const part of relative(root, dir)
+    .split(sep)
+    .filter((p) => p !== "")) {
+    at = join(at, part);
+    const st = await lstat(at).catch(() => undefined);
+    if (!st)
+      await mkdir(at).catch((e: NodeJS.ErrnoException) => {
+        if (e.code !== "EEXIST") throw e;
+      });
+    else if (!st.isDirectory()) return false;
+  }
+  const real = await realpath(dir);
+  return real === realRoot || real.startsWith(`${realRoot}${sep}`);
 }

@@ -1,5 +1,5 @@
 import { constants, type Dirent, lstatSync, realpathSync, type Stats } from "node:fs";
-import { open, opendir, readlink, realpath } from "node:fs/promises";
+import { lstat, open, opendir, readlink, realpath, rm } from "node:fs/promises";
 import { dirname, isAbsolute, relative, resolve } from "node:path";
 import { PlatformError } from "../proto/mod.js";
 import type { Workspace, WorkspaceEntry } from "./context.js";
@@ -175,4 +175,33 @@ export function workspaceFiles(root: string, workspace: string): Workspace {
       }
     },
   };
+}
+
+/**
+ * Writes a file the app could have replaced with a link, a FIFO or a device: whatever is at `path`
+ * and is not a regular file is removed first, and the file is opened with O_NOFOLLOW (a link put
+ * there meanwhile is refused, never followed) and O_NONBLOCK (a FIFO never blocks the write).
+ */
+export async function writeNoFollow(path: string, content: string | Buffer, mode: number): Promise<void> {
+  const flags = constants.O_WRONLY | constants.O_CREAT | constants.O_NOFOLLOW | constants.O_NONBLOCK;
+  for (let attempt = 0; ; attempt++) {
+    const st = await lstat(path).catch(() => undefined);
+    if (st && !st.isFile()) await rm(path, { recursive: false, force: true });
+    try {
+      const fh = await open(path, flags, mode);
+      try {
+        if (!(await fh.stat()).isFile())
+          throw Object.assign(new Error("not a regular file"), { code: "ELOOP" });
+        await fh.truncate(0);
+        await fh.writeFile(content);
+        await fh.chmod(mode);
+      } finally {
+        await fh.close();
+      }
+      return;
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code;
+      if (attempt >= 2 || (code !== "ELOOP" && code !== "ENXIO" && code !== "EEXIST")) throw e;
+    }
+  }
 }

@@ -1,4 +1,4 @@
-import { mkdtemp, rm, stat, writeFile } from "node:fs/promises";
+import { mkdtemp, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve, sep } from "node:path";
 import { parseDocument } from "yaml";
@@ -17,7 +17,7 @@ import {
 } from "../../effects/mod.js";
 import { LABELS } from "../../proto/mod.js";
 import type { ReleasePlan } from "../production/release-plan.js";
-import { readContained } from "../workspace-files.js";
+import { readContained, writeNoFollow } from "../workspace-files.js";
 import { timeoutMs } from "./npm.js";
 import type { TaskContext } from "./types.js";
 
@@ -203,7 +203,7 @@ export async function repin(
     return { before, commit: undefined };
   }
   doc.setIn(["services", plan.deploy.service, "image"], image);
-  await writeFile(path, doc.toString());
+  await writeNoFollow(path, doc.toString(), 0o644);
   const c = await commitPaths(dir, [file], `${why}: ${plan.deploy.service} ${image}`);
   await t.log(`repin: ${file} ${plan.deploy.service} ${before} -> ${image} (${c.commit.slice(0, 12)})`);
   return { before, commit: c.created ? c.commit : undefined };
