@@ -190,8 +190,7 @@ export class AppActor {
       this.host.log(
         `actor ${this.app}: ${task.resource_type} ${task.resource_id} was running on ${task.node}, which is gone; ending it as failed`,
       );
-      // the closing event says so: its data's reason, and its envelope's status "failed" (a
-      // DeploymentRolledBack of a dead node's deploy is not a roll back: docs/events.md)
+      // the closing event says so: data.reason, envelope status "failed" (docs/events.md)
       const reason = `interrupted: node ${task.node} stopped while it ran`;
       await this.host.publishTaskDone(this.app, task, {
         resource_id: task.resource_id,
