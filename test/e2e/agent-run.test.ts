@@ -1,13 +1,12 @@
 import anyTest, { type TestFn } from "ava";
-import { randomUUID } from "node:crypto";
 import {
   call,
   eventually,
   get,
-  startTestNats,
-  startTestPlatform,
-  type TestNats,
-  type TestPlatform,
+  newApp,
+  type PlatformContext,
+  platformPerFile,
+  waitForEnd,
 } from "../helpers/infra.js";
 import { startMessagesApi, type MessagesApi } from "../helpers/messages-api.js";
 
@@ -19,14 +18,12 @@ import { startMessagesApi, type MessagesApi } from "../helpers/messages-api.js";
  * AgentTask is 404); inspect agent-runs; no model is 503; bad schemas are 400.
  */
 
-interface Ctx {
-  nats: TestNats;
-  p: TestPlatform;
+type Ctx = PlatformContext & {
   api: MessagesApi;
   app: string;
   token: string;
   other: { app: string; token: string };
-}
+};
 const test = anyTest as TestFn<Ctx>;
 
 const KEY = "sk-test-agent-run-e2e-0123456789";
@@ -41,35 +38,17 @@ const SCHEMA = {
 };
 const ANSWER = { title: "Checkout is slow on mobile", priority: 2 };
 
-async function initApp(p: TestPlatform, name: string): Promise<string> {
-  const r = await call(p.controlUrl, "initialize-app", { name });
-  if (r.status !== 200) throw new Error(`initialize-app ${name}: ${r.text}`);
-  return r.body.result.token as string;
-}
-
-test.before(async (t) => {
-  const api = await startMessagesApi();
-  process.env.ANTHROPIC_BASE_URL = api.url;
-  process.env.SLIPWAY_MODEL_MAX_RETRIES = "0";
-  delete process.env.ANTHROPIC_API_KEY;
-  const nats = await startTestNats();
-  const p = await startTestPlatform(nats);
-  const app = `agt${randomUUID().slice(0, 8)}`;
-  const otherApp = `agx${randomUUID().slice(0, 8)}`;
-  t.context = {
-    nats,
-    p,
-    api,
-    app,
-    token: await initApp(p, app),
-    other: { app: otherApp, token: await initApp(p, otherApp) },
-  };
-});
-
-test.after.always(async (t) => {
-  await t.context.p?.close();
-  await t.context.nats?.stop();
-  await t.context.api?.close();
+platformPerFile(test, {
+  stubs: async () => ({ api: await startMessagesApi() }),
+  processEnv: ({ api }) => ({
+    ANTHROPIC_BASE_URL: api.url,
+    SLIPWAY_MODEL_MAX_RETRIES: "0",
+    ANTHROPIC_API_KEY: undefined,
+  }),
+  extra: async (p) => {
+    const [app, other] = [await newApp(p, "agt"), await newApp(p, "agx")];
+    return { app: app.name, token: app.token, other: { app: other.name, token: other.token } };
+  },
 });
 
 const auth = (t: { context: Ctx }) => ({ authorization: `Bearer ${t.context.token}` });
@@ -78,10 +57,11 @@ const run = (t: { context: Ctx }, body: Record<string, unknown>) =>
 const read = (t: { context: Ctx }, path: string) => get(t.context.p.dataUrl, path, auth(t));
 
 async function waitEnd(t: { context: Ctx }, id: string, owner: string): Promise<Record<string, any>> {
-  return eventually(async () => {
-    const r = await read(t, `/resources/AgentTask/${id}?owner=${owner}`);
-    return r.status === 200 && r.body.status !== "running" ? (r.body as Record<string, any>) : undefined;
-  }, 20_000);
+  const { doc } = await waitForEnd(t.context.p.dataUrl, "AgentTask", id, {
+    headers: auth(t),
+    query: `owner=${owner}`,
+  });
+  return doc;
 }
 
 test.serial(

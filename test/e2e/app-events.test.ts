@@ -1,42 +1,21 @@
 import { randomUUID } from "node:crypto";
 import anyTest, { type TestFn } from "ava";
-import {
-  ACTOR,
-  call,
-  get,
-  startTestNats,
-  startTestPlatform,
-  type TestNats,
-  type TestPlatform,
-} from "../helpers/infra.js";
+import { ACTOR, call, get, newApp, platformPerFile, type PlatformContext } from "../helpers/infra.js";
 
-interface Ctx {
-  nats: TestNats;
-  p: TestPlatform;
+type Ctx = PlatformContext & {
   /** app name -> its data-plane token */
   apps: Record<"events" | "busy" | "quiet" | "other", { name: string; token: string }>;
-}
+};
 const test = anyTest as TestFn<Ctx>;
 
-test.before(async (t) => {
-  const nats = await startTestNats();
+platformPerFile(test, {
   // app events: 50/s with a burst of 1,100 (the 1,000-event test fits in it); capabilities: 5/s, burst 10
-  const p = await startTestPlatform(nats, {
-    env: { SLIPWAY_RATE_LIMIT: "5/10", SLIPWAY_RATE_LIMIT_APP_EVENTS: "50/1100" },
-  });
-  const apps = {} as Ctx["apps"];
-  for (const k of ["events", "busy", "quiet", "other"] as const) {
-    const name = `ae${k}${randomUUID().slice(0, 6)}`;
-    const r = await call(p.controlUrl, "initialize-app", { name });
-    if (r.status !== 200) throw new Error(`initialize-app: ${r.text}`);
-    apps[k] = { name, token: r.body.result.token };
-  }
-  t.context = { nats, p, apps };
-});
-
-test.after.always(async (t) => {
-  await t.context.p?.close();
-  await t.context.nats?.stop();
+  platform: () => ({ env: { SLIPWAY_RATE_LIMIT: "5/10", SLIPWAY_RATE_LIMIT_APP_EVENTS: "50/1100" } }),
+  extra: async (p) => {
+    const apps = {} as Ctx["apps"];
+    for (const k of ["events", "busy", "quiet", "other"] as const) apps[k] = await newApp(p, `ae${k}`);
+    return { apps };
+  },
 });
 
 const auth = (token: string) => ({ authorization: `Bearer ${token}` });

@@ -5,15 +5,16 @@ import anyTest, { type TestFn } from "ava";
 import { chromium } from "playwright-core";
 import {
   ACTOR,
-  call,
   type CallResult,
+  call,
+  controlAuth,
   eventually,
   get,
-  startTestNats,
-  startTestPlatform,
-  type TestNats,
-  type TestPlatform,
-  controlAuth,
+  newApp,
+  type PlatformContext,
+  platformPerFile,
+  result,
+  type TestApp,
 } from "../helpers/infra.js";
 import { startTestSmtp, type TestSmtp } from "../helpers/smtp.js";
 
@@ -27,63 +28,33 @@ import { startTestSmtp, type TestSmtp } from "../helpers/smtp.js";
  * playwright-core (Debian's chromium: no browser is downloaded).
  */
 
-interface App {
-  name: string;
-  token: string;
-}
-interface Ctx {
-  nats: TestNats;
-  p: TestPlatform;
+type Ctx = PlatformContext & {
   smtp: TestSmtp;
   /** Has its own SMTP_URL in the vault. */
-  a: App;
+  a: TestApp;
   /** Has no SMTP server at all. */
-  b: App;
-}
+  b: TestApp;
+};
 const test = anyTest as TestFn<Ctx>;
 
-async function newApp(p: TestPlatform, prefix: string): Promise<App> {
-  const name = `${prefix}-${randomUUID().slice(0, 8)}`;
-  const r = await call(p.controlUrl, "initialize-app", { name });
-  if (r.status !== 200) throw new Error(`initialize-app: ${r.text}`);
-  return { name, token: r.body.result.token };
-}
-
-test.before(async (t) => {
-  const nats = await startTestNats();
-  const smtp = await startTestSmtp();
-  delete process.env.SLIPWAY_SMTP_URL;
-  const p = await startTestPlatform(nats);
-  const [a, b] = await Promise.all([newApp(p, "inc"), newApp(p, "incb")]);
-  const s = await call(p.controlUrl, "set-secret", {
-    app: a.name,
-    name: "SMTP_URL",
-    value: smtp.url({ from: "status@shop.example" }),
-  });
-  if (s.status !== 200) throw new Error(`set-secret: ${s.text}`);
-  t.context = { nats, p, smtp, a, b };
+platformPerFile(test, {
+  stubs: async () => ({ smtp: await startTestSmtp() }),
+  processEnv: () => ({ SLIPWAY_SMTP_URL: undefined }),
+  extra: async (p, _nats, { smtp }) => {
+    const [a, b] = await Promise.all([newApp(p, "inc"), newApp(p, "incb")]);
+    const s = await call(p.controlUrl, "set-secret", {
+      app: a.name,
+      name: "SMTP_URL",
+      value: smtp.url({ from: "status@shop.example" }),
+    });
+    if (s.status !== 200) throw new Error(`set-secret: ${s.text}`);
+    return { a, b };
+  },
 });
-
-test.after.always(async (t) => {
-  await t.context.p?.close();
-  await t.context.nats?.stop();
-  await t.context.smtp?.close();
-});
-
-async function answer(r: Response): Promise<CallResult> {
-  const text = await r.text();
-  let body: unknown;
-  try {
-    body = JSON.parse(text);
-  } catch {
-    body = undefined;
-  }
-  return { status: r.status, body, headers: r.headers, text };
-}
 
 /** A POST to the data plane with `token` (the app's by default). */
 async function dataPost(t: { context: Ctx }, path: string, body: unknown, token = t.context.a.token) {
-  return answer(
+  return result(
     await fetch(`${t.context.p.dataUrl}${path}`, {
       method: "POST",
       headers: { "content-type": "application/json", authorization: `Bearer ${token}`, ...ACTOR },
@@ -99,7 +70,7 @@ async function controlPost(
   body: unknown,
   headers: Record<string, string> = ACTOR,
 ) {
-  return answer(
+  return result(
     await fetch(`${t.context.p.controlUrl}${path}`, {
       method: "POST",
       headers: { ...controlAuth(t.context.p.controlUrl), "content-type": "application/json", ...headers },
@@ -330,7 +301,7 @@ test.serial(
       );
     }
     isError(t, await dataPost(t, "/status/incidents", "{not json"), 400, "invalid_json");
-    const noActor = await answer(
+    const noActor = await result(
       await fetch(`${t.context.p.dataUrl}/status/incidents`, {
         method: "POST",
         headers: { "content-type": "application/json", authorization: `Bearer ${t.context.a.token}` },
@@ -338,7 +309,7 @@ test.serial(
       }),
     );
     isError(t, noActor, 400, "missing_actor");
-    const noToken = await answer(
+    const noToken = await result(
       await fetch(`${t.context.p.dataUrl}/status/incidents`, {
         method: "POST",
         headers: { "content-type": "application/json", ...ACTOR },
@@ -552,14 +523,14 @@ test.serial(
     t.false(html.includes("All systems operational"));
     t.is((await fetch(url, { headers: { "if-none-match": `W/${hotTag}, "other"` } })).status, 304);
 
-    const unknown = await answer(
+    const unknown = await result(
       await fetch(`${p.dataUrl}/status/page/no-such-app-${randomUUID().slice(0, 6)}`),
     );
     isError(t, unknown, 404, "not_found");
-    isError(t, await answer(await fetch(`${p.dataUrl}/status/page/Bad%20Name`)), 404, "not_found");
+    isError(t, await result(await fetch(`${p.dataUrl}/status/page/Bad%20Name`)), 404, "not_found");
     isError(
       t,
-      await answer(
+      await result(
         await fetch(`${p.controlUrl}/status/page/${page.name}`, { headers: controlAuth(p.controlUrl) }),
       ),
       403,

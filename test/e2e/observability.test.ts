@@ -1,16 +1,7 @@
 import { randomUUID } from "node:crypto";
 import anyTest, { type TestFn } from "ava";
 import { keys, OBSERVABILITY_ENTRY, PLATFORM_APP } from "../../proto/mod.js";
-import {
-  call,
-  eventually,
-  freePort,
-  get,
-  startTestNats,
-  startTestPlatform,
-  type TestNats,
-  type TestPlatform,
-} from "../helpers/infra.js";
+import { call, eventually, freePort, get, platformPerFile, type PlatformContext } from "../helpers/infra.js";
 import { type OtlpReceiver, startOtlpReceiver } from "../helpers/otlp-receiver.js";
 
 /**
@@ -23,28 +14,16 @@ import { type OtlpReceiver, startOtlpReceiver } from "../helpers/otlp-receiver.j
  * log lines too, and the keys are in no answer, resource, event or log.
  */
 
-interface Ctx {
-  nats: TestNats;
-  p: TestPlatform;
-  rx: OtlpReceiver;
-}
+type Ctx = PlatformContext & { rx: OtlpReceiver };
 const test = anyTest as TestFn<Ctx>;
 
 const PUBLIC_KEY = `pk-lf-${randomUUID()}`;
 const SECRET_KEY = `sk-lf-${randomUUID()}`;
 const BASIC = `Basic ${Buffer.from(`${PUBLIC_KEY}:${SECRET_KEY}`).toString("base64")}`;
 
-test.before(async (t) => {
-  const nats = await startTestNats();
-  const rx = await startOtlpReceiver({ auth: BASIC });
-  const p = await startTestPlatform(nats, { env: { SLIPWAY_OTLP_METRICS_INTERVAL_MS: "300" } });
-  t.context = { nats, p, rx };
-});
-
-test.after.always(async (t) => {
-  await t.context.p?.close();
-  await t.context.rx?.close();
-  await t.context.nats?.stop();
+platformPerFile(test, {
+  stubs: async () => ({ rx: await startOtlpReceiver({ auth: BASIC }) }),
+  platform: () => ({ env: { SLIPWAY_OTLP_METRICS_INTERVAL_MS: "300" } }),
 });
 
 async function nothingSaved(t: { context: Ctx }): Promise<boolean> {

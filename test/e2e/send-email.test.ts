@@ -4,12 +4,13 @@ import { freePort } from "../../effects/mod.js";
 import { runSlipway } from "../helpers/cli-run.js";
 import {
   call,
-  eventually,
+  type Ended,
   get,
-  startTestNats,
-  startTestPlatform,
-  type TestNats,
-  type TestPlatform,
+  newApp,
+  type PlatformContext,
+  platformPerFile,
+  type TestApp,
+  waitForEnd,
 } from "../helpers/infra.js";
 import { startTestSmtp, type TestSmtp } from "../helpers/smtp.js";
 
@@ -27,13 +28,8 @@ const PASS = "pw-Zq8xK2vN7";
 const TOKEN = `tok_${randomUUID().replaceAll("-", "")}`;
 const BODY = `the secret body ${randomUUID()}`;
 
-interface App {
-  name: string;
-  token: string;
-}
-interface Ctx {
-  nats: TestNats;
-  p: TestPlatform;
+type App = TestApp;
+type Ctx = PlatformContext & {
   smtp: TestSmtp;
   envUrl: string;
   /** sends through SLIPWAY_SMTP_URL */
@@ -42,81 +38,51 @@ interface Ctx {
   badPass: App;
   /** its vault SMTP_URL names a port nobody listens on */
   gone: App;
-}
+};
 const test = anyTest as TestFn<Ctx>;
 
-async function newApp(p: TestPlatform, prefix: string): Promise<App> {
-  const name = `${prefix}-${randomUUID().slice(0, 8)}`;
-  const r = await call(p.controlUrl, "initialize-app", { name });
-  if (r.status !== 200) throw new Error(`initialize-app: ${r.text}`);
-  return { name, token: r.body.result.token };
-}
-
-async function setSecret(p: TestPlatform, app: string, value: string): Promise<void> {
+async function setSecret(p: PlatformContext["p"], app: string, value: string): Promise<void> {
   const r = await call(p.controlUrl, "set-secret", { app, name: "SMTP_URL", value });
   if (r.status !== 200) throw new Error(`set-secret: ${r.text}`);
 }
 
-test.before(async (t) => {
-  const nats = await startTestNats();
-  const smtp = await startTestSmtp({ auth: { user: USER, pass: PASS } });
-  const envUrl = smtp.url({ user: USER, pass: PASS });
-  process.env.SLIPWAY_SMTP_URL = envUrl;
-  process.env.SLIPWAY_MAIL_FROM = "no-reply@slipway.example";
-  const p = await startTestPlatform(nats);
-  const [main, badPass, gone] = await Promise.all([
-    newApp(p, "mail"),
-    newApp(p, "mailpw"),
-    newApp(p, "mailgone"),
-  ]);
-  await setSecret(
-    p,
-    badPass.name,
-    smtp.url({ user: USER, pass: "wrong-password-123", from: "app@shop.example" }),
-  );
-  await setSecret(p, gone.name, `smtp://${USER}:${PASS}@127.0.0.1:${await freePort()}`);
-  t.context = { nats, p, smtp, envUrl, main, badPass, gone };
-});
-
-test.after.always(async (t) => {
-  await t.context.p?.close();
-  await t.context.nats?.stop();
-  await t.context.smtp?.close();
+platformPerFile(test, {
+  stubs: async () => ({ smtp: await startTestSmtp({ auth: { user: USER, pass: PASS } }) }),
+  processEnv: ({ smtp }) => ({
+    SLIPWAY_SMTP_URL: smtp.url({ user: USER, pass: PASS }),
+    SLIPWAY_MAIL_FROM: "no-reply@slipway.example",
+  }),
+  extra: async (p, _nats, { smtp }) => {
+    const [main, badPass, gone] = await Promise.all([
+      newApp(p, "mail"),
+      newApp(p, "mailpw"),
+      newApp(p, "mailgone"),
+    ]);
+    await setSecret(
+      p,
+      badPass.name,
+      smtp.url({ user: USER, pass: "wrong-password-123", from: "app@shop.example" }),
+    );
+    await setSecret(p, gone.name, `smtp://${USER}:${PASS}@127.0.0.1:${await freePort()}`);
+    return { envUrl: smtp.url({ user: USER, pass: PASS }), main, badPass, gone };
+  },
 });
 
 const bearer = (a: App) => ({ authorization: `Bearer ${a.token}` });
-
-interface Ended {
-  doc: Record<string, any>;
-  events: Array<{ type: string; actor: Record<string, unknown>; data: Record<string, any> }>;
-  logs: string;
-}
 
 /** Sends on the data plane, expects 202 running, waits for the end; the resource, its events and logs. */
 async function sendAndWait(
   t: ExecutionContext<Ctx>,
   app: App,
   body: Record<string, unknown>,
-): Promise<Ended> {
+): Promise<Ended & { logs: string }> {
   const { p } = t.context;
   const r = await call(p.dataUrl, "send-email", { app: app.name, ...body }, bearer(app));
   t.is(r.status, 202, r.text);
   t.is(r.body.resource.type, "EmailDelivery");
   t.is(r.body.resource.status, "running");
   const id = r.body.resource.id as string;
-  const doc = await eventually(
-    async () => {
-      const d = await get(p.controlUrl, `/resources/EmailDelivery/${id}`);
-      return ["succeeded", "failed"].includes(d.body?.status) ? d.body : undefined;
-    },
-    20_000,
-    50,
-  );
-  const events = await eventually(async () => {
-    const e = await get(p.controlUrl, `/events?resource_id=${id}`);
-    const items = e.body.items as Ended["events"];
-    return items.some((x) => x.type === "EmailSent" || x.type === "EmailFailed") ? items : undefined;
-  });
+  const { doc, events } = await waitForEnd(p, "EmailDelivery", id, { closing: ["EmailSent", "EmailFailed"] });
   const logs = (await get(p.controlUrl, `/logs/${id}`)).text;
   return { doc, events, logs };
 }

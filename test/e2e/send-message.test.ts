@@ -1,4 +1,3 @@
-import { randomUUID } from "node:crypto";
 import anyTest, { type TestFn } from "ava";
 import { simpleParser } from "mailparser";
 import { BUCKETS, connectorGrantKey } from "../../proto/mod.js";
@@ -6,13 +5,13 @@ import { listAppEvents } from "../../store/mod.js";
 import {
   ACTOR,
   call,
-  eventually,
-  get,
-  startTestNats,
-  startTestPlatform,
-  type TestNats,
-  type TestPlatform,
   controlAuth,
+  get,
+  newApp,
+  type PlatformContext,
+  platformPerFile,
+  result,
+  waitForEnd,
 } from "../helpers/infra.js";
 import { type MailProviders, startMailProviders } from "../helpers/mail-providers.js";
 
@@ -25,41 +24,26 @@ import { type MailProviders, startMailProviders } from "../helpers/mail-provider
  * and message.failed; no access or refresh token shows anywhere.
  */
 
-interface Ctx {
-  nats: TestNats;
-  p: TestPlatform;
+type Ctx = PlatformContext & {
   mail: MailProviders;
   app: string;
   token: string;
   logs: string[];
-}
+};
 const test = anyTest as TestFn<Ctx>;
-const saved: Record<string, string | undefined> = {};
 
-test.before(async (t) => {
-  const mail = await startMailProviders();
+platformPerFile(test, {
+  stubs: async () => ({ mail: await startMailProviders() }),
   // the node reads the providers' settings from its environment (in this process)
-  for (const [k, v] of Object.entries(mail.env)) {
-    saved[k] = process.env[k];
-    process.env[k] = v;
-  }
-  const nats = await startTestNats();
-  const logs: string[] = [];
-  const p = await startTestPlatform(nats, { log: (m: string) => logs.push(m) });
-  const app = `msg-${randomUUID().slice(0, 8)}`;
-  const init = await call(p.controlUrl, "initialize-app", { name: app });
-  if (init.status !== 200) throw new Error(`initialize-app: ${init.text}`);
-  t.context = { nats, p, mail, app, token: init.body.result.token, logs };
-});
-
-test.after.always(async (t) => {
-  for (const [k, v] of Object.entries(saved)) {
-    if (v === undefined) delete process.env[k];
-    else process.env[k] = v;
-  }
-  await t.context.p?.close();
-  await t.context.nats?.stop();
-  await t.context.mail?.close();
+  processEnv: ({ mail }) => mail.env,
+  platform: (ctx) => {
+    ctx.logs = [];
+    return { log: (m: string) => ctx.logs.push(m) };
+  },
+  extra: async (p) => {
+    const app = await newApp(p, "msg");
+    return { app: app.name, token: app.token };
+  },
 });
 
 function auth(t: { context: Ctx }, actor = "web-1"): Record<string, string> {
@@ -72,13 +56,9 @@ function auth(t: { context: Ctx }, actor = "web-1"): Record<string, string> {
 }
 
 async function post(t: { context: Ctx }, path: string, body: unknown, headers = auth(t)) {
-  const r = await fetch(`${t.context.p.dataUrl}${path}`, {
-    method: "POST",
-    headers,
-    body: JSON.stringify(body),
-  });
-  const text = await r.text();
-  return { status: r.status, text, body: text ? JSON.parse(text) : undefined };
+  return result(
+    await fetch(`${t.context.p.dataUrl}${path}`, { method: "POST", headers, body: JSON.stringify(body) }),
+  );
 }
 
 async function connect(t: { context: Ctx }, provider: string, owner: string, refresh: string, extra = {}) {
@@ -92,23 +72,8 @@ async function connect(t: { context: Ctx }, provider: string, owner: string, ref
 }
 
 /** Waits for the delivery's end and its closing event. */
-async function ended(t: { context: Ctx }, id: string) {
-  const { p } = t.context;
-  const doc = await eventually(
-    async () => {
-      const d = await get(p.controlUrl, `/resources/EmailDelivery/${id}`);
-      return ["succeeded", "failed"].includes(d.body?.status) ? d.body : undefined;
-    },
-    20_000,
-    100,
-  );
-  const events = await eventually(async () => {
-    const e = await get(p.controlUrl, `/events?resource_id=${id}`);
-    const items = e.body.items as Array<{ type: string; data: Record<string, any>; actor: any }>;
-    return items.some((x) => x.type === "MessageSent" || x.type === "MessageFailed") ? items : undefined;
-  }, 10_000);
-  return { doc, events };
-}
+const ended = (t: { context: Ctx }, id: string) =>
+  waitForEnd(t.context.p, "EmailDelivery", id, { closing: ["MessageSent", "MessageFailed"] });
 
 async function appEvents(t: { context: Ctx }, owner: string) {
   return (await listAppEvents(t.context.p.bus, { app: t.context.app, owner, limit: 100 })).items;

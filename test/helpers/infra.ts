@@ -1,5 +1,6 @@
 import { freePort } from "../../effects/net.js";
 import type { TestFn } from "ava";
+import { randomUUID } from "node:crypto";
 import { appendFileSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -9,6 +10,7 @@ import { natsSeedFile } from "../../store/nats-identities.js";
 import type { NatsRole } from "../../store/nats-permissions.js";
 import { type Bus, openBus } from "../../store/bus.js";
 import { subjects } from "../../proto/subjects.js";
+import { CAPABILITIES } from "../../proto/catalogue.js";
 import { startPlatform, type PlatformHandle, type PlatformOptions } from "../../bin/platform.js";
 
 export { freePort };
@@ -209,7 +211,7 @@ export async function call(
 }
 
 /** Reads an answer: its text, and its JSON when it is JSON. */
-async function result(r: Response): Promise<CallResult> {
+export async function result(r: Response): Promise<CallResult> {
   const text = await r.text();
   let parsed: unknown;
   try {
@@ -256,24 +258,140 @@ export interface PlatformContext {
   p: TestPlatform;
 }
 
+/** A server a test file starts beside its platform (SMTP, a model API, a receiver): closed after it. */
+export interface Stub {
+  close(): Promise<void> | void;
+}
+export type Stubs = Record<string, Stub>;
+
+/** How {@link platformPerFile} sets a file's platform up (`C`: the file's context). */
+export interface PlatformPerFileOptions<C extends PlatformContext> {
+  /** Started first (their addresses may go in the environment); put in the context; closed last. */
+  stubs?: () => Promise<Partial<C> & Stubs>;
+  /**
+   * Set in this process's environment before the platform starts (`undefined` deletes), and put
+   * back after the file: what the node reads from its own environment (SMTP, model and provider
+   * settings). `ctx` holds the stubs so far.
+   */
+  processEnv?: (ctx: C) => Record<string, string | undefined>;
+  /** Options of the platform: `env` (over the test vault key), `replyTimeoutMs`, `node`, `log`... */
+  platform?: (ctx: C) => Partial<PlatformOptions>;
+  /** Fields added to the context once the platform runs (apps, tokens). */
+  extra?: (p: TestPlatform, nats: TestNats, ctx: C) => Promise<Partial<C>>;
+}
+
 /**
  * One real nats-server and one platform (`slipwayd up` in process) for a whole
- * test file: registers `before` and `after.always` on `test`. `extra` may add
- * fields to the context (apps, tokens) once the platform runs.
+ * test file: registers `before` and `after.always` on `test`. The second argument
+ * is either `extra` (fields added to the context once the platform runs) or the
+ * options: stubs started before the platform and closed after it, environment,
+ * platform options, `extra`. What started is stopped even when a later step of
+ * the setup failed.
  */
 export function platformPerFile<X extends object = Record<never, never>>(
   test: TestFn<PlatformContext & X>,
   extra?: (p: TestPlatform, nats: TestNats) => Promise<X>,
+): void;
+export function platformPerFile<C extends PlatformContext>(
+  test: TestFn<C>,
+  options: PlatformPerFileOptions<C>,
+): void;
+export function platformPerFile<C extends PlatformContext>(
+  test: TestFn<C>,
+  setup?: ((p: TestPlatform, nats: TestNats) => Promise<Partial<C>>) | PlatformPerFileOptions<C>,
 ): void {
+  const o: PlatformPerFileOptions<C> =
+    typeof setup === "function" ? { extra: (p, n) => setup(p, n) } : (setup ?? {});
+  const saved = new Map<string, string | undefined>();
+  let stubs: Stubs = {};
   test.before(async (t) => {
-    const nats = await startTestNats();
-    const p = await startTestPlatform(nats);
-    t.context = { nats, p, ...((await extra?.(p, nats)) ?? ({} as X)) };
+    const ctx = {} as C;
+    t.context = ctx;
+    stubs = o.stubs ? await o.stubs() : {};
+    Object.assign(ctx, stubs);
+    for (const [k, v] of Object.entries(o.processEnv?.(ctx) ?? {})) {
+      if (!saved.has(k)) saved.set(k, process.env[k]);
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+    ctx.nats = await startTestNats();
+    ctx.p = await startTestPlatform(ctx.nats, o.platform?.(ctx) ?? {});
+    Object.assign(ctx, (await o.extra?.(ctx.p, ctx.nats, ctx)) ?? {});
   });
   test.after.always(async (t) => {
     await t.context.p?.close();
     await t.context.nats?.stop();
+    for (const stub of Object.values(stubs)) await stub.close();
+    for (const [k, v] of saved) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
   });
+}
+
+/** An app made by initialize-app: its name and data-plane token. */
+export interface TestApp {
+  name: string;
+  token: string;
+}
+
+/** initialize-app on the control plane (`<prefix>-<random>` unless `name` is whole); throws unless 200. */
+export async function newApp(
+  p: TestPlatform,
+  prefix = "app",
+  input: Record<string, unknown> = {},
+): Promise<TestApp> {
+  const name = `${prefix}-${randomUUID().slice(0, 8)}`;
+  const r = await call(p.controlUrl, "initialize-app", { name, ...input });
+  if (r.status !== 200) throw new Error(`initialize-app ${name}: ${r.text}`);
+  return { name, token: r.body.result.token as string };
+}
+
+/** The events that close a resource of `type`: its capabilities' events but the `*Started` ones. */
+function closingEvents(type: string): string[] {
+  return CAPABILITIES.filter((c) => c.resource_type === type)
+    .flatMap((c) => c.events)
+    .filter((e) => !e.endsWith("Started"));
+}
+
+/** What {@link waitForEnd} found: the resource once it left pending and running, and its events. */
+export interface Ended {
+  doc: Record<string, any>;
+  /** Newest first, as `/events` lists them. */
+  events: Array<{ type: string; actor: Record<string, any>; data: Record<string, any>; [k: string]: any }>;
+}
+
+/**
+ * Waits until the resource `type`/`id` has ended (its status neither pending nor running) and its
+ * closing event is there (one of `closing`, by default its capabilities' events but the
+ * `*Started` ones; `[]` waits for none). Reads the control plane unless a base URL is given, with
+ * `headers` (a data-plane token) on both reads and `query` (an `owner`) on the resource's.
+ */
+export async function waitForEnd(
+  p: TestPlatform | string,
+  type: string,
+  id: string,
+  opts: { closing?: string[]; timeoutMs?: number; headers?: Record<string, string>; query?: string } = {},
+): Promise<Ended> {
+  const base = typeof p === "string" ? p : p.controlUrl;
+  const timeoutMs = opts.timeoutMs ?? 20_000;
+  const q = opts.query ? `?${opts.query}` : "";
+  const doc = await eventually(
+    async () => {
+      const d = await get(base, `/resources/${type}/${id}${q}`, opts.headers);
+      return d.status === 200 && !["pending", "running"].includes(d.body?.status) ? d.body : undefined;
+    },
+    timeoutMs,
+    50,
+  );
+  const closing = opts.closing ?? closingEvents(type);
+  const events = await eventually(async () => {
+    const e = await get(base, `/events?resource_id=${id}`, opts.headers);
+    const items = e.body?.items as Ended["events"] | undefined;
+    if (!items) return undefined;
+    return closing.length === 0 || items.some((x) => closing.includes(x.type)) ? items : undefined;
+  }, timeoutMs);
+  return { doc, events };
 }
 
 /** A nats-server and a platform whose app workspaces are in a temp dir the test reads and edits. */
