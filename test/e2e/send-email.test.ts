@@ -5,6 +5,7 @@ import { runSlipway } from "../helpers/cli-run.js";
 import {
   call,
   type Ended,
+  eventually,
   get,
   newApp,
   type PlatformContext,

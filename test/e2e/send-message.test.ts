@@ -6,6 +6,7 @@ import {
   ACTOR,
   call,
   controlAuth,
+  eventually,
   get,
   newApp,
   type PlatformContext,
