@@ -394,3 +394,17 @@ export type AuthCommandInput<R extends AuthRoute> = Static<(typeof AUTH_COMMANDS
 export const userPasswordAad = (app: string, userId: string) => `${app}/$user/${userId}/password`;
 /** AAD of a user's sealed TOTP secret. */
 export const userTotpAad = (app: string, userId: string) => `${app}/$user/${userId}/totp`;
+
+/** set-secret and unset-secret refuse the platform's own names (`SLIPWAY_*`): 400 naming the rule. */
+export function refuseReservedSecretName(name: string): void {
+  if (isReservedSecretName(name))
+    throw new PlatformError(
+      "invalid_input",
+      `name: ${RESERVED_SECRET_PREFIX}* names are reserved for the platform; choose another name`,
+      {
+        details: [
+          { path: "/name", message: `${RESERVED_SECRET_PREFIX}* names are reserved for the platform` },
+        ],
+      },
+    );
+}

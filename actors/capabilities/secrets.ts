@@ -3,24 +3,14 @@ import {
   PlatformError,
   keys,
   commandFieldAad,
-  isReservedSecretName,
-  RESERVED_SECRET_PREFIX,
+  refuseReservedSecretName,
   secretAad,
 } from "../../proto/mod.js";
 
 async function requireApp(ctx: HandlerContext, name: string): Promise<void> {
   if (!(await ctx.state.getApp())) throw new PlatformError("unknown_app", `app ${ctx.app} does not exist`);
   // the gateway refuses them first (proto/capabilities/runtime.ts); a command that did not pass it neither
-  if (isReservedSecretName(name))
-    throw new PlatformError(
-      "invalid_input",
-      `name: ${RESERVED_SECRET_PREFIX}* names are reserved for the platform; choose another name`,
-      {
-        details: [
-          { path: "/name", message: `${RESERVED_SECRET_PREFIX}* names are reserved for the platform` },
-        ],
-      },
-    );
+  refuseReservedSecretName(name);
 }
 
 /** set-secret: seals the value into the vault; the Secret resource carries the name only. */

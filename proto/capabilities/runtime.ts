@@ -15,21 +15,7 @@ import {
   Sensitive,
 } from "../fields.js";
 import { scheduleOf } from "../schedule.js";
-import { isReservedSecretName, RESERVED_SECRET_PREFIX } from "../identity.js";
-
-/** set-secret and unset-secret refuse the platform's own names (`SLIPWAY_*`): 400 naming the rule. */
-function notReserved(name: string): void {
-  if (isReservedSecretName(name))
-    throw new PlatformError(
-      "invalid_input",
-      `name: ${RESERVED_SECRET_PREFIX}* names are reserved for the platform; choose another name`,
-      {
-        details: [
-          { path: "/name", message: `${RESERVED_SECRET_PREFIX}* names are reserved for the platform` },
-        ],
-      },
-    );
-}
+import { refuseReservedSecretName as notReserved } from "../identity.js";
 
 /**
  * A character a secret's value may not hold: a process's environment cannot carry NUL, and the

@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { loadControlToken, MIN_CONTROL_TOKEN_LENGTH } from "../../gateway/auth.js";
 import { Vault } from "../../store/vault.js";
 import { freePort, startTestNats, type TestNats } from "../helpers/infra.js";
-import { spawnSlipwayd, type SlipwaydProcess, tempDirs } from "../helpers/slipwayd-process.js";
+import { spawnSlipwayd, type SlipwaydProcess, slipwaydEnv, tempDirs } from "../helpers/slipwayd-process.js";
 
 // Start-up refusals of slipwayd: vault keys that differ from the deployment's, a short control token.
 
@@ -27,18 +27,7 @@ const natsOf = () => nats!;
 /** The deployment's key: the first process on the test NATS records its fingerprint. */
 const shared = key();
 
-function baseEnv(extra: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = { ...process.env, SLIPWAY_CONTROL_PORT: "0", SLIPWAY_DATA_PORT: "0" };
-  for (const k of [
-    "NATS_URL",
-    "SLIPWAY_NATS_CREDS",
-    "SLIPWAY_VAULT_KEY",
-    "SLIPWAY_NODE_ID",
-    "SLIPWAY_CONTROL_TOKEN",
-  ])
-    delete env[k];
-  return { ...env, ...extra };
-}
+const baseEnv = slipwaydEnv;
 
 function slipwayd(args: string[], env: NodeJS.ProcessEnv): SlipwaydProcess {
   const p = spawnSlipwayd(args, env);

@@ -14,7 +14,7 @@ import {
   type TestPlatform,
   tempDir,
 } from "../helpers/infra.js";
-import { spawnSlipwayd, type SlipwaydProcess } from "../helpers/slipwayd-process.js";
+import { spawnSlipwayd, type SlipwaydProcess, slipwaydEnv } from "../helpers/slipwayd-process.js";
 
 /**
  * The vault key and control token claims of docs/security.md: a rotated key file is picked up by a
@@ -28,18 +28,7 @@ test.after.always(async () => {
   await Promise.all(started.map((p) => p.stop()));
 });
 
-function baseEnv(extra: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = { ...process.env, SLIPWAY_CONTROL_PORT: "0", SLIPWAY_DATA_PORT: "0" };
-  for (const k of [
-    "NATS_URL",
-    "SLIPWAY_NATS_CREDS",
-    "SLIPWAY_VAULT_KEY",
-    "SLIPWAY_NODE_ID",
-    "SLIPWAY_CONTROL_TOKEN",
-  ])
-    delete env[k];
-  return { ...env, ...extra };
-}
+const baseEnv = slipwaydEnv;
 
 /** Exit code and output of a process expected to refuse to start ("started" when it did start). */
 async function refused(p: SlipwaydProcess): Promise<{ code: number | string; out: string }> {

@@ -171,15 +171,24 @@ export async function slipwaydSetup(dataDir: string): Promise<SlipwaydSetup> {
     SLIPWAY_HTTP_PORT: "0",
     SLIPWAY_HTTPS_PORT: "0",
   };
-  for (const k of [
-    "NATS_URL",
-    "SLIPWAY_NATS_CREDS",
-    "SLIPWAY_VAULT_KEY",
-    "SLIPWAY_NODE_ID",
-    "SLIPWAY_CONTROL_TOKEN",
-  ])
-    delete env[k];
+  for (const k of INHERITED) delete env[k];
   return { dataDir, natsPort, controlPort, dataPort, control: `http://127.0.0.1:${controlPort}`, env };
+}
+
+/** Variables of the test's own environment a spawned slipwayd must not inherit. */
+const INHERITED = [
+  "NATS_URL",
+  "SLIPWAY_NATS_CREDS",
+  "SLIPWAY_VAULT_KEY",
+  "SLIPWAY_NODE_ID",
+  "SLIPWAY_CONTROL_TOKEN",
+];
+
+/** The test's environment without what a spawned slipwayd must not inherit, ports 0, plus `extra`. */
+export function slipwaydEnv(extra: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env, SLIPWAY_CONTROL_PORT: "0", SLIPWAY_DATA_PORT: "0" };
+  for (const k of INHERITED) delete env[k];
+  return { ...env, ...extra };
 }
 
 /** Temp dirs made by a test file, removed by `removeAll()` (call it in `test.after.always`). */
