@@ -58,8 +58,7 @@ function withoutTokens(body: Record<string, unknown>): Record<string, unknown> {
  * the app's choice, never its visitor's (a reset link to another site hands over the account).
  */
 function withoutLinks(body: Record<string, unknown>): Record<string, unknown> {
-  const { verify_url: _v, reset_url: _r, ...rest } = body;
-  return rest;
+  return Object.fromEntries(Object.entries(body).filter(([k]) => k !== "verify_url" && k !== "reset_url"));
 }
 
 /** A plain forward: the request's body (never a link target) to the platform's route, its answer back. */
