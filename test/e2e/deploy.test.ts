@@ -116,13 +116,13 @@ async function deployAndWait(
 async function askVersion(
   upstream: string,
   method = "GET",
-): Promise<{ version: string; greeting: string | null }> {
+): Promise<{ version: string; host: string; greeting: string | null }> {
   const r = await fetch(`${upstream}/`, {
     method,
     signal: AbortSignal.timeout(10_000),
     ...(method === "POST" ? { body: "x" } : {}),
   });
-  return (await r.json()) as { version: string; greeting: string | null };
+  return (await r.json()) as { version: string; host: string; greeting: string | null };
 }
 
 async function appContainers(t: ExecutionContext<Ctx>, app: string): Promise<Docker.ContainerInfo[]> {
@@ -177,11 +177,20 @@ test("deploy rolls the web service start-first: the new version serves, the old 
     [second.doc.containers[0].name],
     "the old container is gone after its drain",
   );
+  // the old container is gone: its address answers no more, or (another test's container took the
+  // freed address) answers from another container
+  const firstId = (
+    await docker(t)
+      .getContainer(first.doc.containers[0].name)
+      .inspect()
+      .catch(() => undefined)
+  )?.Id;
+  t.is(firstId, undefined, "the old container is removed");
   const v1Now = await askVersion(first.doc.upstream).then(
-    (a) => `answered ${a.version}`,
+    (a) => (v1Answer.host === a.host ? `answered from the old container (${a.host})` : "another container"),
     () => "gone",
   );
-  t.is(v1Now, "gone", "v1 no longer answers");
+  t.false(v1Now.startsWith("answered"), `v1 no longer answers: ${v1Now}`);
   // inspect docker: the production container and the proxy's route to it
   const seen = await call(p.controlUrl, "inspect", { app, type: "docker" });
   t.is(seen.status, 200);

@@ -7,7 +7,8 @@ import { ContainerRuntime } from "../../effects/mod.js";
  * the private dockerd from the platform's own base image (the host's node; no
  * registry needed): it listens on $HOST:$PORT, answers `GET /health` (503 with
  * `neverReady`), and answers every other request with its version, method,
- * body and the GREETING variable, so a test can tell which version served.
+ * body, its hostname (the container's short id) and the GREETING variable, so a
+ * test can tell which version and which container served.
  */
 
 const SERVER = `
@@ -25,7 +26,7 @@ const server = http.createServer((req, res) => {
   req.on("data", (c) => (body += c));
   req.on("end", () => {
     res.writeHead(200, { "content-type": "application/json" });
-    res.end(JSON.stringify({ version, method: req.method, path: req.url, body, greeting: process.env.GREETING || null }));
+    res.end(JSON.stringify({ version, host: require("node:os").hostname(), method: req.method, path: req.url, body, greeting: process.env.GREETING || null }));
   });
 });
 server.keepAliveTimeout = 30000;
