@@ -14,6 +14,14 @@ const NO_QUEUE: FlagSpec = {
   description: "answer 409 busy instead of waiting behind another deploy or release of the app",
 };
 
+const INSECURE_HTTP: FlagSpec = {
+  name: "insecure-http",
+  field: PREFERENCES.insecureHttp,
+  kind: FlagKind.preference,
+  required: false,
+  description: "reach a bare host name over HTTP, not HTTPS (an http:// URL does the same)",
+};
+
 /**
  * The verb table of the `slipway` client (spec 1.3). A new verb is one row:
  * capability verbs get their flags from the capability's input schema, read
@@ -79,7 +87,10 @@ export const VERBS: readonly VerbSpec[] = [
     only: ["app", "owner"],
     fixed: { type: "auth" },
   }),
-  capabilityVerb("verify", "verify", { summary: "smoke-check a deployed host against the contract" }),
+  capabilityVerb("verify", "verify", {
+    summary: "smoke-check a deployed host against the contract",
+    extra: [INSECURE_HTTP],
+  }),
   capabilityVerb("explain", "explain-failure", { summary: "explain why a resource failed" }),
   capabilityVerb("plan", "generate-feature-plan", { summary: "write a feature plan for a goal" }),
   capabilityVerb("secrets set", "set-secret", {
@@ -111,6 +122,7 @@ export const VERBS: readonly VerbSpec[] = [
     summary: "assess, publish, repin, deploy and verify a release (or roll back to a good one)",
     extra: [
       NO_QUEUE,
+      INSECURE_HTTP,
       {
         name: "rollback",
         field: PREFERENCES.rollback,

@@ -55,6 +55,8 @@ export const PREFERENCES = {
   rollback: "rollback",
   /** inspect: keep the Inspection (a resource and InspectionCreated); a plain inspect only answers it. */
   record: "record",
+  /** verify, release: reach a bare host name over HTTP, not HTTPS (a spec field list is closed). */
+  insecureHttp: "insecure-http",
 } as const;
 export type Preference = (typeof PREFERENCES)[keyof typeof PREFERENCES];
 

@@ -1,5 +1,5 @@
 import { defineHandler } from "../context.js";
-import { PlatformError } from "../../proto/mod.js";
+import { PlatformError, PREFERENCES } from "../../proto/mod.js";
 import { type VerifyChecks, verifyTask } from "../tasks/verify.js";
 import { probeRefreshToken } from "./verify-probe.js";
 import { requireApp } from "./workspace.js";
@@ -42,6 +42,7 @@ export const verify = defineHandler("verify", {
   handle: async (ctx, input) => {
     const app = await requireApp(ctx);
     const host = input.host ?? app.host;
+    const insecureHttp = ctx.cmd.prefer?.includes(PREFERENCES.insecureHttp) ?? false;
     if (!host) {
       const message = `${ctx.app} has no production host yet: pass host, or run productionize with --host first`;
       throw new PlatformError("precondition_failed", `host: ${message}`, {
@@ -60,7 +61,7 @@ export const verify = defineHandler("verify", {
     const resource = ctx.resource("Verification", "running", {
       host,
       host_from: input.host ? "input" : "app",
-      insecure_http: input.insecure_http ?? false,
+      insecure_http: insecureHttp,
       checks,
       platform: input.platform ?? null,
       framework: input.framework ?? null,
@@ -74,7 +75,7 @@ export const verify = defineHandler("verify", {
       resource,
       task: verifyTask({
         host,
-        ...(input.insecure_http ? { insecureHttp: true } : {}),
+        ...(insecureHttp ? { insecureHttp: true } : {}),
         checks,
         ...(refreshToken !== undefined ? { refreshToken } : {}),
       }),

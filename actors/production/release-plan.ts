@@ -206,7 +206,7 @@ export async function planRelease(
       ? { expect_password_signup: input.expect_password_signup }
       : {}),
     ...(input.check_refresh !== undefined ? { check_refresh: input.check_refresh } : {}),
-    ...(input.insecure_http ? { insecure_http: true } : {}),
+    ...(ctx.cmd.prefer?.includes(PREFERENCES.insecureHttp) ? { insecure_http: true } : {}),
     ...(input.verify_timeout_ms !== undefined ? { timeout_ms: input.verify_timeout_ms } : {}),
     ...(input.verify_readiness_timeout_ms !== undefined
       ? { readiness_timeout_ms: input.verify_readiness_timeout_ms }

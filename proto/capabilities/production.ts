@@ -35,7 +35,6 @@ const HostOrUrl = (description: string) =>
       { description: `${description}: a host name (reached over HTTPS) or an http(s) URL` },
     ),
   );
-const insecure_http = OptBool("reach a bare host over HTTP, not HTTPS");
 
 const production = {
   long_running: true,
@@ -58,7 +57,6 @@ export const verify = declareCapability({
     platform,
     framework,
     host: HostOrUrl("the deployed host"),
-    insecure_http,
     ...verifyShared,
     check_billing_mode: OptStr("expected billing mode"),
     billing_app_name: OptStr("billing app name"),
@@ -141,7 +139,6 @@ export const release = declareCapability({
     platform,
     framework,
     host: HostOrUrl("the production host"),
-    insecure_http,
     publish_mode: Type.Optional(
       Type.Enum(["push", "local"] as const, {
         description: "push to the registry and pin the digest read back, or keep the image local",

@@ -59,14 +59,15 @@ test("cli: verify exits 0 when every assertion passed, and says so", async (t) =
   t.false(r.stdout.includes("FAIL"));
 });
 
-test("cli: verify and release pass a bare --host as it is, and --insecure-http as a field (conformance gap 3)", async (t) => {
+test("cli: verify and release pass a bare --host as it is, and --insecure-http as the insecure-http preference (conformance gap 3)", async (t) => {
   const p = await platform(t);
   const passing = ASSERTIONS.map((a) => ({ ...a, ok: true, actual: a.expected.split(" -> ")[1]! }));
   playLongWork(p, { type: "Verification", id: "vfy_3", end: "succeeded", endFields: verification(passing) });
   const r = await runAgainst(p, ["verify", "--app", "shop", "--host", "shop.example.com", "--insecure-http"]);
   t.is(r.code, 0, r.stderr);
   const body = p.requests.find((q) => q.path === "/capabilities/verify")!;
-  t.deepEqual(body.json, { app: "shop", host: "shop.example.com", insecure_http: true });
+  t.deepEqual(body.json, { app: "shop", host: "shop.example.com" }, "the spec's field list stays closed");
+  t.is(body.headers.prefer, "insecure-http");
   const help = await runAgainst(p, ["release", "--help"]);
   t.regex(help.stdout, /--host\b/);
   t.regex(help.stdout, /--insecure-http\b/);

@@ -186,7 +186,7 @@ test("slipwayd up serves, and the CLI drives it with no token typed: init app, s
   // reads
   const res = cliHere(["resources", "--app", name, "--json"]);
   t.is(res.code, 0);
-  t.is(JSON.parse(res.stdout).items.length, 5); // Application, K, D, two Inspections
+  t.is(JSON.parse(res.stdout).items.length, 3); // Application, K, D (an inspect stores nothing)
   const logs = cliHere(["logs", body.resource.id]);
   t.is(logs.code, 0);
   t.regex(logs.stdout, /initialized app/);

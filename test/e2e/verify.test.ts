@@ -340,10 +340,11 @@ test("verify: the report's targets (the loopback control plane, the metadata add
       { host: "http://169.254.169.254", health_path: "/redirect", readiness_interval_ms: 10 },
       /^refused: 169\.254\.169\.254 is not a public address \(link-local\)/,
     ],
-    [{ host: "localhost", insecure_http: true }, /^refused: (127\.0\.0\.1|::1) is not a public address/],
+    [{ host: "localhost" }, /^refused: (127\.0\.0\.1|::1) is not a public address/],
   ];
   for (const [body, why] of targets) {
-    const { doc } = await verifyAndWait(t, body);
+    const insecure = body.host === "localhost" ? { headers: { prefer: "insecure-http" } } : {};
+    const { doc } = await verifyAndWait(t, body, insecure);
     t.is(doc.status, "failed");
     t.false(doc.readiness.ok);
     t.is(doc.readiness.attempts, 1, "one attempt, refused before connecting");

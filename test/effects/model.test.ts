@@ -440,7 +440,7 @@ test("generate-feature-plan: unknown app, no model, then a running Plan whose ta
       t.is(ctx.outbox.events.length, 0);
       t.is(ctx.outbox.logs.length, 1);
       t.is(effect.task?.onSuccess, "PlanCreated");
-      t.is(effect.task?.onFailure, undefined);
+      t.is(effect.task?.onFailure, "PlanCreated", "a failed plan closes with PlanCreated, status failed");
 
       api.script({ kind: "tool", input: SAMPLE_PLAN });
       const lines: string[] = [];
