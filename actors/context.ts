@@ -150,6 +150,15 @@ export interface Effect {
 
 export type { TaskContext, TaskResult, TaskSpec } from "./tasks/types.js";
 
+/**
+ * The answer of a send that could not run: its resource is kept failed (with the failure event
+ * the handler emitted), and the call answers `code` naming the kept resource.
+ */
+export function keptFailed(resource: Resource, code: PlatformError["code"], message: string): Effect {
+  const kept = `${message} (the ${resource.type === "AgentTask" ? "run" : "send"} is kept as ${resource.type} ${resource.id}, failed)`;
+  return { status: "failed", resource, refused: new PlatformError(code, kept) };
+}
+
 /** A handler of a capability: typed by its declaration, it only decides. */
 export interface CapabilityHandler<C extends CapabilityName = CapabilityName> {
   readonly capability: C;

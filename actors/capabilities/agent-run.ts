@@ -1,4 +1,4 @@
-import { defineHandler, type Effect, type HandlerContext } from "../context.js";
+import { defineHandler, type Effect, type HandlerContext, keptFailed } from "../context.js";
 import { AGENT_DEFAULT_MAX_TOKENS, agentRunTask, compileAnswerSchema } from "../tasks/agent-run.js";
 import { PlatformError, type Resource } from "../../proto/mod.js";
 
@@ -32,14 +32,7 @@ function refusedRun(
     error: message,
     error_code: "model_unavailable",
   }).status = "failed";
-  return {
-    status: "failed",
-    resource,
-    refused: new PlatformError(
-      "model_unavailable",
-      `${message} (the run is kept as AgentTask ${resource.id}, failed)`,
-    ),
-  };
+  return keptFailed(resource, "model_unavailable", message);
 }
 
 /**

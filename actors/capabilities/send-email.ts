@@ -1,4 +1,4 @@
-import { defineHandler, type Effect, type HandlerContext } from "../context.js";
+import { defineHandler, type Effect, type HandlerContext, keptFailed } from "../context.js";
 import { PlatformError, secretAad, type VaultEntry } from "../../proto/mod.js";
 import { SMTP_SECRET, type SmtpView, viewOf } from "../mail/config.js";
 import { redactedDelivery } from "../mail/redact.js";
@@ -86,14 +86,7 @@ function refusedDelivery(ctx: HandlerContext, message: string, m: Mail): Effect 
     error_code: "smtp_unavailable",
     temporary: false,
   }).status = "failed";
-  return {
-    status: "failed",
-    resource,
-    refused: new PlatformError(
-      "smtp_unavailable",
-      `${message} (the send is kept as EmailDelivery ${resource.id}, failed)`,
-    ),
-  };
+  return keptFailed(resource, "smtp_unavailable", message);
 }
 
 /**

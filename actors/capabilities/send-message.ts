@@ -1,4 +1,4 @@
-import { defineHandler } from "../context.js";
+import { defineHandler, keptFailed } from "../context.js";
 import { type ErrorDetail, mailProviderOf, PlatformError } from "../../proto/mod.js";
 import { redactedMessage } from "../mail/message-redact.js";
 import { checkAddress, checkSubject, HeaderValueError, normalizeMessageId } from "../mail/rfc822.js";
@@ -135,14 +135,7 @@ export const sendMessage = defineHandler("send-message", {
         error_code: "connector_unavailable",
         stage: "provider",
       }).status = "failed";
-      return {
-        status: "failed",
-        resource,
-        refused: new PlatformError(
-          "connector_unavailable",
-          `${unavailable} (the send is kept as EmailDelivery ${resource.id}, failed)`,
-        ),
-      };
+      return keptFailed(resource, "connector_unavailable", unavailable);
     }
     ctx.log(
       resource.id,
