@@ -11,10 +11,10 @@ import {
   call,
   eventually,
   get,
-  startTestNats,
-  startTestPlatform,
-  type TestNats,
-  type TestPlatform,
+  newApp,
+  type PlatformContext,
+  platformPerFile,
+  result,
   controlAuth,
 } from "../helpers/infra.js";
 import { startTestSmtp, type TestSmtp } from "../helpers/smtp.js";
@@ -32,48 +32,38 @@ import { generateSync } from "otplib";
  * buckets, files) for the password and every token.
  */
 
-interface Ctx {
-  nats: TestNats;
-  p: TestPlatform;
+type Ctx = PlatformContext & {
   smtp: TestSmtp;
   api: MessagesApi;
   app: string;
   token: string;
-}
+};
 const test = anyTest as TestFn<Ctx>;
 
 /** Every credential the test sees; nothing stored may hold one. */
 const SECRETS: string[] = [];
 
-test.before(async (t) => {
-  const nats = await startTestNats();
-  const smtp = await startTestSmtp();
+platformPerFile(test, {
   // a local Messages API: agent-run makes AgentTasks of owners for the owner-scope and claim tests
-  const api = await startMessagesApi();
-  process.env.ANTHROPIC_BASE_URL = api.url;
-  process.env.ANTHROPIC_API_KEY = "sk-test-identity-e2e-0123456789";
-  process.env.SLIPWAY_MODEL_MAX_RETRIES = "0";
-  process.env.SLIPWAY_SMTP_URL = smtp.url();
-  process.env.SLIPWAY_MAIL_FROM = "no-reply@slipway.example";
-  const p = await startTestPlatform(nats);
-  const app = `auth-${randomUUID().slice(0, 8)}`;
-  const r = await call(p.controlUrl, "initialize-app", { name: app });
-  if (r.status !== 200) throw new Error(`initialize-app: ${r.text}`);
-  // the mails' links of these tests open https://shop.example: the operator allows that origin
-  const o = await fetch(`${p.controlUrl}/auth/admin/link-origins`, {
-    method: "POST",
-    headers: { ...controlAuth(p.controlUrl), "content-type": "application/json", ...ACTOR },
-    body: JSON.stringify({ app, origins: ["https://shop.example"] }),
-  });
-  if (o.status !== 200) throw new Error(`link-origins: ${await o.text()}`);
-  t.context = { nats, p, smtp, api, app, token: r.body.result.token };
-});
-
-test.after.always(async (t) => {
-  await t.context.p?.close();
-  await t.context.nats?.stop();
-  await t.context.smtp?.close();
-  await t.context.api?.close();
+  stubs: async () => ({ smtp: await startTestSmtp(), api: await startMessagesApi() }),
+  processEnv: ({ smtp, api }) => ({
+    ANTHROPIC_BASE_URL: api.url,
+    ANTHROPIC_API_KEY: "sk-test-identity-e2e-0123456789",
+    SLIPWAY_MODEL_MAX_RETRIES: "0",
+    SLIPWAY_SMTP_URL: smtp.url(),
+    SLIPWAY_MAIL_FROM: "no-reply@slipway.example",
+  }),
+  extra: async (p) => {
+    const { name: app, token } = await newApp(p, "auth");
+    // the mails' links of these tests open https://shop.example: the operator allows that origin
+    const o = await fetch(`${p.controlUrl}/auth/admin/link-origins`, {
+      method: "POST",
+      headers: { ...controlAuth(p.controlUrl), "content-type": "application/json", ...ACTOR },
+      body: JSON.stringify({ app, origins: ["https://shop.example"] }),
+    });
+    if (o.status !== 200) throw new Error(`link-origins: ${await o.text()}`);
+    return { app, token };
+  },
 });
 
 interface Answer {
@@ -85,20 +75,14 @@ interface Answer {
 
 async function auth(t: { context: Ctx }, route: string, body: unknown, raw?: string): Promise<Answer> {
   const t0 = performance.now();
-  const r = await fetch(`${t.context.p.dataUrl}/auth/${route}`, {
-    method: "POST",
-    headers: { "content-type": "application/json", authorization: `Bearer ${t.context.token}`, ...ACTOR },
-    body: raw ?? JSON.stringify(body),
-  });
-  const text = await r.text();
-  const ms = performance.now() - t0;
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(text);
-  } catch {
-    parsed = undefined;
-  }
-  return { status: r.status, body: parsed, headers: r.headers, ms };
+  const r = await result(
+    await fetch(`${t.context.p.dataUrl}/auth/${route}`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${t.context.token}`, ...ACTOR },
+      body: raw ?? JSON.stringify(body),
+    }),
+  );
+  return { status: r.status, body: r.body, headers: r.headers, ms: performance.now() - t0 };
 }
 
 /** Signs up and returns the verification token read from the delivered mail. */
@@ -360,22 +344,19 @@ async function req(
   bearer = t.context.token,
 ): Promise<Answer> {
   const t0 = performance.now();
-  const r = await fetch(`${t.context.p.dataUrl}${path}`, {
-    method,
-    headers: {
-      ...(body !== undefined ? { "content-type": "application/json" } : {}),
-      authorization: `Bearer ${bearer}`,
-      ...ACTOR,
-    },
-    ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-  });
-  const text = await r.text();
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(text);
-  } catch {
-    parsed = text;
-  }
+  const r = await result(
+    await fetch(`${t.context.p.dataUrl}${path}`, {
+      method,
+      headers: {
+        ...(body !== undefined ? { "content-type": "application/json" } : {}),
+        authorization: `Bearer ${bearer}`,
+        ...ACTOR,
+      },
+      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+    }),
+  );
+  // not JSON: the text itself
+  const parsed = r.body === undefined ? r.text : r.body;
   return { status: r.status, body: parsed, headers: r.headers, ms: performance.now() - t0 };
 }
 
