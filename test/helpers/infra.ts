@@ -276,8 +276,17 @@ export interface PlatformPerFileOptions<C extends PlatformContext> {
   processEnv?: (ctx: C) => Record<string, string | undefined>;
   /** Options of the platform: `env` (over the test vault key), `replyTimeoutMs`, `node`, `log`... */
   platform?: (ctx: C) => Partial<PlatformOptions>;
-  /** Fields added to the context once the platform runs (apps, tokens). */
+  /**
+   * Fields added to the context once the platform runs (apps, tokens). What it starts on top of
+   * the platform (a second gateway, a starter process) it may put in `ctx` as soon as it runs, for
+   * `teardown` to stop even when a later step failed.
+   */
   extra?: (p: TestPlatform, nats: TestNats, ctx: C) => Promise<Partial<C>>;
+  /**
+   * Run first after the file, before the platform closes: stops what `extra` started on top of it.
+   * `ctx` holds what the setup got to (any field may be missing).
+   */
+  teardown?: (ctx: Partial<C>) => Promise<void> | void;
 }
 
 /**
@@ -285,8 +294,8 @@ export interface PlatformPerFileOptions<C extends PlatformContext> {
  * test file: registers `before` and `after.always` on `test`. The second argument
  * is either `extra` (fields added to the context once the platform runs) or the
  * options: stubs started before the platform and closed after it, environment,
- * platform options, `extra`. What started is stopped even when a later step of
- * the setup failed.
+ * platform options, `extra`, and a `teardown` run before the platform closes.
+ * What started is stopped even when a later step of the setup failed.
  */
 export function platformPerFile<X extends object = Record<never, never>>(
   test: TestFn<PlatformContext & X>,
@@ -319,6 +328,7 @@ export function platformPerFile<C extends PlatformContext>(
     Object.assign(ctx, (await o.extra?.(ctx.p, ctx.nats, ctx)) ?? {});
   });
   test.after.always(async (t) => {
+    await o.teardown?.((t.context ?? {}) as Partial<C>);
     await t.context.p?.close();
     await t.context.nats?.stop();
     for (const stub of Object.values(stubs)) await stub.close();
