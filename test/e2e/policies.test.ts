@@ -5,9 +5,11 @@ import {
   call,
   eventually,
   get,
-  startTestNats,
+  newApp,
+  type PlatformContext,
+  platformPerFile,
+  result,
   startTestPlatform,
-  type TestNats,
   type TestPlatform,
   controlAuth,
 } from "../helpers/infra.js";
@@ -24,15 +26,13 @@ import { startMessagesApi, type MessagesApi } from "../helpers/messages-api.js";
  * every approval authz.approval.
  */
 
-interface Ctx {
-  nats: TestNats;
-  p: TestPlatform;
+type Ctx = PlatformContext & {
   /** A data-plane gateway whose approvals wait only {@link SHORT_TTL_S}: the expiry check's. */
   short: TestPlatform;
   api: MessagesApi;
   app: string;
   token: string;
-}
+};
 const test = anyTest as TestFn<Ctx>;
 /** The app's user (seed-owner makes it once, in the first test). */
 let appUser: { id: string; access: string } | undefined;
@@ -42,29 +42,26 @@ const TTL_S = 600;
 /** Approvals staged through the `short` gateway wait 2 s, so that an expired one can be shown. */
 const SHORT_TTL_S = 2;
 
-test.before(async (t) => {
-  const api = await startMessagesApi();
-  process.env.ANTHROPIC_BASE_URL = api.url;
-  process.env.ANTHROPIC_API_KEY = "sk-test-policies-e2e-0123456789";
-  process.env.SLIPWAY_MODEL_MAX_RETRIES = "0";
-  const nats = await startTestNats();
-  // a gateway reads SLIPWAY_APPROVAL_TTL_S when it starts
-  process.env.SLIPWAY_APPROVAL_TTL_S = String(TTL_S);
-  const p = await startTestPlatform(nats);
-  process.env.SLIPWAY_APPROVAL_TTL_S = String(SHORT_TTL_S);
-  const short = await startTestPlatform(nats, { role: "gateway", plane: "data" });
-  delete process.env.SLIPWAY_APPROVAL_TTL_S;
-  const app = `pol-${randomUUID().slice(0, 8)}`;
-  const r = await call(p.controlUrl, "initialize-app", { name: app });
-  if (r.status !== 200) throw new Error(`initialize-app: ${r.text}`);
-  t.context = { nats, p, short, api, app, token: r.body.result.token };
-});
-
-test.after.always(async (t) => {
-  await t.context.short?.close();
-  await t.context.p?.close();
-  await t.context.nats?.stop();
-  await t.context.api?.close();
+platformPerFile(test, {
+  stubs: async () => ({ api: await startMessagesApi() }),
+  processEnv: ({ api }) => ({
+    ANTHROPIC_BASE_URL: api.url,
+    ANTHROPIC_API_KEY: "sk-test-policies-e2e-0123456789",
+    SLIPWAY_MODEL_MAX_RETRIES: "0",
+    // a gateway reads SLIPWAY_APPROVAL_TTL_S when it starts
+    SLIPWAY_APPROVAL_TTL_S: String(TTL_S),
+  }),
+  extra: async (p, nats, ctx) => {
+    // the second gateway, on the same NATS: stopped by `teardown`, before the platform
+    process.env.SLIPWAY_APPROVAL_TTL_S = String(SHORT_TTL_S);
+    ctx.short = await startTestPlatform(nats, { role: "gateway", plane: "data" });
+    delete process.env.SLIPWAY_APPROVAL_TTL_S;
+    const app = await newApp(p, "pol");
+    return { app: app.name, token: app.token };
+  },
+  teardown: async ({ short }) => {
+    await short?.close();
+  },
 });
 
 interface Answer {
@@ -79,21 +76,19 @@ async function req(
   body?: unknown,
   bearer?: string,
 ): Promise<Answer> {
-  const r = await fetch(`${url}${path}`, {
-    method,
-    headers: {
-      ...(body !== undefined ? { "content-type": "application/json" } : {}),
-      ...(bearer ? { authorization: `Bearer ${bearer}` } : controlAuth(url)),
-      ...ACTOR,
-    },
-    ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-  });
-  const text = await r.text();
-  let parsed: unknown = text;
-  try {
-    parsed = JSON.parse(text);
-  } catch {}
-  return { status: r.status, body: parsed };
+  const r = await result(
+    await fetch(`${url}${path}`, {
+      method,
+      headers: {
+        ...(body !== undefined ? { "content-type": "application/json" } : {}),
+        ...(bearer ? { authorization: `Bearer ${bearer}` } : controlAuth(url)),
+        ...ACTOR,
+      },
+      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+    }),
+  );
+  // not JSON: the text itself
+  return { status: r.status, body: r.body === undefined ? r.text : r.body };
 }
 
 const data = (t: { context: Ctx }, method: string, path: string, body?: unknown, bearer?: string) =>
