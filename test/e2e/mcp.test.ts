@@ -9,14 +9,15 @@ import anyTest, { type TestFn } from "ava";
 import { verifyServiceToken } from "../../proto/service-token.js";
 import {
   ACTOR,
+  type CallResult,
   call,
   eventually,
   freePort,
-  startTestNats,
-  startTestPlatform,
-  type TestNats,
+  newApp,
+  type PlatformContext,
+  platformPerFile,
+  result,
   type TestPlatform,
-  tempDir,
   controlAuth,
 } from "../helpers/infra.js";
 
@@ -33,16 +34,14 @@ interface Seen {
   authorization: string | undefined;
   body: string;
 }
-interface Ctx {
-  nats: TestNats;
-  p: TestPlatform;
+type Ctx = PlatformContext & {
   app: string;
   token: string;
   other: { app: string; token: string };
   starter: { child: ChildProcess; output: () => string };
   front: { server: Server; seen: Seen[]; base: string };
   serviceKey: string;
-}
+};
 const test = anyTest as TestFn<Ctx>;
 const tsxLoader = import.meta.resolve("tsx");
 
@@ -97,25 +96,19 @@ async function http(
   url: string,
   body?: unknown,
   headers: Record<string, string> = {},
-): Promise<{ status: number; body: any; text: string }> {
-  const r = await fetch(url, {
-    method,
-    headers: {
-      ...(body !== undefined ? { "content-type": "application/json" } : {}),
-      ...ACTOR,
-      ...(Object.keys(headers).some((k) => k.toLowerCase() === "authorization") ? {} : controlAuth(url)),
-      ...headers,
-    },
-    ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-  });
-  const text = await r.text();
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(text);
-  } catch {
-    parsed = undefined;
-  }
-  return { status: r.status, body: parsed, text };
+): Promise<CallResult> {
+  return result(
+    await fetch(url, {
+      method,
+      headers: {
+        ...(body !== undefined ? { "content-type": "application/json" } : {}),
+        ...ACTOR,
+        ...(Object.keys(headers).some((k) => k.toLowerCase() === "authorization") ? {} : controlAuth(url)),
+        ...headers,
+      },
+      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+    }),
+  );
 }
 
 const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
@@ -137,86 +130,78 @@ async function toolCalls(p: TestPlatform, app: string): Promise<any[]> {
   return r.body.items;
 }
 
-test.before(async (t) => {
-  const nats = await startTestNats();
-  const dataDir = tempDir();
-  const p = await startTestPlatform(nats, { dataDir });
-  const app = `mcp-${randomUUID().slice(0, 8)}`;
-  const frontPort = await freePort();
-  const init = await call(p.controlUrl, "initialize-app", {
-    name: app,
-    base_url: `http://127.0.0.1:${frontPort}`,
-  });
-  if (init.status !== 200) throw new Error(`initialize-app: ${init.text}`);
-  const workspace = join(dataDir, "apps", init.body.resource.workspace as string);
-  const other = `mcp-${randomUUID().slice(0, 8)}`;
-  const init2 = await call(p.controlUrl, "initialize-app", { name: other });
-  if (init2.status !== 200) throw new Error(`initialize-app: ${init2.text}`);
-  // the starter as initialize-app wrote it, with the .env it wrote (its service key)
-  await eventually(
-    async () => existsSync(join(workspace, ".env")) && existsSync(join(workspace, "src", "server.ts")),
-  );
-  const env = Object.fromEntries(
-    readFileSync(join(workspace, ".env"), "utf8")
-      .split("\n")
-      .filter((l) => l.includes("="))
-      .map((l) => [l.slice(0, l.indexOf("=")), l.slice(l.indexOf("=") + 1)]),
-  ) as Record<string, string>;
-  const starterPort = await freePort();
-  let out = "";
-  const child = spawn(process.execPath, [`--import=${tsxLoader}`, join(workspace, "src", "server.ts")], {
-    cwd: workspace,
-    env: {
-      PATH: process.env.PATH ?? "",
-      PORT: String(starterPort),
-      HOST: "127.0.0.1",
-      SLIPWAY_DATA_URL: p.dataUrl,
-    },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  child.stdout?.on("data", (d: Buffer) => (out += d.toString()));
-  child.stderr?.on("data", (d: Buffer) => (out += d.toString()));
-  const front = await startFront(frontPort, () => starterPort);
-  t.context = {
-    nats,
-    p,
-    app,
-    token: init.body.result.token,
-    other: { app: other, token: init2.body.result.token },
-    starter: { child, output: () => out },
-    front,
-    serviceKey: env.SLIPWAY_SERVICE_KEY!,
-  };
-  await eventually(async () => (await fetch(`${front.base}/health`)).ok, 20_000, 100).catch((e) => {
-    throw new Error(`the starter did not start: ${String(e)}\n${out}`);
-  });
-  // the tools of these tests, registered by the operator on the control plane
-  const word = await http("POST", `${p.controlUrl}/mcp/tools`, {
-    app,
-    name: "word_count",
-    description: "Counts the words, characters and lines of a text",
-    input_schema: {
-      type: "object",
-      properties: { text: { type: "string", maxLength: 10_000 } },
-      required: ["text"],
-      additionalProperties: false,
-    },
-    target_path: "/tools/word_count",
-  });
-  if (word.status !== 200) throw new Error(`register: ${word.text}`);
-});
-
-test.after.always(async (t) => {
-  const { starter, front, p, nats } = (t.context ?? {}) as Partial<Ctx>;
-  if (starter && starter.child.exitCode === null) {
-    const exited = new Promise((r) => starter.child.once("exit", r));
-    starter.child.kill("SIGTERM");
-    await exited;
-  }
-  front?.server.closeAllConnections();
-  front?.server.close();
-  await p?.close();
-  await nats?.stop();
+platformPerFile(test, {
+  // the starter and its front run on top of the platform: `teardown` stops them before it closes
+  extra: async (p, _nats, ctx) => {
+    const app = `mcp-${randomUUID().slice(0, 8)}`;
+    const frontPort = await freePort();
+    const init = await call(p.controlUrl, "initialize-app", {
+      name: app,
+      base_url: `http://127.0.0.1:${frontPort}`,
+    });
+    if (init.status !== 200) throw new Error(`initialize-app: ${init.text}`);
+    const workspace = join(p.dataDir, "apps", init.body.resource.workspace as string);
+    const other = await newApp(p, "mcp");
+    // the starter as initialize-app wrote it, with the .env it wrote (its service key)
+    await eventually(
+      async () => existsSync(join(workspace, ".env")) && existsSync(join(workspace, "src", "server.ts")),
+    );
+    const env = Object.fromEntries(
+      readFileSync(join(workspace, ".env"), "utf8")
+        .split("\n")
+        .filter((l) => l.includes("="))
+        .map((l) => [l.slice(0, l.indexOf("=")), l.slice(l.indexOf("=") + 1)]),
+    ) as Record<string, string>;
+    const starterPort = await freePort();
+    let out = "";
+    const child = spawn(process.execPath, [`--import=${tsxLoader}`, join(workspace, "src", "server.ts")], {
+      cwd: workspace,
+      env: {
+        PATH: process.env.PATH ?? "",
+        PORT: String(starterPort),
+        HOST: "127.0.0.1",
+        SLIPWAY_DATA_URL: p.dataUrl,
+      },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    child.stdout?.on("data", (d: Buffer) => (out += d.toString()));
+    child.stderr?.on("data", (d: Buffer) => (out += d.toString()));
+    ctx.starter = { child, output: () => out };
+    const front = await startFront(frontPort, () => starterPort);
+    ctx.front = front;
+    await eventually(async () => (await fetch(`${front.base}/health`)).ok, 20_000, 100).catch((e) => {
+      throw new Error(`the starter did not start: ${String(e)}\n${out}`);
+    });
+    // the tools of these tests, registered by the operator on the control plane
+    const word = await http("POST", `${p.controlUrl}/mcp/tools`, {
+      app,
+      name: "word_count",
+      description: "Counts the words, characters and lines of a text",
+      input_schema: {
+        type: "object",
+        properties: { text: { type: "string", maxLength: 10_000 } },
+        required: ["text"],
+        additionalProperties: false,
+      },
+      target_path: "/tools/word_count",
+    });
+    if (word.status !== 200) throw new Error(`register: ${word.text}`);
+    return {
+      app,
+      token: init.body.result.token,
+      other: { app: other.name, token: other.token },
+      serviceKey: env.SLIPWAY_SERVICE_KEY!,
+    };
+  },
+  teardown: async ({ starter, front }) => {
+    if (starter && starter.child.exitCode === null) {
+      const exited = new Promise((r) => starter.child.once("exit", r));
+      starter.child.kill("SIGTERM");
+      await exited;
+    }
+    front?.server.closeAllConnections();
+    front?.server.close();
+  },
 });
 
 test.serial(
