@@ -15,14 +15,15 @@ import {
   call,
   eventually,
   freePort,
+  type Ended,
   get,
-  startTestNats,
-  startTestPlatform,
-  type TestNats,
-  type TestPlatform,
+  newApp,
+  type PlatformContext,
+  platformPerFile,
   controlAuth,
   TEST_VAULT_KEY,
   tempDir,
+  waitForEnd,
 } from "../helpers/infra.js";
 import { makeCa } from "../proxy/tls-support.js";
 
@@ -34,14 +35,12 @@ import { makeCa } from "../proxy/tls-support.js";
  * prints the table and exits 1, and explain-failure names the assertion.
  */
 
-interface Ctx {
-  nats: TestNats;
-  p: TestPlatform;
+type Ctx = PlatformContext & {
   app: string;
   token: string;
   starter: { base: string; child: ChildProcess; dir: string; output: () => string };
   broken: { base: string; server: Server };
-}
+};
 const test = anyTest as TestFn<Ctx>;
 const tsxLoader = import.meta.resolve("tsx");
 
@@ -93,34 +92,30 @@ async function startBroken(): Promise<Ctx["broken"]> {
   return { base: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, server };
 }
 
-test.before(async (t) => {
-  const nats = await startTestNats();
-  const p = await startTestPlatform(nats);
-  const app = `vfy-${randomUUID().slice(0, 8)}`;
-  const init = await call(p.controlUrl, "initialize-app", { name: app });
-  if (init.status !== 200) throw new Error(`initialize-app: ${init.text}`);
-  const starter = await startStarter(app, p.dataUrl, init.body.result.token);
-  const broken = await startBroken();
-  t.context = { nats, p, app, token: init.body.result.token, starter, broken };
-  await eventually(async () => (await fetch(`${starter.base}/health`)).ok, 20_000, 100).catch((e) => {
-    throw new Error(`the starter did not start: ${String(e)}\n${starter.output()}`);
-  });
-});
-
-test.after.always(async (t) => {
-  const { starter, broken, p, nats } = (t.context ?? {}) as Partial<Ctx>;
-  if (starter) {
-    if (starter.child.exitCode === null) {
-      const exited = new Promise((r) => starter.child.once("exit", r));
-      starter.child.kill("SIGTERM");
-      await exited;
+platformPerFile(test, {
+  // the starter and the broken app run on top of the platform: `teardown` stops them before it closes
+  extra: async (p, _nats, ctx) => {
+    const { name: app, token } = await newApp(p, "vfy");
+    const starter = await startStarter(app, p.dataUrl, token);
+    ctx.starter = starter;
+    ctx.broken = await startBroken();
+    await eventually(async () => (await fetch(`${starter.base}/health`)).ok, 20_000, 100).catch((e) => {
+      throw new Error(`the starter did not start: ${String(e)}\n${starter.output()}`);
+    });
+    return { app, token };
+  },
+  teardown: async ({ starter, broken }) => {
+    if (starter) {
+      if (starter.child.exitCode === null) {
+        const exited = new Promise((r) => starter.child.once("exit", r));
+        starter.child.kill("SIGTERM");
+        await exited;
+      }
+      await rm(starter.dir, { recursive: true, force: true });
     }
-    await rm(starter.dir, { recursive: true, force: true });
-  }
-  broken?.server.closeAllConnections();
-  broken?.server.close();
-  await p?.close();
-  await nats?.stop();
+    broken?.server.closeAllConnections();
+    broken?.server.close();
+  },
 });
 
 const QUICK = { readiness_timeout_ms: 10_000, readiness_interval_ms: 100, timeout_ms: 3000 };
@@ -146,7 +141,7 @@ async function verifyAndWait(
   t: ExecutionContext<Ctx>,
   body: Record<string, unknown>,
   opts: { url?: string; headers?: Record<string, string> } = {},
-): Promise<{ doc: Record<string, any>; events: Array<{ type: string; data: Record<string, any> }> }> {
+): Promise<Ended> {
   const { p } = t.context;
   const r = await call(
     opts.url ?? p.controlUrl,
@@ -158,20 +153,7 @@ async function verifyAndWait(
   t.is(r.body.resource.type, "Verification");
   t.is(r.body.resource.status, "running");
   const id = r.body.resource.id as string;
-  const doc = await eventually(
-    async () => {
-      const d = await get(p.controlUrl, `/resources/Verification/${id}`);
-      return ["succeeded", "failed"].includes(d.body?.status) ? d.body : undefined;
-    },
-    30_000,
-    100,
-  );
-  const events = await eventually(async () => {
-    const e = await get(p.controlUrl, `/events?resource_id=${id}`);
-    const items = e.body.items as Array<{ type: string; data: Record<string, any> }>;
-    return items.some((x) => x.type === "VerificationCompleted") ? items : undefined;
-  }, 10_000);
-  return { doc, events };
+  return waitForEnd(p, "Verification", id, { closing: ["VerificationCompleted"], timeoutMs: 30_000 });
 }
 
 test("verify: the starter, run as it is, passes every assertion on the control plane; a bare host goes through the platform's edge", async (t) => {
