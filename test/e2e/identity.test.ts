@@ -773,7 +773,12 @@ test.serial(
     const claim = await req(t, "POST", "/owner/claim-legacy", {}, sb.access);
     t.is(claim.status, 200, JSON.stringify(claim.body));
     t.true(claim.body.claimed.AgentTask >= 1);
-    const task = await req(t, "GET", `/resources/AgentTask/${taskId}`, undefined, sb.access);
+    // claim-legacy re-owns many records in one turn; its answer (counts) does not carry each one's
+    // revision, so this gateway's read index may take a moment to show the new owner
+    const task = await eventually(async () => {
+      const r = await req(t, "GET", `/resources/AgentTask/${taskId}`, undefined, sb.access);
+      return r.status === 200 ? r : undefined;
+    }, 5_000);
     t.is(task.status, 200, "the owner reads the record it claimed");
     t.is(task.body.owner, boss.id);
     t.is(task.body.legacy_owner, "legacy@example.com");
