@@ -1,5 +1,5 @@
 import test from "ava";
-import { randomBytes, X509Certificate } from "node:crypto";
+import { X509Certificate } from "node:crypto";
 import {
   type AcmeAccountEntry,
   acmeAccountAad,
@@ -7,22 +7,13 @@ import {
   certificateAad,
   keys,
 } from "../../proto/mod.js";
-import { resealAll, Vault } from "../../store/mod.js";
-import { startTestNats, tempDir } from "../helpers/infra.js";
+import { resealAll } from "../../store/mod.js";
+import { tempDir } from "../helpers/infra.js";
+import { rotationFixture } from "../helpers/vault-rotation.js";
 import { makeCa } from "./tls-support.js";
 
 test("vault rotate re-seals the proxy's certificates and ACME account keys under the new key, and they still open", async (t) => {
-  const nats = await startTestNats();
-  const bus = await nats.bus("rotate-test");
-  t.teardown(async () => {
-    await bus.close();
-    await nats.stop();
-  });
-  const oldKey = randomBytes(32).toString("base64");
-  const newKey = randomBytes(32).toString("base64");
-  const before = Vault.open(tempDir(), { SLIPWAY_VAULT_KEY: oldKey });
-  const after = Vault.open(tempDir(), { SLIPWAY_VAULT_KEY: `${newKey},${oldKey}` });
-  const onlyNew = Vault.open(tempDir(), { SLIPWAY_VAULT_KEY: newKey });
+  const { bus, before, after, onlyNew } = await rotationFixture(t, "rotate-test");
   const host = "rotate.test.internal";
   const leaf = makeCa(tempDir(), "rotate-ca").issue(host, "server");
   const cert: CertificateEntry = {
