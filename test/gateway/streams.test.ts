@@ -3,7 +3,14 @@ import { randomUUID } from "node:crypto";
 import { request } from "node:http";
 import WebSocket from "ws";
 import { Compile } from "typebox/compile";
-import { call, eventually, platformPerFile, type PlatformContext, controlAuth } from "../helpers/infra.js";
+import {
+  call,
+  controlAuth,
+  eventually,
+  get,
+  platformPerFile,
+  type PlatformContext,
+} from "../helpers/infra.js";
 import { appendLog } from "../../store/logs.js";
 import { encode } from "../../proto/codec.js";
 import { keys } from "../../proto/subjects.js";
@@ -168,6 +175,9 @@ test("GET /logs?follow=1 streams lines as they come and ends when the resource e
   const doc = { type: "Build", id, app_id: app, status: "running", created_at: now, updated_at: now };
   await p.admin.kv.resources.put(key, encode(doc));
   await appendLog(p.admin, id, { ts: now, stream: "stdout", line: "step 1" });
+  // written straight into KV (no command answer to wait on): the gateway's read index shows it a
+  // moment later, and a follow opened before that is a 404
+  await eventually(async () => (await get(p.controlUrl, `/resources/Build/${id}`)).status === 200, 30_000);
   const chunks: string[] = [];
   const body = new Promise<string>((resolve, reject) => {
     request(`${p.controlUrl}/logs/${id}?follow=1`, { headers: controlAuth(p.controlUrl) }, (res) => {
