@@ -5,14 +5,15 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import {
   get,
+  platformPerFile,
   startTestPlatform,
-  startWorkspacePlatform,
-  stopWorkspacePlatform,
+  stopStub,
   TEST_VAULT_KEY,
+  tempDir,
   type TestPlatform,
   type WorkspacePlatform,
 } from "../helpers/infra.js";
-import { startTestDockerd, type TestDockerd } from "../helpers/dockerd.js";
+import { dockerdMissing, startTestDockerd, type TestDockerd } from "../helpers/dockerd.js";
 import { runSlipway, type CliResult } from "../helpers/cli-run.js";
 
 /**
@@ -39,23 +40,22 @@ const PLATFORM_ENV = {
   SLIPWAY_SMTP_URL: `smtp://user:marker-${randomUUID()}@127.0.0.1:25`,
 };
 
-test.before(async (t) => {
-  Object.assign(process.env, PLATFORM_ENV);
-  const dockerd = await startTestDockerd();
-  if (!dockerd) throw new Error("dockerd is not installed: run `npm run setup` (it installs docker.io)");
-  process.env.DOCKER_HOST = dockerd.host;
-  // containers reach the platform at the host's end of the engine's veth (test/helpers/dockerd.ts)
-  t.context = {
-    ...(await startWorkspacePlatform({ bridgeAddress: dockerd.hostAddress })),
-    dockerd,
-    more: [],
-  };
-});
-
-test.after.always(async (t) => {
-  for (const p of t.context.more ?? []) await p.close();
-  await stopWorkspacePlatform(t.context);
-  await t.context.dockerd?.stop();
+platformPerFile(test, {
+  stubs: async (started) => {
+    const engine = await startTestDockerd();
+    if (!engine) throw new Error(`a private dockerd cannot run here: ${dockerdMissing()}`);
+    return { dockerd: started(stopStub(engine)) };
+  },
+  processEnv: ({ dockerd }) => ({ ...PLATFORM_ENV, DOCKER_HOST: dockerd.host }),
+  platform: (ctx) => {
+    ctx.workspaces = tempDir();
+    // containers reach the platform at the host's end of the engine's veth (test/helpers/dockerd.ts)
+    return { bridgeAddress: ctx.dockerd.hostAddress, workspaceRoot: ctx.workspaces };
+  },
+  extra: async () => ({ more: [] }),
+  teardown: async ({ more }) => {
+    for (const p of more ?? []) await p.close();
+  },
 });
 
 const slipway = (t: { context: Ctx }, ...argv: string[]) => runSlipway(t.context.p.controlUrl, argv);

@@ -11,13 +11,13 @@ import {
   REVISION_LABEL,
   tagCommit,
 } from "../../effects/mod.js";
-import { startTestDockerd, type TestDockerd } from "../helpers/dockerd.js";
+import { dockerdMissing, startTestDockerd, type TestDockerd } from "../helpers/dockerd.js";
 import {
   call,
   eventually,
   get,
-  startTestNats,
-  startTestPlatform,
+  platformPerFile,
+  stopStub,
   type TestNats,
   type TestPlatform,
 } from "../helpers/infra.js";
@@ -40,19 +40,14 @@ interface Ctx {
 }
 const test = anyTest as TestFn<Ctx>;
 
-test.before(async (t) => {
-  const dockerd = await startTestDockerd();
-  if (!dockerd) throw new Error("a private dockerd cannot run here (root and docker.io are needed)");
-  process.env.DOCKER_HOST = dockerd.host;
-  const nats = await startTestNats();
-  const p = await startTestPlatform(nats, { bridgeAddress: dockerd.hostAddress });
-  t.context = { dockerd, nats, p };
-});
-
-test.after.always(async (t) => {
-  await t.context.p?.close();
-  await t.context.nats?.stop();
-  await t.context.dockerd?.stop();
+platformPerFile(test, {
+  stubs: async (started) => {
+    const engine = await startTestDockerd();
+    if (!engine) throw new Error(`a private dockerd cannot run here: ${dockerdMissing()}`);
+    return { dockerd: started(stopStub(engine)) };
+  },
+  processEnv: ({ dockerd }) => ({ DOCKER_HOST: dockerd.host }),
+  platform: ({ dockerd }) => ({ bridgeAddress: dockerd.hostAddress }),
 });
 
 /** The app's server: `/health`, and `/version` as the starter answers it (from SLIPWAY_COMMIT / SLIPWAY_IMAGE). */

@@ -5,14 +5,14 @@ import { join } from "node:path";
 import anyTest, { type ExecutionContext, type TestFn } from "ava";
 import Docker from "dockerode";
 import { type AppImage, buildAppImage, pushImage, removeLocalImage } from "../helpers/app-images.js";
-import { startTestDockerd, type TestDockerd } from "../helpers/dockerd.js";
+import { dockerdMissing, startTestDockerd, type TestDockerd } from "../helpers/dockerd.js";
 import {
   call,
   eventually,
   get,
+  platformPerFile,
   sleep,
-  startTestNats,
-  startTestPlatform,
+  stopStub,
   type TestNats,
   type TestPlatform,
 } from "../helpers/infra.js";
@@ -39,29 +39,27 @@ interface Ctx {
 }
 const test = anyTest as TestFn<Ctx>;
 
-test.before(async (t) => {
-  const missing = registryMissing();
-  if (missing) throw new Error(missing);
-  const dockerd = await startTestDockerd();
-  if (!dockerd) throw new Error("a private dockerd cannot run here (root and docker.io are needed)");
-  process.env.DOCKER_HOST = dockerd.host;
-  const registry = await startTestRegistry(dockerd.hostAddress);
-  const nats = await startTestNats();
-  const p = await startTestPlatform(nats, { bridgeAddress: dockerd.hostAddress });
-  const [v1, v2, broken] = [
-    await buildAppImage(dockerd.host, "deploytest/app:v1", "v1"),
-    await buildAppImage(dockerd.host, "deploytest/app:v2", "v2"),
-    await buildAppImage(dockerd.host, "deploytest/app:broken", "broken", { neverReady: true }),
-  ];
-  const v2Pushed = await pushImage(dockerd.host, v2.id, registry.host, "deploytest/app", "v2");
-  t.context = { dockerd, registry, nats, p, v1, v2, broken, v2Pushed };
-});
-
-test.after.always(async (t) => {
-  await t.context.p?.close();
-  await t.context.nats?.stop();
-  await t.context.registry?.stop();
-  await t.context.dockerd?.stop();
+platformPerFile(test, {
+  stubs: async (started) => {
+    const missing = registryMissing();
+    if (missing) throw new Error(missing);
+    const engine = await startTestDockerd();
+    if (!engine) throw new Error(`a private dockerd cannot run here: ${dockerdMissing()}`);
+    const dockerd = started(stopStub(engine));
+    const registry = started(stopStub(await startTestRegistry(dockerd.hostAddress)));
+    return { dockerd, registry };
+  },
+  processEnv: ({ dockerd }) => ({ DOCKER_HOST: dockerd.host }),
+  platform: ({ dockerd }) => ({ bridgeAddress: dockerd.hostAddress }),
+  extra: async (_p, _nats, { dockerd, registry }) => {
+    const [v1, v2, broken] = [
+      await buildAppImage(dockerd.host, "deploytest/app:v1", "v1"),
+      await buildAppImage(dockerd.host, "deploytest/app:v2", "v2"),
+      await buildAppImage(dockerd.host, "deploytest/app:broken", "broken", { neverReady: true }),
+    ];
+    const v2Pushed = await pushImage(dockerd.host, v2.id, registry.host, "deploytest/app", "v2");
+    return { v1, v2, broken, v2Pushed };
+  },
 });
 
 const docker = (t: ExecutionContext<Ctx>) =>

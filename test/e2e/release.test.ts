@@ -4,14 +4,14 @@ import { readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import anyTest, { type ExecutionContext, type TestFn } from "ava";
 import Docker from "dockerode";
-import { startTestDockerd, type TestDockerd } from "../helpers/dockerd.js";
+import { dockerdMissing, startTestDockerd, type TestDockerd } from "../helpers/dockerd.js";
 import { edgeLoad, viaEdge } from "../helpers/edge-load.js";
 import {
   call,
   eventually,
   get,
-  startTestNats,
-  startTestPlatform,
+  platformPerFile,
+  stopStub,
   type TestNats,
   type TestPlatform,
 } from "../helpers/infra.js";
@@ -50,25 +50,22 @@ const GIT_ENV = {
 const gitIn = (ws: string, ...args: string[]) =>
   execFileSync("git", args, { cwd: ws, env: GIT_ENV, encoding: "utf8" }).trim();
 
-test.before(async (t) => {
-  const missing = registryMissing();
-  if (missing) throw new Error(missing);
-  const dockerd = await startTestDockerd();
-  if (!dockerd) throw new Error("a private dockerd cannot run here (root and docker.io are needed)");
-  process.env.DOCKER_HOST = dockerd.host;
-  const registry = await startTestRegistry(dockerd.hostAddress);
-  const nats = await startTestNats();
-  const p = await startTestPlatform(nats, { bridgeAddress: dockerd.hostAddress });
-  const app = `r${randomUUID().slice(0, 8)}`;
-  const host = `${app}.example.com`;
-  t.context = { dockerd, registry, nats, p, app, host, ws: join(p.dataDir, "apps", app), good: [] };
-});
-
-test.after.always(async (t) => {
-  await t.context.p?.close();
-  await t.context.nats?.stop();
-  await t.context.registry?.stop();
-  await t.context.dockerd?.stop();
+platformPerFile(test, {
+  stubs: async (started) => {
+    const missing = registryMissing();
+    if (missing) throw new Error(missing);
+    const engine = await startTestDockerd();
+    if (!engine) throw new Error(`a private dockerd cannot run here: ${dockerdMissing()}`);
+    const dockerd = started(stopStub(engine));
+    const registry = started(stopStub(await startTestRegistry(dockerd.hostAddress)));
+    return { dockerd, registry };
+  },
+  processEnv: ({ dockerd }) => ({ DOCKER_HOST: dockerd.host }),
+  platform: ({ dockerd }) => ({ bridgeAddress: dockerd.hostAddress }),
+  extra: async (p) => {
+    const app = `r${randomUUID().slice(0, 8)}`;
+    return { app, host: `${app}.example.com`, ws: join(p.dataDir, "apps", app), good: [] };
+  },
 });
 
 const TERMINAL = ["succeeded", "failed"];

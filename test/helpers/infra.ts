@@ -264,10 +264,19 @@ export interface Stub {
 }
 export type Stubs = Record<string, Stub>;
 
+/** A {@link Stub} of what its API stops with `stop()` (a private dockerd, a registry): `close()` calls it. */
+export function stopStub<T extends { stop(): Promise<void> | void }>(s: T): T & Stub {
+  return Object.assign(s, { close: () => s.stop() });
+}
+
 /** How {@link platformPerFile} sets a file's platform up (`C`: the file's context). */
 export interface PlatformPerFileOptions<C extends PlatformContext> {
-  /** Started first (their addresses may go in the environment); put in the context; closed last. */
-  stubs?: () => Promise<Partial<C> & Stubs>;
+  /**
+   * Started first (their addresses may go in the environment); put in the context; closed last,
+   * the last started first. A stub handed to `started` as soon as it runs is closed even when a
+   * later one fails to start (a registry on a private dockerd's address).
+   */
+  stubs?: (started: <S extends Stub>(stub: S) => S) => Promise<Partial<C> & Stubs>;
   /**
    * Set in this process's environment before the platform starts (`undefined` deletes), and put
    * back after the file: what the node reads from its own environment (SMTP, model and provider
@@ -312,12 +321,17 @@ export function platformPerFile<C extends PlatformContext>(
   const o: PlatformPerFileOptions<C> =
     typeof setup === "function" ? { extra: (p, n) => setup(p, n) } : (setup ?? {});
   const saved = new Map<string, string | undefined>();
-  let stubs: Stubs = {};
+  const stubs: Stub[] = [];
+  const started = <S extends Stub>(stub: S): S => {
+    if (!stubs.includes(stub)) stubs.push(stub);
+    return stub;
+  };
   test.before(async (t) => {
     const ctx = {} as C;
     t.context = ctx;
-    stubs = o.stubs ? await o.stubs() : {};
-    Object.assign(ctx, stubs);
+    const got = o.stubs ? await o.stubs(started) : {};
+    for (const stub of Object.values(got as Stubs)) started(stub);
+    Object.assign(ctx, got);
     for (const [k, v] of Object.entries(o.processEnv?.(ctx) ?? {})) {
       if (!saved.has(k)) saved.set(k, process.env[k]);
       if (v === undefined) delete process.env[k];
@@ -328,14 +342,24 @@ export function platformPerFile<C extends PlatformContext>(
     Object.assign(ctx, (await o.extra?.(ctx.p, ctx.nats, ctx)) ?? {});
   });
   test.after.always(async (t) => {
-    await o.teardown?.((t.context ?? {}) as Partial<C>);
-    await t.context.p?.close();
-    await t.context.nats?.stop();
-    for (const stub of Object.values(stubs)) await stub.close();
+    // every step runs even when one before it threw; the first error is thrown at the end
+    let first: unknown;
+    const step = async (fn: () => unknown) => {
+      try {
+        await fn();
+      } catch (e) {
+        first ??= e;
+      }
+    };
+    await step(() => o.teardown?.((t.context ?? {}) as Partial<C>));
+    await step(() => t.context?.p?.close());
+    await step(() => t.context?.nats?.stop());
+    for (const stub of stubs.reverse()) await step(() => stub.close());
     for (const [k, v] of saved) {
       if (v === undefined) delete process.env[k];
       else process.env[k] = v;
     }
+    if (first) throw first;
   });
 }
 
