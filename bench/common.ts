@@ -236,6 +236,8 @@ export interface BenchPlatform {
   natsUrl: string;
   /** The admin's credentials on that server (a benchmark's own connections). */
   natsAuth: NatsAuth;
+  /** Pid of its nats-server (CPU and memory readings). */
+  natsPid: number;
   /** The control plane and its token. */
   control: ControlPlane;
   /** The data plane, `http://127.0.0.1:<port>` (app tokens). */
@@ -283,7 +285,7 @@ export async function startBenchPlatform(
     const control = controlPlaneOf(platform);
     const data = `http://127.0.0.1:${platform.data!.port}`;
     await waitReady(data, 20_000, "data plane");
-    return { platform, natsUrl, natsAuth: n.auth("admin"), control, data, close };
+    return { platform, natsUrl, natsAuth: n.auth("admin"), natsPid: n.pid, control, data, close };
   } catch (e) {
     await close();
     throw e;

@@ -11,15 +11,15 @@
  *    same tool and arguments, WINDOW in flight; the rate limit is off.
  *
  * Each phase runs BENCH_SECONDS (default 5) and at most BENCH_CALLS (default
- * 20,000) calls; the whole run is cut off after 3 minutes. It prints; it
+ * 100,000) calls; the whole run is cut off after 3 minutes. It prints; it
  * asserts nothing. Progress to stderr, the report to stdout.
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { performance } from "node:perf_hooks";
-import { Pool } from "undici";
-import { signServiceToken } from "../proto/service-token.js";
+import { Worker } from "node:worker_threads";
+import { tsxWorkerSource } from "../bin/node-thread-api.js";
+import type { McpPhase, McpPhaseTask } from "./mcp-client.js";
 import {
   controlHeaders,
   exitWhenDone,
@@ -29,6 +29,7 @@ import {
   machineInfo,
   makeProgress,
   post,
+  procCpuS,
   runMain,
   startBenchPlatform,
   sleep,
@@ -37,13 +38,15 @@ import {
 } from "./common.js";
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
-const MAX_CALLS = Number(process.env.BENCH_CALLS ?? 20_000);
+const MAX_CALLS = Number(process.env.BENCH_CALLS ?? 100_000);
 const WINDOW = 16;
 const json = process.argv.includes("--json");
 const progress = makeProgress("bench:mcp", Date.now());
 const ARGS = { text: "the quick brown fox jumps over the lazy dog" };
 
 interface Phase {
+  /** CPU per answered call in microseconds: the client thread, the platform (this process less the client), the starter, nats-server. */
+  cpuUs: { client: number; platform: number; starter: number; nats: number };
   rate: number;
   p50: number;
   p99: number;
@@ -51,25 +54,58 @@ interface Phase {
   errors: number;
 }
 
-/** WINDOW lanes calling `one` until the time or the call budget runs out. */
-async function phase(one: (i: number) => Promise<boolean>): Promise<Phase> {
-  const lat: number[] = [];
-  let errors = 0;
-  let n = 0;
-  const end = performance.now() + SECONDS * 1000;
-  const lane = async () => {
-    while (performance.now() < end && n < MAX_CALLS) {
-      const i = n++;
-      const t0 = performance.now();
-      const ok = await one(i).catch(() => false);
-      if (ok) lat.push(performance.now() - t0);
-      else errors++;
-    }
-  };
-  const t0 = performance.now();
-  await Promise.all(Array.from({ length: WINDOW }, lane));
-  const s = summary(lat.sort((a, b) => a - b));
-  return { rate: lat.length / ((performance.now() - t0) / 1000), p50: s.p50, p99: s.p99, calls: n, errors };
+/** CPU seconds so far of this process (all its threads), the starter and nats-server. */
+function cpuNow(pids: Pids): { self: number; starter: number; nats: number } {
+  const u = process.cpuUsage();
+  return { self: (u.user + u.system) / 1e6, starter: procCpuS(pids.starter), nats: procCpuS(pids.nats) };
+}
+interface Pids {
+  starter: number;
+  nats: number;
+}
+
+/**
+ * One phase in the client worker (bench/mcp-client.ts), with where the CPU went: the client's
+ * thread (its event loop's busy time), the platform (this process's CPU less the client's), the
+ * starter and nats-server (/proc).
+ */
+async function phase(task: McpPhaseTask, pids: Pids): Promise<Phase> {
+  const worker = new Worker(tsxWorkerSource(new URL("./mcp-client.ts", import.meta.url).href), {
+    eval: true,
+  });
+  await new Promise((r) => setTimeout(r, 200)); // the worker loads tsx first: not part of the phase
+  const elu0 = worker.performance.eventLoopUtilization();
+  const c0 = cpuNow(pids);
+  try {
+    const r = await new Promise<McpPhase>((resolve, reject) => {
+      worker.once("error", reject);
+      worker.once("message", (m: { result?: McpPhase; error?: string }) =>
+        m.result ? resolve(m.result) : reject(new Error(`the client: ${m.error}`)),
+      );
+      worker.postMessage(task);
+    });
+    const c1 = cpuNow(pids);
+    const elu = worker.performance.eventLoopUtilization(elu0);
+    const clientS = elu.active / 1000;
+    const n = Math.max(1, r.latencies.length);
+    const us = (s: number) => (s * 1e6) / n;
+    const s = summary(r.latencies);
+    return {
+      cpuUs: {
+        client: us(clientS),
+        platform: us(Math.max(0, c1.self - c0.self - clientS)),
+        starter: us(c1.starter - c0.starter),
+        nats: us(c1.nats - c0.nats),
+      },
+      rate: r.rate,
+      p50: s.p50,
+      p99: s.p99,
+      calls: r.calls,
+      errors: r.errors,
+    };
+  } finally {
+    await worker.terminate();
+  }
 }
 
 /** The two phases: the starter's target directly, then tools/call through the data plane. */
@@ -79,47 +115,29 @@ async function measure(
   key: string,
   token: string,
   app: string,
+  pids: Pids,
 ): Promise<{ d: Phase; m: Phase }> {
-  const starterPool = new Pool(direct, { connections: WINDOW });
-  const dataPool = new Pool(data, { connections: WINDOW });
-  const body = JSON.stringify(ARGS);
+  const common = { seconds: SECONDS, maxCalls: MAX_CALLS, window: WINDOW, args: ARGS };
   progress(`direct: POST /tools/word_count on the starter, ${SECONDS} s, ${WINDOW} in flight`);
-  const d = await phase(async () => {
-    const t = signServiceToken(key, { app, job: "mcp:word_count", tick: new Date().toISOString() });
-    const r = await starterPool.request({
-      path: "/tools/word_count",
-      method: "POST",
-      headers: { authorization: `Bearer ${t}`, "content-type": "application/json" },
-      body,
-    });
-    await r.body.text();
-    return r.statusCode === 200;
-  });
+  const d = await phase({ ...common, kind: "direct", url: direct, key, app }, pids);
   progress(`platform: tools/call on POST /mcp, ${SECONDS} s, ${WINDOW} in flight`);
-  const m = await phase(async (i) => {
-    const r = await dataPool.request({
-      path: "/mcp",
-      method: "POST",
-      headers: {
-        authorization: `Bearer ${token}`,
-        "content-type": "application/json",
-        accept: "application/json, text/event-stream",
-        "mcp-protocol-version": "2025-06-18",
-      },
-      body: JSON.stringify({
-        jsonrpc: "2.0",
-        id: i,
-        method: "tools/call",
-        params: { name: "word_count", arguments: ARGS },
-      }),
-    });
-    const text = await r.body.text();
-    return r.statusCode === 200 && text.includes(`"words":9`) && !text.includes('"isError":true');
-  });
-  await starterPool.close();
-  await dataPool.close();
+  const m = await phase({ ...common, kind: "platform", url: data, token }, pids);
   return { d, m };
 }
+
+const CPU_COLUMNS = ["client µs", "platform µs", "starter µs", "nats µs"];
+const total = (p: Phase) => p.cpuUs.client + p.cpuUs.platform + p.cpuUs.starter + p.cpuUs.nats;
+const row = (p: Phase): string[] => [
+  f0(p.rate),
+  p.p50.toFixed(2),
+  p.p99.toFixed(2),
+  String(p.calls),
+  String(p.errors),
+  f0(p.cpuUs.client),
+  f0(p.cpuUs.platform),
+  f0(p.cpuUs.starter),
+  f0(p.cpuUs.nats),
+];
 
 async function main(): Promise<void> {
   let starter: ChildProcess | undefined;
@@ -191,7 +209,10 @@ async function main(): Promise<void> {
     });
     if (reg.status !== 200) throw new Error(`register: ${await reg.text()}`);
 
-    const { d, m } = await measure(direct, data, key, token, app);
+    const { d, m } = await measure(direct, data, key, token, app, {
+      starter: starter!.pid!,
+      nats: bp.natsPid,
+    });
     const ratio = m.rate / d.rate;
     const report = {
       machine: machineInfo(),
@@ -205,24 +226,10 @@ async function main(): Promise<void> {
     else
       process.stdout.write(
         `${table([
-          ["path", "calls/s", "p50 ms", "p99 ms", "calls", "errors"],
-          [
-            "starter /tools/word_count, direct",
-            f0(d.rate),
-            d.p50.toFixed(2),
-            d.p99.toFixed(2),
-            String(d.calls),
-            String(d.errors),
-          ],
-          [
-            "tools/call through POST /mcp",
-            f0(m.rate),
-            m.p50.toFixed(2),
-            m.p99.toFixed(2),
-            String(m.calls),
-            String(m.errors),
-          ],
-        ])}\ntools/call through the platform keeps ${(ratio * 100).toFixed(0)} % of the direct rate\n`,
+          ["path", "calls/s", "p50 ms", "p99 ms", "calls", "errors", ...CPU_COLUMNS],
+          ["starter /tools/word_count, direct", ...row(d)],
+          ["tools/call through POST /mcp", ...row(m)],
+        ])}\ntools/call through the platform keeps ${(ratio * 100).toFixed(0)} % of the direct rate; CPU per call: ${f0(total(d))} µs direct, ${f0(total(m))} µs through the platform\n`,
       );
   } finally {
     if (starter && starter.exitCode === null) {

@@ -27,8 +27,61 @@ import { registerReplay } from "./policy.js";
  * every call writes, and the replay of a staged call once it is approved.
  */
 
-/** Calls of the apps: keep-alive connections per origin, no redirects followed. */
-const dispatcher = new Agent({ keepAliveTimeout: 10_000, connections: 256 });
+/**
+ * Calls of the apps: keep-alive connections per origin, no redirects followed, the answer's size
+ * capped by the client library (no stream read in JS), its headers awaited at most the call's time.
+ */
+const dispatcher = new Agent({
+  keepAliveTimeout: 10_000,
+  connections: 256,
+  maxResponseSize: MCP_ANSWER_MAX_BYTES,
+  headersTimeout: MCP_CALL_TIMEOUT_MS,
+  bodyTimeout: MCP_CALL_TIMEOUT_MS,
+});
+
+/**
+ * The whole-call bound ({@link MCP_CALL_TIMEOUT_MS}) without a timer per call: calls in flight by
+ * deadline, one sweep a second ends those past it (a call may run up to a second longer).
+ */
+const inFlight = new Set<{ deadline: number; stop(): void }>();
+let sweeper: NodeJS.Timeout | undefined;
+function track(stop: () => void): () => void {
+  const entry = { deadline: performance.now() + MCP_CALL_TIMEOUT_MS, stop };
+  inFlight.add(entry);
+  if (!sweeper) {
+    sweeper = setInterval(() => {
+      const now = performance.now();
+      for (const e of inFlight)
+        if (e.deadline <= now) {
+          inFlight.delete(e);
+          e.stop();
+        }
+      if (inFlight.size === 0) {
+        clearInterval(sweeper);
+        sweeper = undefined;
+      }
+    }, 1000);
+    sweeper.unref();
+  }
+  return () => inFlight.delete(entry);
+}
+
+/** The target URL of a tool, by base URL and path (parsed and checked once; copied per call). */
+const targets = new Map<string, URL>();
+function targetUrl(baseUrl: string, path: string): URL {
+  const k = `${baseUrl}\n${path}`;
+  let u = targets.get(k);
+  if (!u) {
+    u = appUrl(baseUrl, path);
+    if (targets.size >= 4096) targets.clear();
+    targets.set(k, u);
+  }
+  return new URL(u.href);
+}
+
+class CallTimeout extends Error {
+  override name = "TimeoutError";
+}
 /** Compiled argument checks of the tools (by app, tool and schema). */
 export const checks = new ArgumentChecks();
 
@@ -90,7 +143,7 @@ export async function proxy(
     return fail("the app has no base_url yet", "the app has no base_url yet: nothing to call");
   let url: URL;
   try {
-    url = appUrl(rec.base_url, tool.target_path);
+    url = targetUrl(rec.base_url, tool.target_path);
   } catch (e) {
     return fail(e instanceof Error ? e.message : String(e));
   }
@@ -113,36 +166,43 @@ export async function proxy(
   let status: number;
   let type: string;
   let text: string;
+  // until the headers the dispatcher's headersTimeout bounds the call; then the sweep ends the body
+  let timedOut = false;
+  let body: { destroy(e?: Error): unknown } | undefined;
+  const untrack = track(() => {
+    timedOut = true;
+    body?.destroy(new CallTimeout());
+  });
   try {
     const r = await httpCall(url, {
       method: tool.method,
       headers,
       ...(inQuery ? {} : { body: JSON.stringify(args) }),
       dispatcher,
-      signal: AbortSignal.timeout(MCP_CALL_TIMEOUT_MS),
     });
+    body = r.body;
+    if (timedOut) r.body.destroy(new CallTimeout());
     status = r.statusCode;
     const ct = r.headers["content-type"];
     type = (Array.isArray(ct) ? ct[0] : ct) ?? "";
-    const chunks: Buffer[] = [];
-    let size = 0;
-    for await (const chunk of r.body as AsyncIterable<Buffer>) {
-      size += chunk.length;
-      if (size > MCP_ANSWER_MAX_BYTES) {
-        r.body.destroy();
-        return fail(`the app's answer is larger than ${MCP_ANSWER_MAX_BYTES} bytes`);
-      }
-      chunks.push(chunk);
-    }
-    text = Buffer.concat(chunks).toString("utf8");
+    text = await r.body.text();
   } catch (e) {
     const err = e as Error & { code?: string };
-    if (err.name === "TimeoutError" || err.name === "AbortError")
+    if (err.code === "UND_ERR_RES_EXCEEDED_MAX_SIZE")
+      return fail(`the app's answer is larger than ${MCP_ANSWER_MAX_BYTES} bytes`);
+    if (
+      timedOut ||
+      err.name === "TimeoutError" ||
+      err.code === "UND_ERR_HEADERS_TIMEOUT" ||
+      err.code === "UND_ERR_BODY_TIMEOUT"
+    )
       return fail(
         `timeout after ${MCP_CALL_TIMEOUT_MS} ms`,
         `the app did not answer within ${MCP_CALL_TIMEOUT_MS} ms`,
       );
     return fail(`the app could not be reached: ${err.code ?? err.message}`);
+  } finally {
+    untrack();
   }
   const duration_ms = Math.round(performance.now() - t0);
   const ok = status >= 200 && status < 300;
@@ -172,6 +232,21 @@ export async function proxy(
   };
 }
 
+/**
+ * The records of calls that ended in one turn of the event loop, published together: their
+ * messages leave in one socket write to NATS instead of one write per call.
+ */
+const recordsDue: Array<() => void> = [];
+function nextBatch(): Promise<void> {
+  return new Promise((resolve) => {
+    recordsDue.push(resolve);
+    if (recordsDue.length === 1)
+      setImmediate(() => {
+        for (const go of recordsDue.splice(0)) go();
+      });
+  });
+}
+
 /** Writes `mcp.tool_call` {tool, host, ok, reason?, ...}: owner the user or `_app`, subject the tool. */
 export async function record(
   d: Pick<CapabilityDeps, "bus">,
@@ -179,6 +254,7 @@ export async function record(
   tool: string,
   e: Outcome["event"] & { replayed?: boolean },
 ): Promise<void> {
+  await nextBatch();
   try {
     await publishAppEvent(d.bus, {
       app: c.app,
