@@ -215,6 +215,8 @@ if (args.has("--build")) {
   } else {
     say(`building (tsc): ${decision.reason}`);
     const tsc = join(root, "node_modules", "typescript", "bin", "tsc");
+    // npm test runs the compiled tests: none may stay behind from a test file since removed
+    rmSync(join(root, "dist", "test"), { recursive: true, force: true });
     try {
       execFileSync(process.execPath, [tsc, "-p", "tsconfig.json"], { stdio: "inherit", cwd: root });
     } catch {

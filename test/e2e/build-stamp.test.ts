@@ -1,4 +1,3 @@
-import test from "ava";
 import { spawnSync } from "node:child_process";
 import {
   copyFileSync,
@@ -10,13 +9,15 @@ import {
   writeFileSync,
 } from "node:fs";
 import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { pathToFileURL } from "node:url";
+import test from "ava";
 import { tempDir } from "../helpers/infra.js";
+import { REPO_ROOT, repoPath } from "../helpers/repo.js";
 
 // `npm start` / `npm test` run scripts/setup.mjs --build: it builds only when an input changed.
 
-const repo = fileURLToPath(new URL("../../", import.meta.url));
-const stampModule = new URL("../../scripts/build-stamp.mjs", import.meta.url).href;
+const repo = REPO_ROOT;
+const stampModule = pathToFileURL(repoPath("scripts", "build-stamp.mjs")).href;
 
 interface StampApi {
   buildDecision(root: string): { build: boolean; hash?: string; reason: string };

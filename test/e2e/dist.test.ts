@@ -1,13 +1,14 @@
-import test from "ava";
 import { spawn, spawnSync } from "node:child_process";
+import { randomUUID } from "node:crypto";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
-import { randomUUID } from "node:crypto";
+import { pathToFileURL } from "node:url";
+import test from "ava";
 import { sleep, tempDir } from "../helpers/infra.js";
+import { REPO_ROOT } from "../helpers/repo.js";
 import { slipwaydSetup } from "../helpers/slipwayd-process.js";
 
-const repo = fileURLToPath(new URL("../../", import.meta.url));
+const repo = REPO_ROOT;
 
 /**
  * The built artifact, as a user runs it: `dist/` from `npm run build` (npm test builds it first,

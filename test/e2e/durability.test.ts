@@ -1,14 +1,13 @@
-import test, { type ExecutionContext } from "ava";
+import { spawnSync } from "node:child_process";
 import { createHash, randomUUID } from "node:crypto";
 import { rmSync } from "node:fs";
-import { join } from "node:path";
-import { spawnSync } from "node:child_process";
 import { createRequire } from "node:module";
-import { fileURLToPath } from "node:url";
-import { startPlatform, type PlatformHandle } from "../../bin/platform.js";
-import { type Bus, openBus } from "../../store/bus.js";
+import { join } from "node:path";
+import test, { type ExecutionContext } from "ava";
+import { type PlatformHandle, startPlatform } from "../../bin/platform.js";
 import { encode } from "../../proto/codec.js";
-import { VaultTamperedError, secretAad } from "../../store/vault.js";
+import { type Bus, openBus } from "../../store/bus.js";
+import { secretAad, VaultTamperedError } from "../../store/vault.js";
 import { resealAll } from "../../store/vault-rotate.js";
 import {
   call,
@@ -19,11 +18,12 @@ import {
   tempDir,
   testNatsLog,
 } from "../helpers/infra.js";
+import { repoPath } from "../helpers/repo.js";
 import { busHaystacks, fileHaystacks, foundIn, type Haystack } from "../helpers/store-scan.js";
 
 const require = createRequire(import.meta.url);
 const tsx = require.resolve("tsx");
-const slipwayd = fileURLToPath(new URL("../../bin/slipwayd.ts", import.meta.url));
+const slipwayd = repoPath("bin", "slipwayd.ts");
 
 const refusals = testNatsLog("test/e2e/durability.test.ts");
 

@@ -1,18 +1,18 @@
-import test from "ava";
 import { type ChildProcess, spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
+import test from "ava";
 import { type DeathSignal, natsPidFile, startEmbeddedNats } from "../../store/embedded-nats.js";
 import { freePort } from "../helpers/infra.js";
-import { killNatsServer, processAlive, within, tempDirs } from "../helpers/slipwayd-process.js";
+import { repoPath } from "../helpers/repo.js";
+import { killNatsServer, processAlive, tempDirs, within } from "../helpers/slipwayd-process.js";
 
 // The embedded nats-server dies with the process that started it, whichever way it is spawned.
 
 const require = createRequire(import.meta.url);
 const tsx = require.resolve("tsx");
-const owner = fileURLToPath(new URL("../helpers/nats-owner.ts", import.meta.url));
+const owner = repoPath("test", "helpers", "nats-owner.ts");
 
 /** Servers and owner processes started here, killed at the end if still running. */
 const strays: number[] = [];

@@ -1,18 +1,18 @@
-import test from "ava";
 import { spawn } from "node:child_process";
+import { randomUUID } from "node:crypto";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
-import { randomUUID } from "node:crypto";
+import test from "ava";
 import { openBus } from "../../store/bus.js";
 import { startEmbeddedNats } from "../../store/embedded-nats.js";
-import { call, freePort, sleep, tempDir, TEST_VAULT_KEY } from "../helpers/infra.js";
+import { call, freePort, sleep, TEST_VAULT_KEY, tempDir } from "../helpers/infra.js";
+import { repoPath } from "../helpers/repo.js";
 import { slipwaydSetup } from "../helpers/slipwayd-process.js";
 
 const require = createRequire(import.meta.url);
 const tsx = require.resolve("tsx");
-const slipwayd = fileURLToPath(new URL("../../bin/slipwayd.ts", import.meta.url));
+const slipwayd = repoPath("bin", "slipwayd.ts");
 
 /**
  * Ctrl-C on `npm start` sends SIGINT to the whole foreground process group.

@@ -1,17 +1,17 @@
-import test from "ava";
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { createServer } from "node:net";
-import { createRequire } from "node:module";
-import { fileURLToPath } from "node:url";
+import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { mkdirSync, statSync } from "node:fs";
+import { createRequire } from "node:module";
+import { createServer } from "node:net";
 import { join } from "node:path";
+import test from "ava";
 import { freePort, get, tempDir } from "../helpers/infra.js";
+import { repoPath } from "../helpers/repo.js";
 
 const require = createRequire(import.meta.url);
 const tsx = require.resolve("tsx");
-const slipwayd = fileURLToPath(new URL("../../bin/slipwayd.ts", import.meta.url));
-const slipway = fileURLToPath(new URL("../../bin/slipway.ts", import.meta.url));
+const slipwayd = repoPath("bin", "slipwayd.ts");
+const slipway = repoPath("bin", "slipway.ts");
 
 interface Up {
   child: ChildProcess;

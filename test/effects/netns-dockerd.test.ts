@@ -1,5 +1,6 @@
 import { spawn, spawnSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
+import { pathToFileURL } from "node:url";
 import anyTest, { type ExecutionContext, type TestFn } from "ava";
 import type Docker from "dockerode";
 import {
@@ -15,6 +16,7 @@ import {
 } from "../helpers/busybox.js";
 import { dockerdMissing, startTestDockerd, type TestDockerd } from "../helpers/dockerd.js";
 import { STATE_DIR } from "../helpers/netns.js";
+import { repoPath } from "../helpers/repo.js";
 
 /**
  * The private test dockerd in a network namespace of its own
@@ -249,7 +251,7 @@ test.serial("stop() leaves no namespace, veth, route, process, dir or owner file
 
 /** Starts an engine in a child process and hands back its handle's facts; the child stays. */
 async function engineOfAChild(t: T) {
-  const url = new URL("../helpers/dockerd.ts", import.meta.url).href;
+  const url = pathToFileURL(repoPath("test", "helpers", "dockerd.ts")).href;
   const script = `const m = await import(${JSON.stringify(url)});
 const e = await m.startTestDockerd();
 console.log(JSON.stringify({ host: e.host, dir: e.dir, pid: e.pid, netns: e.netns, subnet: e.subnet, hostAddress: e.hostAddress }));

@@ -1,10 +1,10 @@
-import { spawn, type ChildProcess } from "node:child_process";
-import { fileURLToPath } from "node:url";
+import { type ChildProcess, spawn } from "node:child_process";
 import { createRequire } from "node:module";
+import { repoPath } from "./repo.js";
 
 const require = createRequire(import.meta.url);
 const tsxLoader = require.resolve("tsx");
-const nodeScript = fileURLToPath(new URL("./node-process.ts", import.meta.url));
+const nodeScript = repoPath("test", "helpers", "node-process.ts");
 
 export interface NodeProcess {
   readonly id: string;

@@ -1,15 +1,15 @@
-import { spawn, type ChildProcess } from "node:child_process";
+import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { hasSetpriv } from "../../store/embedded-nats.js";
 import { freePort, rememberControlToken, tempDir, testNatsLog } from "./infra.js";
+import { REPO_ROOT } from "./repo.js";
 
 const require = createRequire(import.meta.url);
 const tsx = require.resolve("tsx");
-const repo = fileURLToPath(new URL("../../", import.meta.url));
+const repo = REPO_ROOT;
 const slipwayd = join(repo, "bin", "slipwayd.ts");
 const nodeThread = join(repo, "bin", "node-thread.ts");
 

@@ -1,9 +1,9 @@
-import test from "ava";
 import { spawnSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import test from "ava";
+import { REPO_ROOT } from "../helpers/repo.js";
 
 /**
  * The rules that keep a handler a decision (issue 11): the type of its context
@@ -13,7 +13,7 @@ import { fileURLToPath } from "node:url";
  * handler that breaks it, under the repository's own biome.json and tsconfig.
  */
 
-const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
+const root = REPO_ROOT;
 const bin = (name: string) => join(root, "node_modules", ".bin", name);
 
 interface Diagnostic {

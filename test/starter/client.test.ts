@@ -5,7 +5,7 @@ import { createServer, type IncomingMessage } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { pathToFileURL } from "node:url";
 import { promisify } from "node:util";
 import test from "ava";
 import {
@@ -15,6 +15,7 @@ import {
   platformSourceRoot,
 } from "../../starter/client-bundle.js";
 import { CLIENT_PATH_IN_APP, renderStarter, writeStarter } from "../../starter/mod.js";
+import { REPO_ROOT } from "../helpers/repo.js";
 
 /**
  * The `slipway` client shipped in the starter: one esbuild bundle of
@@ -23,7 +24,7 @@ import { CLIENT_PATH_IN_APP, renderStarter, writeStarter } from "../../starter/m
  */
 
 const run = promisify(execFile);
-const repoRoot = fileURLToPath(new URL("../../", import.meta.url));
+const repoRoot = REPO_ROOT;
 const tsxLoader = import.meta.resolve("tsx");
 const OPTS = { app: "shop", platform: "node", framework: "node-http" };
 

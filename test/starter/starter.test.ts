@@ -4,7 +4,6 @@ import { mkdtemp, readFile, rm, symlink, writeFile } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import anyTest, { type TestFn } from "ava";
 import { runVerification } from "../../effects/verify.js";
@@ -12,6 +11,7 @@ import { PlatformError } from "../../proto/errors.js";
 import { AUTH_CONFIG } from "../../proto/identity.js";
 import { newServiceKey, signServiceToken } from "../../proto/service-token.js";
 import { renderStarter, starterTemplateDir, writeStarter } from "../../starter/mod.js";
+import { REPO_ROOT } from "../helpers/repo.js";
 import { type FakeDataPlane, startFakeDataPlane } from "./fake-data-plane.js";
 
 interface Context {
@@ -26,7 +26,7 @@ interface Context {
 
 const test = anyTest as TestFn<Context>;
 const run = promisify(execFile);
-const repoRoot = fileURLToPath(new URL("../../", import.meta.url));
+const repoRoot = REPO_ROOT;
 const tsxLoader = import.meta.resolve("tsx");
 
 function freePort(): Promise<number> {
