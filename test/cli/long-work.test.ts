@@ -1,13 +1,14 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import test, { type ExecutionContext } from "ava";
-import { type CliIo, VERBS, runCli } from "../../cli/mod.js";
-import { WAIT_TIMING, nextPollInterval } from "../../cli/wait.js";
+import { type CliIo, runCli, VERBS } from "../../cli/mod.js";
+import { nextPollInterval, WAIT_TIMING } from "../../cli/wait.js";
+import { nodeArgs } from "../helpers/repo.js";
 import {
-  type FakePlatform,
-  type LongWorkScript,
   capabilityAnswer,
   collectingIo,
   envFor,
+  type FakePlatform,
+  type LongWorkScript,
   playLongWork,
   runAgainst,
   sendJson,
@@ -323,7 +324,7 @@ test("cli: the wait flags take no name of an input field, and the help shows the
 
 /** Runs bin/slipway.ts in a child process; `onStderr` sees stderr as it grows. */
 function spawnCli(p: FakePlatform, argv: string[], onStderr?: (text: string, child: ChildProcess) => void) {
-  const child = spawn(process.execPath, ["--import", "tsx", "bin/slipway.ts", ...argv], {
+  const child = spawn(process.execPath, [...nodeArgs("bin", "slipway.ts"), ...argv], {
     env: { ...process.env, ...envFor(p) },
     stdio: ["ignore", "pipe", "pipe"],
   });

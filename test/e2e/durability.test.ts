@@ -1,7 +1,6 @@
 import { spawnSync } from "node:child_process";
 import { createHash, randomUUID } from "node:crypto";
 import { rmSync } from "node:fs";
-import { createRequire } from "node:module";
 import { join } from "node:path";
 import test, { type ExecutionContext } from "ava";
 import { type PlatformHandle, startPlatform } from "../../bin/platform.js";
@@ -18,12 +17,9 @@ import {
   tempDir,
   testNatsLog,
 } from "../helpers/infra.js";
-import { repoPath } from "../helpers/repo.js";
+import { nodeArgs, } from "../helpers/repo.js";
 import { busHaystacks, fileHaystacks, foundIn, type Haystack } from "../helpers/store-scan.js";
 
-const require = createRequire(import.meta.url);
-const tsx = require.resolve("tsx");
-const slipwayd = repoPath("bin", "slipwayd.ts");
 
 const refusals = testNatsLog("test/e2e/durability.test.ts");
 
@@ -184,7 +180,7 @@ async function tampering(t: ExecutionContext, l: Lives): Promise<void> {
 /** 5. slipwayd vault rotate: new active key, every intact value re-sealed, the tampered one reported and left alone. */
 async function rotation(t: ExecutionContext, l: Lives): Promise<void> {
   const { app, keep } = l;
-  const rot = spawnSync(process.execPath, ["--import", tsx, slipwayd, "vault", "rotate"], {
+  const rot = spawnSync(process.execPath, [...nodeArgs("bin", "slipwayd.ts"), "vault", "rotate"], {
     env: {
       ...process.env,
       SLIPWAY_DATA_DIR: l.dataDir,

@@ -1,18 +1,14 @@
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
-import { createRequire } from "node:module";
 import { join } from "node:path";
 import test from "ava";
 import { openBus } from "../../store/bus.js";
 import { startEmbeddedNats } from "../../store/embedded-nats.js";
 import { call, freePort, sleep, TEST_VAULT_KEY, tempDir } from "../helpers/infra.js";
-import { repoPath } from "../helpers/repo.js";
+import { nodeArgs, } from "../helpers/repo.js";
 import { slipwaydSetup } from "../helpers/slipwayd-process.js";
 
-const require = createRequire(import.meta.url);
-const tsx = require.resolve("tsx");
-const slipwayd = repoPath("bin", "slipwayd.ts");
 
 /**
  * Ctrl-C on `npm start` sends SIGINT to the whole foreground process group.
@@ -24,7 +20,7 @@ test("Ctrl-C (SIGINT to the process group) of slipwayd up ends running long work
   const { env: setupEnv, controlPort } = await slipwaydSetup(dataDir);
   const env = { ...setupEnv, SLIPWAY_VAULT_KEY: TEST_VAULT_KEY };
   // its own process group, as a terminal's foreground job
-  const child = spawn(process.execPath, ["--import", tsx, slipwayd, "up"], {
+  const child = spawn(process.execPath, [...nodeArgs("bin", "slipwayd.ts"), "up"], {
     env,
     stdio: ["ignore", "pipe", "pipe"],
     detached: true,

@@ -1,17 +1,12 @@
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { mkdirSync, statSync } from "node:fs";
-import { createRequire } from "node:module";
 import { createServer } from "node:net";
 import { join } from "node:path";
 import test from "ava";
 import { freePort, get, tempDir } from "../helpers/infra.js";
-import { repoPath } from "../helpers/repo.js";
+import { nodeArgs, } from "../helpers/repo.js";
 
-const require = createRequire(import.meta.url);
-const tsx = require.resolve("tsx");
-const slipwayd = repoPath("bin", "slipwayd.ts");
-const slipway = repoPath("bin", "slipway.ts");
 
 interface Up {
   child: ChildProcess;
@@ -47,7 +42,7 @@ async function startUp(): Promise<Up> {
     SLIPWAY_CONTROL_PORT: String(controlPort),
     SLIPWAY_DATA_PORT: String(dataPort),
   };
-  const child = spawn(process.execPath, ["--import", tsx, slipwayd, "up"], {
+  const child = spawn(process.execPath, [...nodeArgs("bin", "slipwayd.ts"), "up"], {
     env,
     cwd: home,
     stdio: ["ignore", "pipe", "pipe"],
@@ -77,7 +72,7 @@ function cli(
   env: NodeJS.ProcessEnv,
   cwd?: string,
 ): { code: number; stdout: string; stderr: string } {
-  const r = spawnSync(process.execPath, ["--import", tsx, slipway, ...args], {
+  const r = spawnSync(process.execPath, [...nodeArgs("bin", "slipway.ts"), ...args], {
     env,
     encoding: "utf8",
     timeout: 60_000,
@@ -209,7 +204,7 @@ test("slipwayd says clearly when a port is taken or nats-server is missing", asy
   await new Promise<void>((r) => taken.listen(0, "127.0.0.1", r));
   const port = (taken.address() as { port: number }).port;
   const base = { ...process.env, SLIPWAY_DATA_DIR: tempDir() };
-  const natsTaken = spawnSync(process.execPath, ["--import", tsx, slipwayd, "up"], {
+  const natsTaken = spawnSync(process.execPath, [...nodeArgs("bin", "slipwayd.ts"), "up"], {
     env: { ...base, SLIPWAY_NATS_PORT: String(port) },
     encoding: "utf8",
     timeout: 30_000,
@@ -217,7 +212,7 @@ test("slipwayd says clearly when a port is taken or nats-server is missing", asy
   t.is(natsTaken.status, 1);
   t.regex(natsTaken.stderr, /port \d+ is already taken/);
   t.false(natsTaken.stderr.includes("    at "), "no stack trace");
-  const controlTaken = spawnSync(process.execPath, ["--import", tsx, slipwayd, "up"], {
+  const controlTaken = spawnSync(process.execPath, [...nodeArgs("bin", "slipwayd.ts"), "up"], {
     env: {
       ...base,
       SLIPWAY_NATS_PORT: String(await freePort()),
@@ -231,7 +226,7 @@ test("slipwayd says clearly when a port is taken or nats-server is missing", asy
   t.regex(controlTaken.stderr, /cannot listen on 127\.0\.0\.1:\d+ \(control plane\)/);
   t.false(controlTaken.stderr.includes("    at "));
   taken.close();
-  const missing = spawnSync(process.execPath, ["--import", tsx, slipwayd, "up"], {
+  const missing = spawnSync(process.execPath, [...nodeArgs("bin", "slipwayd.ts"), "up"], {
     env: {
       ...base,
       NATS_SERVER_BIN: "/nonexistent/nats-server",

@@ -1,10 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { createRequire } from "node:module";
-import { repoPath } from "./repo.js";
-
-const require = createRequire(import.meta.url);
-const tsxLoader = require.resolve("tsx");
-const nodeScript = repoPath("test", "helpers", "node-process.ts");
+import { nodeArgs } from "./repo.js";
 
 export interface NodeProcess {
   readonly id: string;
@@ -17,7 +12,7 @@ export interface NodeProcess {
   stderr(): string;
 }
 
-/** Starts a runtime node in its own process (`node --import tsx`, one pid). */
+/** Starts a runtime node in its own process (compiled, or `node --import tsx`: one pid). */
 export async function spawnNode(opts: {
   /** NATS_URL and SLIPWAY_NATS_CREDS (a node's seed file): `TestNats.env("node")`. */
   nats: { NATS_URL: string; SLIPWAY_NATS_CREDS: string };
@@ -26,7 +21,7 @@ export async function spawnNode(opts: {
   id: string;
   env?: Record<string, string>;
 }): Promise<NodeProcess> {
-  const child = spawn(process.execPath, ["--import", tsxLoader, nodeScript], {
+  const child = spawn(process.execPath, nodeArgs("test", "helpers", "node-process.ts"), {
     env: {
       ...process.env,
       ...opts.nats,

@@ -1,14 +1,11 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { createRequire } from "node:module";
 import { join } from "node:path";
 import { hasSetpriv } from "../../store/embedded-nats.js";
 import { freePort, rememberControlToken, tempDir, testNatsLog } from "./infra.js";
-import { REPO_ROOT } from "./repo.js";
+import { nodeArgs, REPO_ROOT } from "./repo.js";
 
-const require = createRequire(import.meta.url);
-const tsx = require.resolve("tsx");
 const repo = REPO_ROOT;
 const slipwayd = join(repo, "bin", "slipwayd.ts");
 const nodeThread = join(repo, "bin", "node-thread.ts");
@@ -38,7 +35,7 @@ export async function bundleSlipwayd(): Promise<{ file: string; dispose(): void 
   return { file, dispose: () => rmSync(dir, { recursive: true, force: true }) };
 }
 
-/** A `slipwayd` process started through tsx (`node --import tsx bin/slipwayd.ts`: one pid). */
+/** A `slipwayd` process (compiled, or `node --import tsx bin/slipwayd.ts`: one pid). */
 export interface SlipwaydProcess {
   readonly child: ChildProcess;
   /** When the process was spawned (Date.now()). */
@@ -55,12 +52,12 @@ export interface SlipwaydProcess {
 }
 
 /**
- * Starts `slipwayd <args>` through tsx, or from a compiled `entry` ({@link bundleSlipwayd}). With
+ * Starts `slipwayd <args>` (`nodeArgs`: compiled under npm test, else through tsx), or from a compiled `entry` ({@link bundleSlipwayd}). With
  * setpriv it gets SIGKILL when the test process dies (setpriv execs: the pid is node's).
  */
 export function spawnSlipwayd(args: string[], env: NodeJS.ProcessEnv, entry?: string): SlipwaydProcess {
   const startedAt = Date.now();
-  const argv = [process.execPath, ...(entry ? [entry] : ["--import", tsx, slipwayd]), ...args];
+  const argv = [process.execPath, ...(entry ? [entry] : nodeArgs("bin", "slipwayd.ts")), ...args];
   const [cmd, ...rest] = hasSetpriv() ? ["setpriv", "--pdeathsig", "KILL", "--", ...argv] : argv;
   // the edge proxy on free ports unless the caller says otherwise (never 8080/8443 in tests)
   const withPorts = { SLIPWAY_HTTP_PORT: "0", SLIPWAY_HTTPS_PORT: "0", ...env };
