@@ -10,6 +10,8 @@ export interface NodeThreadData {
   /** The NATS servers (without credentials) and the node role's credentials. */
   natsUrl: string;
   natsAuth: NatsAuth;
+  /** SLIPWAY_REPLICAS: the replicas of a KV bucket this thread's bus makes when it is missing. */
+  replicas?: number;
   dataDir: string;
   workspaceRoot: string;
   nodeId?: string | undefined;

@@ -33,6 +33,7 @@ async function main(): Promise<void> {
     auth: data.natsAuth,
     inboxPrefix: subjects.inboxPrefix("node"),
     skipSetup: true,
+    ...(data.replicas ? { replicas: data.replicas } : {}),
   });
   const telemetry = await watchTelemetry({ bus, vault, role: "node", env: process.env, log });
   let node: NodeHandle;

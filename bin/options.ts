@@ -3,6 +3,30 @@ import type { PlatformOptions } from "./platform.js";
 /** The edge proxy's ports when SLIPWAY_HTTP_PORT / SLIPWAY_HTTPS_PORT say nothing (no root needed; 80/443 on a host). */
 export const PROXY_DEFAULT_PORTS = { http: 8080, https: 8443 } as const;
 
+/** A setting of the environment that cannot be used: its message names it and says what it takes. */
+export class OptionError extends Error {
+  override readonly name = "OptionError";
+}
+
+/** The most replicas a JetStream stream may have. */
+const MAX_REPLICAS = 5;
+
+/**
+ * SLIPWAY_REPLICAS (docs/cluster.md): the replica count of every stream, KV bucket and object store
+ * the platform creates; 1 when unset or empty. Anything but a whole number from 1 to 5 is refused.
+ */
+export function parseReplicas(v: string | undefined): number {
+  if (v === undefined || v.trim() === "") return 1;
+  const s = v.trim();
+  const n = /^\d+$/.test(s) ? Number(s) : Number.NaN;
+  if (!Number.isInteger(n) || n < 1 || n > MAX_REPLICAS)
+    throw new OptionError(
+      `SLIPWAY_REPLICAS=${JSON.stringify(v)} is not a replica count: give a whole number from 1 to ${MAX_REPLICAS} ` +
+        "(1 for a single nats-server, 3 for a cluster of three or more)",
+    );
+  return n;
+}
+
 /**
  * Options from the environment (DESIGN §1). A module of its own, without the platform's imports:
  * `slipwayd up` reads them and starts the embedded nats-server while the rest of the code loads.
@@ -13,6 +37,7 @@ export function optionsFromEnv(env: NodeJS.ProcessEnv = process.env): PlatformOp
     dataDir: env.SLIPWAY_DATA_DIR,
     workspaceRoot: env.SLIPWAY_WORKSPACE,
     natsUrl: env.NATS_URL || undefined,
+    replicas: parseReplicas(env.SLIPWAY_REPLICAS),
     natsPort: int(env.SLIPWAY_NATS_PORT),
     controlHost: env.SLIPWAY_CONTROL_HOST,
     dataHost: env.SLIPWAY_DATA_HOST,

@@ -45,6 +45,11 @@ export interface PlatformOptions {
   /** Port of the embedded nats-server. */
   natsPort?: number;
   /**
+   * Replicas of every stream, KV bucket and object store (SLIPWAY_REPLICAS, docs/cluster.md;
+   * default 1). At boot, existing streams are raised or lowered to it and each change is logged.
+   */
+  replicas?: number;
+  /**
    * An embedded server the caller already started on this data dir (`slipwayd up` starts it while
    * the rest of the code loads); stopped last by `close()`, or when start-up fails.
    */
@@ -177,14 +182,20 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
     }
     const natsAuth = await authOfRoles(natsUrl, nats, opts.natsAuth, env);
     // one connection per role, each with its own identity and inbox (DESIGN §5)
-    const connect = (r: NatsRole, name: string, skipSetup = false) =>
-      openBus({
+    const replicas = opts.replicas ?? 1;
+    const connect = async (r: NatsRole, name: string, skipSetup = false) => {
+      const b = await openBus({
         servers: natsUrl,
         name,
         auth: natsAuth(r),
         inboxPrefix: subjects.inboxPrefix(r),
         skipSetup,
+        replicas,
       });
+      // streams that existed with another replica count, now raised or lowered (DESIGN §12)
+      for (const n of b.setupNotes) log(n);
+      return b;
+    };
     const mainRole: NatsRole = role === "up" ? "gateway" : role;
     const bus = await connect(mainRole, `slipway-${role}`);
     closers.push(() => bus.close());
@@ -222,6 +233,7 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
             closers,
             natsUrl,
             natsAuth,
+            replicas,
             connect,
             ownPorts: { control: control?.port, data: data?.port },
             bridgeHost,
@@ -298,6 +310,7 @@ async function startRuntime(
     closers: (() => Promise<void>)[];
     natsUrl: string;
     natsAuth: (role: NatsRole) => NatsAuth;
+    replicas: number;
     connect: (role: NatsRole, name: string, skipSetup?: boolean) => Promise<Bus>;
     ownPorts: { control: number | undefined; data: number | undefined };
     /** Where app containers reach this process's gateways (up), if anywhere. */
@@ -329,6 +342,7 @@ async function startRuntime(
       {
         natsUrl: natsUrlForDisplay(s.natsUrl),
         natsAuth: s.natsAuth("node"),
+        replicas: s.replicas,
         dataDir: s.dataDir,
         workspaceRoot: s.workspaceRoot,
         nodeId,

@@ -23,6 +23,7 @@ environment:
   SLIPWAY_DATA_DIR (./.slipway)  SLIPWAY_WORKSPACE (<data>/apps)  NATS_URL (no embedded server)
   SLIPWAY_NATS_CREDS (with NATS_URL: a .creds or nkey seed file; or nats://user:pass@host in NATS_URL)
   SLIPWAY_NATS_INSECURE=1 (start even when the NATS_URL server accepts clients without credentials)
+  SLIPWAY_REPLICAS (1; 3 in a NATS cluster: replicas of every stream and bucket, docs/cluster.md)
   SLIPWAY_CONTROL_HOST/PORT  SLIPWAY_DATA_HOST/PORT  SLIPWAY_NATS_PORT  SLIPWAY_VAULT_KEY  SLIPWAY_CONTROL_TOKEN
   SLIPWAY_NODE_ID (up: <data>/node.id)  SLIPWAY_ALLOWED_HOSTS  SLIPWAY_ALLOWED_ORIGINS
   SLIPWAY_TAILS_PER_TOKEN (32)  SLIPWAY_JOB_QUOTA (100)  SLIPWAY_JOB_TIMEOUT_MS (30000)
@@ -36,6 +37,7 @@ const PLAIN_ERRORS = new Set([
   "NatsServerStartError",
   "PortInUseError",
   "BusFeatureError",
+  "OptionError",
   "VaultKeyMismatchError",
   "ControlTokenError",
   "BridgeAddressError",
@@ -82,16 +84,26 @@ async function run(argv: string[]): Promise<void> {
     if (base.natsUrl) {
       await store.refuseInsecureNats(base.natsUrl);
       const auth = store.natsAuthFromEnv(base.natsUrl);
-      bus = await openBus({ servers: base.natsUrl, name: "slipwayd-vault", auth });
+      bus = await openBus({ servers: base.natsUrl, name: "slipwayd-vault", auth, replicas: base.replicas });
     } else {
       // the embedded server of a running `up` on this data dir, as the admin; else one of our own
       const port = base.natsPort ?? DEFAULT_PORTS.nats;
       try {
         const auth = store.roleAuth(dataDir, "admin");
-        bus = await openBus({ servers: `nats://127.0.0.1:${port}`, name: "slipwayd-vault", auth });
+        bus = await openBus({
+          servers: `nats://127.0.0.1:${port}`,
+          name: "slipwayd-vault",
+          auth,
+          replicas: base.replicas,
+        });
       } catch {
         embedded = await startEmbeddedNats({ dir: dataDir, port, note, log: natsRefusalLog(note) });
-        bus = await openBus({ servers: embedded.url, name: "slipwayd-vault", auth: embedded.auth("admin") });
+        bus = await openBus({
+          servers: embedded.url,
+          name: "slipwayd-vault",
+          auth: embedded.auth("admin"),
+          replicas: base.replicas,
+        });
       }
     }
     try {

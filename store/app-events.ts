@@ -50,7 +50,7 @@ export type PublishedAppEvent = AppEvent & { duplicate: boolean };
 
 async function ensureStream(bus: Bus): Promise<void> {
   try {
-    await bus.jsm.streams.add(APP_EVENT_STREAM);
+    await bus.jsm.streams.add({ ...APP_EVENT_STREAM, num_replicas: bus.replicas });
   } catch (e) {
     // another process made it in the meantime
     await bus.jsm.streams.info(APP_EVENT_STREAM.name).catch(() => {

@@ -3,6 +3,9 @@ import { connect, type NatsConnection, RequestError } from "@nats-io/transport-n
 import {
   jetstream,
   jetstreamManager,
+  JetStreamApiCodes,
+  JetStreamApiError,
+  type StreamInfo,
   type JetStreamClient,
   type JetStreamManager,
   RetentionPolicy,
@@ -18,6 +21,7 @@ import {
   BUCKETS,
   COMMAND_DEDUP_MS,
   COMMAND_RETENTION_MS,
+  kvStream,
   LEASE_TTL_MS,
   STREAMS,
   subjects,
@@ -69,6 +73,17 @@ export interface Bus {
   readonly kv: Readonly<Record<keyof typeof BUCKETS, KV>>;
   /** Pipelined JetStream publishes with their acknowledgements on one subscription (the write paths). */
   readonly pub: JsPublisher;
+  /**
+   * The replica count of every stream, KV bucket and object store the platform creates
+   * (SLIPWAY_REPLICAS, docs/cluster.md): a module making one of its own uses this count, and
+   * {@link matchReplicas} at its setup.
+   */
+  readonly replicas: number;
+  /**
+   * What setup changed on streams that existed, one line each (`stream EVENTS: replicas 1 → 3`):
+   * the caller logs them. Empty with `skipSetup`.
+   */
+  readonly setupNotes: readonly string[];
   /** True while the connection to the server is up. */
   connected(): boolean;
   /** Registers a listener for connection state changes. */
@@ -91,9 +106,21 @@ export interface BusOptions {
    * own (`subjects.inboxPrefix(role)`), so that no other role may read them. Default `_INBOX`.
    */
   inboxPrefix?: string;
-  /** Skip stream and bucket creation (they must exist). */
+  /**
+   * Skip stream creation and the replica check (they must exist; a missing KV bucket is still made,
+   * with `replicas`).
+   */
   skipSetup?: boolean;
+  /**
+   * Replicas of every stream and KV bucket (SLIPWAY_REPLICAS; default 1). At setup, streams and
+   * buckets that exist with another count are raised or lowered to it ({@link Bus.setupNotes}); a
+   * count the cluster cannot hold stops the open with a {@link BusFeatureError}.
+   */
+  replicas?: number;
 }
+
+/** The most replicas JetStream allows a stream. */
+export const MAX_REPLICAS = 5;
 
 const ns = (ms: number) => ms * 1_000_000;
 
@@ -140,35 +167,147 @@ export class BusFeatureError extends Error {
   override readonly name = "BusFeatureError";
 }
 
-async function ensureStreams(jsm: JetStreamManager): Promise<void> {
+/** Refuses a replica count JetStream cannot have (an integer from 1 to {@link MAX_REPLICAS}). */
+export function checkReplicas(replicas: number): number {
+  if (!Number.isInteger(replicas) || replicas < 1 || replicas > MAX_REPLICAS)
+    throw new BusFeatureError(
+      `SLIPWAY_REPLICAS must be a whole number from 1 to ${MAX_REPLICAS} (got ${String(replicas)})`,
+    );
+  return replicas;
+}
+
+/**
+ * The error of a stream JetStream would not make or change with `replicas` replicas: what the
+ * server said, under the setting's name. A count above 1 needs a cluster with at least that many
+ * JetStream servers up; errors that are not the server's answer pass through unchanged, and so do
+ * those of creating a stream of one replica (`creating`).
+ */
+function replicasRefused(stream: string, replicas: number, e: unknown, creating = true): unknown {
+  // a create of one replica fails for other reasons than the count
+  if (!(e instanceof JetStreamApiError) || (creating && replicas === 1)) return e;
+  return new BusFeatureError(
+    `SLIPWAY_REPLICAS=${replicas}: JetStream refused ${replicas} replica${replicas === 1 ? "" : "s"} for stream ${stream}: ` +
+      `${e.message} (error ${e.code})` +
+      (replicas > 1
+        ? `. ${replicas} replicas need a NATS cluster with at least ${replicas} JetStream servers up ` +
+          "(a single server holds 1): lower SLIPWAY_REPLICAS or add servers"
+        : ""),
+    { cause: e },
+  );
+}
+
+/** A request the server refused for the user's permissions (nats.js: the cause of a RequestError). */
+function isPermissionError(e: unknown): boolean {
+  const named = (x: unknown) => x instanceof Error && x.name === "PermissionViolationError";
+  return named(e) || (e instanceof Error && named(e.cause));
+}
+
+/** Refuses a stream the server made or kept with another count than asked (never silently fewer copies). */
+function checkKept(si: StreamInfo, replicas: number): void {
+  const kept = si.config.num_replicas ?? 1;
+  if (kept !== replicas)
+    throw new BusFeatureError(
+      `SLIPWAY_REPLICAS=${replicas}: JetStream kept ${kept} replica${kept === 1 ? "" : "s"} for stream ${si.config.name} ` +
+        `instead of ${replicas}: lower SLIPWAY_REPLICAS or add servers to the cluster`,
+    );
+}
+
+/**
+ * Sets the replicas of the streams `names` that exist to `replicas` (a stream update, up or down),
+ * and answers one line per change (`stream EVENTS: replicas 1 → 3`). Missing streams are skipped.
+ * openBus does it for the platform's streams and KV buckets; a module with a stream or object store
+ * of its own (`OBJ_<bucket>`) calls it at its setup with {@link Bus.replicas}.
+ */
+export async function matchReplicas(
+  bus: Pick<Bus, "nc" | "jsm">,
+  names: readonly string[],
+  replicas: number,
+): Promise<string[]> {
+  checkReplicas(replicas);
+  const { jsm } = bus;
+  const notes: string[] = [];
+  for (const name of names) {
+    let have: number;
+    try {
+      have = (await jsm.streams.info(name)).config.num_replicas ?? 1;
+    } catch (e) {
+      if (e instanceof JetStreamApiError && e.code === JetStreamApiCodes.StreamNotFound) continue;
+      throw e;
+    }
+    if (have === replicas) continue;
+    // a server outside any cluster accepts the update and keeps one copy: refused before it
+    const server = bus.nc.info;
+    if (replicas > 1 && server && !server.cluster)
+      throw new BusFeatureError(
+        `SLIPWAY_REPLICAS=${replicas}: stream ${name} has ${have} replica${have === 1 ? "" : "s"} and nats-server ` +
+          `${server.server_name || server.server_id} is not part of a cluster (its INFO names none): a single server ` +
+          `holds 1 replica. ${replicas} replicas need a NATS cluster with at least ${replicas} JetStream servers up: ` +
+          "lower SLIPWAY_REPLICAS or add servers",
+      );
+    let si: StreamInfo;
+    try {
+      si = await jsm.streams.update(name, { num_replicas: replicas });
+    } catch (e) {
+      if (isPermissionError(e))
+        throw new BusFeatureError(
+          `SLIPWAY_REPLICAS=${replicas}: stream ${name} has ${have} replica${have === 1 ? "" : "s"} and this process's NATS user ` +
+            `may not change streams ($JS.API.STREAM.UPDATE.${name} is refused, docs/security.md): start one process once ` +
+            `with credentials that may (the admin's), or run \`nats stream edit ${name} --replicas ${replicas}\``,
+          { cause: e },
+        );
+      throw replicasRefused(name, replicas, e, false);
+    }
+    checkKept(si, replicas);
+    notes.push(`stream ${name}: replicas ${have} → ${replicas}`);
+  }
+  return notes;
+}
+
+async function ensureStreams(jsm: JetStreamManager, replicas: number): Promise<void> {
   for (const cfg of streamConfigs()) {
     try {
       await jsm.streams.info(cfg.name);
     } catch {
       try {
-        await jsm.streams.add(cfg);
+        checkKept(await jsm.streams.add({ ...cfg, num_replicas: replicas }), replicas);
       } catch (e) {
+        if (e instanceof BusFeatureError) throw e;
         // another process may have made it in the meantime
         try {
           await jsm.streams.info(cfg.name);
         } catch {
-          throw e;
+          throw replicasRefused(cfg.name, replicas, e);
         }
       }
     }
   }
 }
 
-async function openBuckets(nc: NatsConnection): Promise<Record<keyof typeof BUCKETS, KV>> {
+async function openBuckets(nc: NatsConnection, replicas: number): Promise<Record<keyof typeof BUCKETS, KV>> {
   const kvm = new Kvm(nc);
-  const open = (name: string, ttl?: number) =>
-    kvm.create(name, { history: 1, storage: StorageType.File, ...(ttl ? { ttl } : {}) });
+  const open = async (name: string, ttl?: number) => {
+    try {
+      return await kvm.create(name, {
+        history: 1,
+        storage: StorageType.File,
+        replicas,
+        ...(ttl ? { ttl } : {}),
+      });
+    } catch (e) {
+      throw replicasRefused(kvStream(name), replicas, e);
+    }
+  };
   const out = {} as Record<keyof typeof BUCKETS, KV>;
   for (const [k, name] of Object.entries(BUCKETS) as [keyof typeof BUCKETS, string][]) {
     const ttl = k === "leases" ? LEASE_TTL_MS : k === "idempotency" ? COMMAND_RETENTION_MS : undefined;
     out[k] = await open(name, ttl);
   }
   return out;
+}
+
+/** Every stream openBus makes: the platform's streams, then its KV buckets' (`KV_<bucket>`). */
+export function platformStreamNames(): string[] {
+  return [...streamConfigs().map((c) => c.name), ...Object.values(BUCKETS).map(kvStream)];
 }
 
 /** Parses `major.minor` of a server version. */
@@ -182,6 +321,7 @@ function versionAtLeast(v: string, major: number, minor: number): boolean {
  * Slipway needs (JetStream on 2.9 or newer), and makes streams and buckets.
  */
 export async function openBus(opts: BusOptions): Promise<Bus> {
+  const replicas = checkReplicas(opts.replicas ?? 1);
   const { servers, userpass } = parseNatsServers(opts.servers);
   const auth: NatsAuth = opts.auth ?? (userpass ? { kind: "userpass", ...userpass } : { kind: "none" });
   const inboxPrefix = opts.inboxPrefix ?? "_INBOX";
@@ -208,8 +348,17 @@ export async function openBus(opts: BusOptions): Promise<Bus> {
     throw new BusFeatureError("nats-server runs without JetStream: start it with -js");
   }
   const jsm = await jetstreamManager(nc, { timeout: 5000 });
-  if (!opts.skipSetup) await ensureStreams(jsm);
-  const kv = await openBuckets(nc);
+  let kv: Record<keyof typeof BUCKETS, KV>;
+  let setupNotes: string[] = [];
+  try {
+    if (!opts.skipSetup) await ensureStreams(jsm, replicas);
+    kv = await openBuckets(nc, replicas);
+    // streams and buckets made earlier with another count (DESIGN §12)
+    if (!opts.skipSetup) setupNotes = await matchReplicas({ nc, jsm }, platformStreamNames(), replicas);
+  } catch (e) {
+    await nc.close().catch(() => {});
+    throw e;
+  }
   const js = jetstream(nc, { timeout: 5000 });
   const pub = new JsPublisher(nc, randomBytes(8).toString("hex"), undefined, inboxPrefix);
   pub.start();
@@ -236,6 +385,8 @@ export async function openBus(opts: BusOptions): Promise<Bus> {
     jsm,
     kv,
     pub,
+    replicas,
+    setupNotes,
     connected: () => up && !nc.isClosed(),
     onStatus: (fn) => {
       listeners.push(fn);

@@ -3,6 +3,7 @@ import {
   accessSync,
   chmodSync,
   constants,
+  copyFileSync,
   existsSync,
   mkdirSync,
   readdirSync,
@@ -12,8 +13,8 @@ import {
 import { createConnection } from "node:net";
 import { basename, delimiter, join, resolve } from "node:path";
 import type { NatsAuth } from "./nats-auth.js";
-import { authorizationConfig, ensureNatsIdentities, roleAuth } from "./nats-identities.js";
-import type { NatsRole } from "./nats-permissions.js";
+import { authorizationConfig, ensureNatsIdentities, natsSeedFile, roleAuth } from "./nats-identities.js";
+import { NATS_ROLES, type NatsRole } from "./nats-permissions.js";
 
 /** nats-server is not installed. */
 export class NatsServerMissingError extends Error {
@@ -275,6 +276,40 @@ function writeNatsConfig(conf: string, lines: string[]): void {
 }
 
 /**
+ * A member of a NATS cluster on loopback (tests, docs/cluster.md): its name in the cluster, its
+ * route port, the route ports of the others, and the user and password every route connection
+ * authenticates with (the same on every member).
+ */
+export interface EmbeddedNatsCluster {
+  /** The cluster's name (the same on every member). */
+  name: string;
+  /** This server's name (`server_name`: JetStream's peers need one each). */
+  serverName: string;
+  /** Route port this server listens on (127.0.0.1). */
+  port: number;
+  /** Route ports of the other members (127.0.0.1). */
+  routes: number[];
+  /** Route credentials, shared by the members (default user `route`). */
+  user?: string;
+  password: string;
+}
+
+/** The `server_name` and `cluster` blocks of nats.conf for a loopback cluster member. */
+function clusterConfig(c: EmbeddedNatsCluster): string[] {
+  const user = c.user ?? "route";
+  const cred = `${encodeURIComponent(user)}:${encodeURIComponent(c.password)}`;
+  return [
+    `server_name: ${JSON.stringify(c.serverName)}`,
+    "cluster {",
+    `  name: ${JSON.stringify(c.name)}`,
+    `  listen: 127.0.0.1:${c.port}`,
+    `  authorization { user: ${JSON.stringify(user)}, password: ${JSON.stringify(c.password)} }`,
+    `  routes: [${c.routes.map((p) => JSON.stringify(`nats-route://${cred}@127.0.0.1:${p}`)).join(", ")}]`,
+    "}",
+  ];
+}
+
+/**
  * Starts `nats-server -js` on 127.0.0.1:<port> with its store in `<dir>/nats`
  * (the platform's embedded default, and every test's own server), admitting only
  * the nkey users of the roles (store/nats-identities.ts). The server
@@ -291,6 +326,13 @@ export async function startEmbeddedNats(opts: {
   /** Notes on what start-up did (a stale server stopped). */
   note?: (l: string) => void;
   deathSignal?: DeathSignal;
+  /** Make this server a member of a cluster on loopback (routes authenticated: {@link EmbeddedNatsCluster}). */
+  cluster?: EmbeddedNatsCluster;
+  /**
+   * A data dir whose role seed files (`nats-<role>.nk`) this server uses too (copied in before it
+   * starts), so that the members of a cluster admit the same identities.
+   */
+  identitiesFrom?: string;
 }): Promise<EmbeddedNats> {
   const bin = natsServerBinary();
   if (!isExecutable(bin)) {
@@ -317,6 +359,13 @@ export async function startEmbeddedNats(opts: {
   const store = join(dir, "nats");
   mkdirSync(store, { recursive: true });
   chmodSync(dir, 0o700);
+  if (opts.identitiesFrom && resolve(opts.identitiesFrom) !== dir)
+    for (const role of NATS_ROLES) {
+      const to = natsSeedFile(dir, role);
+      if (existsSync(to)) chmodSync(to, 0o600);
+      copyFileSync(natsSeedFile(opts.identitiesFrom, role), to);
+      chmodSync(to, 0o600);
+    }
   const conf = natsConfigFile(dir);
   const pidFile = natsPidFile(dir);
   writeNatsConfig(conf, [
@@ -328,6 +377,7 @@ export async function startEmbeddedNats(opts: {
     "}",
     // one nkey user per role, no anonymous access (DESIGN §5)
     authorizationConfig(ensureNatsIdentities(dir)),
+    ...(opts.cluster ? clusterConfig(opts.cluster) : []),
     "",
   ]);
   const preferred: DeathSignal = opts.deathSignal ?? (hasSetpriv() ? "setpriv" : "watchdog");
