@@ -7,6 +7,9 @@ import {
   CertificateEntrySchema,
   certificateAad,
   check,
+  ConnectorGrantEntrySchema,
+  connectorGrantAad,
+  connectorGrantKey,
   encode,
   AppRecordSchema,
   keys,
@@ -27,14 +30,22 @@ export interface RotateReport {
 const CERT_PREFIX = keys.certificate("");
 const ACME_PREFIX = "_acme.";
 const IDENTITY_PREFIX = signingKeyKey("");
+const CONNECTORS_PREFIX = "_connectors.";
 
 /**
  * The AAD and the checked value of a vault entry that is not an app's secret (keys starting with
  * `_`): the edge proxy's certificates (`_certs.<host>`), ACME account keys (`_acme.<hash>`) and
- * the apps' access-token signing keys (`_identity.<app>`).
+ * the apps' access-token signing keys (`_identity.<app>`) and the end users' mail-provider grants
+ * (`_connectors.<app>.<provider>.<owner>`: the AAD from the entry, which must name its own key).
  * Undefined for a key of a kind this version does not know (left as it is).
  */
 function platformEntry(key: string, value: unknown): { aad: string; entry: { sealed: Sealed } } | undefined {
+  if (key.startsWith(CONNECTORS_PREFIX)) {
+    const entry = check(ConnectorGrantEntrySchema, value, `vault ${key}`);
+    if (connectorGrantKey(entry.app, entry.provider, entry.owner) !== key)
+      throw new VaultTamperedError(`vault ${key}: the grant names another key`);
+    return { aad: connectorGrantAad(entry.app, entry.provider, entry.owner), entry };
+  }
   if (key.startsWith(CERT_PREFIX)) {
     const entry = check(CertificateEntrySchema, value, `vault ${key}`);
     return { aad: certificateAad(key.slice(CERT_PREFIX.length)), entry: entry as { sealed: Sealed } };
@@ -65,7 +76,14 @@ export async function resealAll(bus: Bus, vault: Vault): Promise<RotateReport> {
     let entry: { sealed: Sealed };
     let aad: string;
     if (key.startsWith("_")) {
-      const p = platformEntry(key, e.json());
+      let p: ReturnType<typeof platformEntry>;
+      try {
+        p = platformEntry(key, e.json());
+      } catch (err) {
+        if (!(err instanceof VaultTamperedError)) throw err;
+        report.tampered.push(key);
+        continue;
+      }
       if (!p) continue;
       ({ entry, aad } = p);
     } else {
