@@ -19,7 +19,7 @@ import type { NodeInstrumentation } from "./instrument.js";
 import type { SideEffectRunner } from "./side-effects.js";
 import type { TaskRunner } from "./task-runner.js";
 import { sleep, within } from "./timing.js";
-import { WORKSPACE_CAPABILITIES } from "./workspace-bundles.js";
+import { touchesWorkspace } from "./workspace-bundles.js";
 
 /** What a partition worker needs of its node (actors/runtime-node.ts). */
 export interface WorkerHost {
@@ -189,7 +189,7 @@ export class PartitionWorker {
     const first = !this.seen.has(app);
     this.seen.add(app);
     const before = this.workspaceChecks.get(app);
-    if (!first && !WORKSPACE_CAPABILITIES.has(cmd.capability))
+    if (!first && !touchesWorkspace(cmd))
       return before ? before.then(() => this.node.factsFor(cmd)) : this.node.factsFor(cmd);
     const check = (before ?? Promise.resolve()).then(() => restore(app)).catch(() => undefined);
     this.workspaceChecks.set(app, check);

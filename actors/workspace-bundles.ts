@@ -34,8 +34,18 @@ export const WORKSPACE_CAPABILITIES: ReadonlySet<string> = new Set([
   "provision-environment",
   "explain-failure",
   "generate-feature-plan",
-  "inspect",
 ]);
+
+/** The inspect types that read the workspace (actors/capabilities/inspect.ts). */
+const WORKSPACE_INSPECTIONS: ReadonlySet<unknown> = new Set(["routes", "scripts"]);
+
+/** Whether a command reads or changes its app's workspace (its workspace is checked against the bundle first). */
+export function touchesWorkspace(cmd: { capability: string; input: unknown }): boolean {
+  if (WORKSPACE_CAPABILITIES.has(cmd.capability)) return true;
+  return (
+    cmd.capability === "inspect" && WORKSPACE_INSPECTIONS.has((cmd.input as { type?: unknown } | null)?.type)
+  );
+}
 
 export interface SaveResult {
   /** saved: a new bundle is stored; unchanged: the stored one has the same refs; empty: no commit yet; behind: the stored one is newer (not overwritten). */

@@ -39,12 +39,14 @@ export interface StoredBundle extends BundleState {
 const TIMEOUT_MS = 30_000;
 
 const HEAD_IN_DESCRIPTION = /\bat ([0-9a-f]{40,64})\b/;
+const COMMIT_ID = /^[0-9a-f]{40,64}$/;
 
 function storedOf(info: ObjectInfo | null): StoredBundle | undefined {
   if (!info || info.deleted) return undefined;
   const m = info.metadata ?? {};
   const head = m.head ?? HEAD_IN_DESCRIPTION.exec(info.description ?? "")?.[1];
-  if (!head) return undefined;
+  // a commit id and nothing else (it reaches git's command line)
+  if (!head || !COMMIT_ID.test(head)) return undefined;
   return {
     head,
     refs: m.refs ?? "",

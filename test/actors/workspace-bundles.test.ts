@@ -12,7 +12,7 @@ import {
   startTestPlatform,
   type TestNats,
   type TestPlatform,
-  tempDir,
+  tempDir as newTempDir,
 } from "../helpers/infra.js";
 
 /**
@@ -21,6 +21,14 @@ import {
  * node role (its NATS permissions); and a platform whose app's workspace is wiped restores it
  * before a command that reads it, on the same node and on a node that takes the app over.
  */
+
+/** The temp folders of this file, removed after its tests. */
+const made: string[] = [];
+function tempDir(prefix?: string): string {
+  const d = newTempDir(prefix);
+  made.push(d);
+  return d;
+}
 
 // no container engine: nothing here needs one (inspect scripts reads files only)
 process.env.DOCKER_HOST = `unix://${join(tempDir(), "no-docker.sock")}`;
@@ -44,6 +52,7 @@ test.before(async (t) => {
 test.after.always(async (t) => {
   await t.context.bus?.close();
   await t.context.nats?.stop();
+  for (const d of made) rmSync(d, { recursive: true, force: true });
 });
 
 const appName = (prefix: string) => `${prefix}-${randomUUID().slice(0, 8)}`;
@@ -227,6 +236,11 @@ test("a wiped workspace: the node restores it from the bundle before inspect rea
     rmSync(ws, { recursive: true, force: true });
     const p2 = await startTestPlatform(nats, { workspaceRoot: workspaces, nodeId: "n-takeover" });
     platforms.push(p2);
+    // the app's first command on the new node, one that does not read the workspace: the node
+    // restores it before that command's turn, as it takes the app over
+    const secret = await call(p2.controlUrl, "set-secret", { app, name: "K", value: "v" });
+    t.is(secret.status, 200, secret.text);
+    t.is(await headCommit(ws), head, "restored at the takeover");
     const after = await call(p2.controlUrl, "inspect", { app, type: "scripts" });
     t.is(after.status, 200, after.text);
     t.deepEqual(after.body.result, before.body.result);
