@@ -19,6 +19,7 @@ import type { NodeInstrumentation } from "./instrument.js";
 import type { SideEffectRunner } from "./side-effects.js";
 import type { TaskRunner } from "./task-runner.js";
 import { sleep, within } from "./timing.js";
+import { touchesWorkspace } from "./workspace-bundles.js";
 
 /** What a partition worker needs of its node (actors/runtime-node.ts). */
 export interface WorkerHost {
@@ -38,6 +39,8 @@ export interface WorkerHost {
   dropWorker(w: PartitionWorker): void;
   /** Reads the facts a command's handler asks for. */
   factsFor(cmd: Command): Promise<Facts>;
+  /** Brings an app's workspace to its stored bundle when this disk's copy is missing or behind. */
+  restoreWorkspace?(app: string): Promise<void>;
 }
 
 /** A command read from the stream, waiting for its batch. */
@@ -72,6 +75,10 @@ export class PartitionWorker {
   private readonly recoveries = new Set<string>();
   private readonly inflight = new Set<number>();
   private readonly rechecks = new Set<NodeJS.Timeout>();
+  /** Apps this worker read a command of since it took the partition. */
+  private readonly seen = new Set<string>();
+  /** Per app, the workspace check of the latest command that asked for one (later commands' facts wait for it). */
+  private readonly workspaceChecks = new Map<string, Promise<void>>();
   private maxDelivered = 0;
   private stopFn: (() => void) | undefined;
   private flushTimer: NodeJS.Timeout | undefined;
@@ -145,7 +152,7 @@ export class PartitionWorker {
         this.inflight.add(seq);
         commandRead(cmd, m);
         // the facts its handler asks for are read now, while earlier commands run
-        const entry: Entry = { cmd, seq, facts: this.node.factsFor(cmd), ready: false };
+        const entry: Entry = { cmd, seq, facts: this.factsAfterWorkspace(cmd), ready: false };
         entry.facts.then(
           () => {
             entry.ready = true;
@@ -167,6 +174,29 @@ export class PartitionWorker {
       for (const a of this.actors.values()) a.deactivate();
       this.node.dropWorker(this);
     });
+  }
+
+  /**
+   * The facts of a command, read once the app's workspace is checked against its stored bundle
+   * (restored when missing or behind: actors/workspace-bundles.ts): before the app's first command
+   * since this worker took the partition (the node takes the app over), and before each command
+   * that reads or changes the workspace. An app's later commands wait for its check in progress.
+   */
+  private factsAfterWorkspace(cmd: Command): Promise<Facts> {
+    const restore = this.node.restoreWorkspace?.bind(this.node);
+    if (!restore) return this.node.factsFor(cmd);
+    const app = cmd.app;
+    const first = !this.seen.has(app);
+    this.seen.add(app);
+    const before = this.workspaceChecks.get(app);
+    if (!first && !touchesWorkspace(cmd))
+      return before ? before.then(() => this.node.factsFor(cmd)) : this.node.factsFor(cmd);
+    const check = (before ?? Promise.resolve()).then(() => restore(app)).catch(() => undefined);
+    this.workspaceChecks.set(app, check);
+    void check.then(() => {
+      if (this.workspaceChecks.get(app) === check) this.workspaceChecks.delete(app);
+    });
+    return check.then(() => this.node.factsFor(cmd));
   }
 
   private queue(app: string): Entry[] {

@@ -1,7 +1,10 @@
 import { randomBytes } from "node:crypto";
+import { resolve, sep } from "node:path";
 import { type Bus, kvKeys, type Vault } from "../store/mod.js";
 import {
+  AppRecordSchema,
   BUCKETS,
+  check,
   type Command,
   keys,
   LEASE_TTL_MS,
@@ -20,6 +23,7 @@ import type { NodeOptions } from "./runtime.js";
 import { SideEffectRunner } from "./side-effects.js";
 import { TaskRunner } from "./task-runner.js";
 import { within } from "./timing.js";
+import { WorkspaceBundles } from "./workspace-bundles.js";
 
 /** A runtime node: competes for partition leases and runs the actors of the partitions it holds. */
 export class RuntimeNode implements WorkerHost {
@@ -44,6 +48,9 @@ export class RuntimeNode implements WorkerHost {
   private tickGen = 0;
   readonly tasks: TaskRunner;
   readonly sideEffects: SideEffectRunner;
+  /** The workspace bundles (opened at first use; undefined while the store cannot be opened). */
+  private bundles: Promise<WorkspaceBundles | undefined> | undefined;
+  private bundlesFailed = false;
 
   constructor(opts: NodeOptions, instrument: NodeInstrumentation = {}) {
     this.bus = opts.bus;
@@ -56,8 +63,77 @@ export class RuntimeNode implements WorkerHost {
     this.ttl = opts.leaseTtlMs ?? LEASE_TTL_MS;
     this.margin = opts.leaseMarginMs ?? Math.min(2000, Math.floor(this.ttl / 4));
     this.tickMs = opts.tickMs ?? 1000;
-    this.sideEffects = new SideEffectRunner(opts.bus, opts.vault, opts.workspaceRoot, this.log);
+    this.sideEffects = new SideEffectRunner(opts.bus, opts.vault, opts.workspaceRoot, this.log, (app, dir) =>
+      this.saveWorkspace(app, dir),
+    );
     this.tasks = new TaskRunner(this);
+  }
+
+  /**
+   * The bucket of workspace bundles, opened (and made when missing) at first use with as many
+   * replicas as the platform's streams and buckets have: the bus carries that count.
+   */
+  private workspaceBundles(): Promise<WorkspaceBundles | undefined> {
+    this.bundles ??= WorkspaceBundles.open(this.bus.js, {
+      // the platform's replica count (SLIPWAY_REPLICAS), carried by the bus when it knows it
+      replicas: (this.bus as { replicas?: number }).replicas ?? 1,
+      log: this.log,
+    }).then(
+      (b) => {
+        this.bundlesFailed = false;
+        return b;
+      },
+      (e) => {
+        // said once until it works again; tried again at the next use
+        if (!this.bundlesFailed)
+          this.log(
+            `node ${this.nodeId}: workspace bundles unavailable (tried again at each use): ${String(e)}`,
+          );
+        this.bundlesFailed = true;
+        this.bundles = undefined;
+        return undefined;
+      },
+    );
+    return this.bundles;
+  }
+
+  /** The folder of an app's workspace (its record's `workspace` under the root), or undefined. */
+  private async workspaceDirOf(app: string): Promise<string | undefined> {
+    const e = await this.bus.kv.apps.get(keys.app(app));
+    if (e?.operation !== "PUT") return undefined;
+    const root = resolve(this.workspaceRoot);
+    const dir = resolve(root, check(AppRecordSchema, e.json(), `app ${app}`).workspace);
+    return dir.startsWith(root + sep) ? dir : undefined;
+  }
+
+  /**
+   * Brings an app's workspace to its stored bundle when the copy on this disk is missing or behind
+   * (actors/workspace-bundles.ts); a failure is logged and the command goes on with what is here.
+   */
+  async restoreWorkspace(app: string): Promise<void> {
+    try {
+      const dir = await this.workspaceDirOf(app);
+      if (!dir) return;
+      const bundles = await this.workspaceBundles();
+      await bundles?.restore(app, dir);
+    } catch (e) {
+      this.log(
+        `workspace of ${app}: not restored from its bundle: ${e instanceof Error ? e.message : String(e)}`,
+      );
+    }
+  }
+
+  /**
+   * Saves an app's workspace as its bundle after a commit the platform made there, in the
+   * background (one app's saves in order); a failure is logged, and the next save catches up.
+   */
+  saveWorkspace(app: string, dir: string): void {
+    void (async () => {
+      const bundles = await this.workspaceBundles();
+      await bundles?.save(app, dir);
+    })().catch((e) =>
+      this.log(`workspace of ${app}: bundle not saved: ${e instanceof Error ? e.message : String(e)}`),
+    );
   }
 
   /** Reads the facts a command's handler asks for (none for most); a failed read is a fact too. */
@@ -258,6 +334,8 @@ export class RuntimeNode implements WorkerHost {
     this.workers.clear();
     await Promise.all(ws.map((w) => w.stop(true)));
     this.sideEffects.close();
+    // saves still running finish (bounded): the next owner restores what they stored
+    await within(this.bundles?.then((b) => b?.idle()) ?? Promise.resolve(), 10_000);
     if (this.bus.connected() && !this.instrument.noLeases) {
       await Promise.all(
         ws

@@ -1,7 +1,15 @@
 import { resolve, sep } from "node:path";
 import { commitAll, ContainerRuntime, Masker } from "../effects/mod.js";
 import { appendLog, type Bus, kvKeys } from "../store/mod.js";
-import { BUCKETS, check, secretAad, VaultEntrySchema, type SideEffect, keys } from "../proto/mod.js";
+import {
+  BUCKETS,
+  check,
+  isAppName,
+  secretAad,
+  VaultEntrySchema,
+  type SideEffect,
+  keys,
+} from "../proto/mod.js";
 import type { Sealer } from "./sealer.js";
 
 /**
@@ -16,13 +24,22 @@ export class SideEffectRunner {
   private readonly vault: Sealer;
   private readonly log: (msg: string) => void;
   private readonly workspaceRoot: string;
+  /** Saves a workspace after a commit made here (actors/workspace-bundles.ts), in the background. */
+  private readonly committed: (app: string, dir: string) => void;
   private readonly followers = new Map<string, { ac: AbortController; containerId: string }>();
 
-  constructor(bus: Bus, vault: Sealer, workspaceRoot: string, log: (msg: string) => void) {
+  constructor(
+    bus: Bus,
+    vault: Sealer,
+    workspaceRoot: string,
+    log: (msg: string) => void,
+    committed: (app: string, dir: string) => void = () => {},
+  ) {
     this.bus = bus;
     this.vault = vault;
     this.workspaceRoot = workspaceRoot;
     this.log = log;
+    this.committed = committed;
   }
 
   /** Carries out one side effect; a failure is logged, never thrown (the command stands). */
@@ -43,6 +60,9 @@ export class SideEffectRunner {
     const dir = resolve(root, e.workspace);
     if (!dir.startsWith(root + sep)) throw new Error("workspace outside the workspace root");
     const { commit, created } = await commitAll(dir, e.message);
+    // the workspace leaves this disk: saved as its bundle (key = the app, whose workspace folder
+    // initialize-app names after it); also when nothing changed, so a save that failed catches up
+    if (isAppName(e.workspace)) this.committed(e.workspace, dir);
     await appendLog(this.bus, e.resource_id, {
       ts: new Date().toISOString(),
       stream: "platform",

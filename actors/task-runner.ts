@@ -20,6 +20,8 @@ export interface TaskHost {
   readonly workspaceRoot: string;
   readonly sideEffects: { apply(e: SideEffect): Promise<void> };
   log(msg: string): void;
+  /** Saves an app's workspace as its bundle after a commit a task made (in the background). */
+  saveWorkspace?(app: string, dir: string): void;
 }
 
 /**
@@ -65,6 +67,7 @@ export class TaskRunner {
           `${commandId}/task/${line++}`,
         ).catch(() => {}),
       sideEffect: (e) => this.node.sideEffects.apply(e),
+      saveWorkspace: (dir) => this.node.saveWorkspace?.(app, dir),
       progress: async (fields) => {
         const n = progressed++;
         await this.publishInternal(

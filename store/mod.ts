@@ -18,3 +18,4 @@ export * from "./read-index.js";
 export * from "./read-stream.js";
 export * from "./vault.js";
 export * from "./vault-rotate.js";
+export * from "./workspace-store.js";

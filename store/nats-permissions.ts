@@ -17,6 +17,7 @@ import {
   subjects,
 } from "../proto/mod.js";
 import { VAULT_FINGERPRINT_KEY } from "./vault.js";
+import { WORKSPACES_STREAM, WORKSPACES_SUBJECTS } from "./workspace-store.js";
 
 /** The platform's processes by what they do on the bus, and `admin` (the operator's own tools: everything). */
 export type NatsRole = "gateway" | "node" | "proxy" | "admin";
@@ -133,12 +134,30 @@ function gateway(): Grant {
 }
 
 /**
+ * The object store of workspace bundles (store/workspace-store.ts): made at a node's first use,
+ * its chunks and metadata written (a put purges the object's previous chunks), read back by
+ * message get and an ordered consumer of one object's chunks.
+ */
+function workspaceBundles(): Grant {
+  return merge(
+    grant([
+      jsApi.streamInfo(WORKSPACES_STREAM),
+      jsApi.streamCreate(WORKSPACES_STREAM),
+      jsApi.streamPurge(WORKSPACES_STREAM),
+      WORKSPACES_SUBJECTS,
+    ]),
+    readStream(WORKSPACES_STREAM),
+  );
+}
+
+/**
  * Runtime nodes: read the commands of their partitions, apply them (every bucket, events, app
  * events, logs), answer the gateways, send the commands of tasks and the scheduler, watch the
- * proxies' acknowledgements of routes.
+ * proxies' acknowledgements of routes, save and restore app workspaces (the bundles' object store).
  */
 function node(): Grant {
   return merge(
+    workspaceBundles(),
     grant(
       [
         subjects.commandsAll,

@@ -156,6 +156,7 @@ export async function publish(
     });
     const gitTag = `release-${plan.commit.slice(0, 12)}`;
     await tagCommit(dir, gitTag, plan.commit);
+    t.saveWorkspace?.(dir);
     if (plan.publish.mode === "push") {
       await t.log(`pushing ${tagged}`);
       const ref = await publisher.push(id, plan.publish.repository, plan.publish.tag, (l) => void t.log(l));
@@ -205,6 +206,7 @@ export async function repin(
   doc.setIn(["services", plan.deploy.service, "image"], image);
   await writeNoFollow(path, doc.toString(), 0o644);
   const c = await commitPaths(dir, [file], `${why}: ${plan.deploy.service} ${image}`);
+  t.saveWorkspace?.(dir);
   await t.log(`repin: ${file} ${plan.deploy.service} ${before} -> ${image} (${c.commit.slice(0, 12)})`);
   return { before, commit: c.created ? c.commit : undefined };
 }

@@ -22,6 +22,11 @@ export interface TaskContext {
   /** Outside work of the node that runs the task (a dev server's log followed). */
   sideEffect(effect: SideEffect): Promise<void>;
   /**
+   * After a commit or a tag the task made in the app's workspace `dir`: saves the repository as the
+   * app's bundle (actors/workspace-bundles.ts), in the background; a failure is only logged.
+   */
+  saveWorkspace?(dir: string): void;
+  /**
    * Records progress on the task's resource (fields merged, no status move, no event), through the
    * app's actor in order: resolved once it is on the command stream, so a later end comes after it.
    */
