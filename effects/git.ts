@@ -20,6 +20,28 @@ export class GitError extends Error {
 
 const TIMEOUT_MS = 30_000;
 
+/**
+ * Settings given on the command line, which win over the repository's own `.git/config` (a file
+ * the app's code can write): none of the keys that make git run a program of the config's choosing
+ * on the platform's side applies (hooks, fsmonitor, signing programs, ssh, diff, pager, editor,
+ * credential helpers). Clean and smudge filters named in `.gitattributes` are a known gap
+ * (docs/security.md): their driver names are the app's, so no fixed list can turn them off.
+ */
+const OVERRIDES = [
+  "core.hooksPath=/dev/null",
+  "core.fsmonitor=false",
+  "core.sshCommand=false",
+  "core.pager=cat",
+  "core.editor=false",
+  "core.askPass=",
+  "credential.helper=",
+  "commit.gpgsign=false",
+  "tag.gpgsign=false",
+  "gpg.program=false",
+  "diff.external=",
+  "protocol.ext.allow=never",
+].flatMap((kv) => ["-c", kv]);
+
 function gitEnv(): NodeJS.ProcessEnv {
   return {
     PATH: process.env.PATH ?? "/usr/bin:/bin",
@@ -41,7 +63,7 @@ export function git(dir: string, args: string[]): Promise<{ stdout: string; stde
   return new Promise((resolve, reject) => {
     execFile(
       "git",
-      ["-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false", ...args],
+      [...OVERRIDES, ...args],
       { cwd: dir, env: gitEnv(), timeout: TIMEOUT_MS, maxBuffer: 16 * 1024 * 1024 },
       (err, stdout, stderr) => {
         if (err) {
