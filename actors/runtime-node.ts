@@ -75,8 +75,8 @@ export class RuntimeNode implements WorkerHost {
    */
   private workspaceBundles(): Promise<WorkspaceBundles | undefined> {
     this.bundles ??= WorkspaceBundles.open(this.bus.js, {
-      // the platform's replica count (SLIPWAY_REPLICAS), carried by the bus when it knows it
-      replicas: (this.bus as { replicas?: number }).replicas ?? 1,
+      // the platform's replica count (SLIPWAY_REPLICAS); boot matches an existing bucket to it
+      replicas: this.bus.replicas,
       log: this.log,
     }).then(
       (b) => {

@@ -232,6 +232,8 @@ export async function matchReplicas(
       have = (await jsm.streams.info(name)).config.num_replicas ?? 1;
     } catch (e) {
       if (e instanceof JetStreamApiError && e.code === JetStreamApiCodes.StreamNotFound) continue;
+      // a stream this role may not even read (the workspaces' store outside the node role): another's to match
+      if (isPermissionError(e)) continue;
       throw e;
     }
     if (have === replicas) continue;
@@ -310,6 +312,14 @@ export function platformStreamNames(): string[] {
   return [...streamConfigs().map((c) => c.name), ...Object.values(BUCKETS).map(kvStream)];
 }
 
+/**
+ * What boot matches to SLIPWAY_REPLICAS: the streams openBus makes, and the workspaces' object store
+ * (made by a node at first use, `OBJ_slipway_workspaces`; left alone while it does not exist).
+ */
+export function replicatedStreamNames(): string[] {
+  return [...platformStreamNames(), "OBJ_slipway_workspaces"];
+}
+
 /** Parses `major.minor` of a server version. */
 function versionAtLeast(v: string, major: number, minor: number): boolean {
   const [a = 0, b = 0] = v.split(".").map((x) => Number.parseInt(x, 10));
@@ -354,7 +364,7 @@ export async function openBus(opts: BusOptions): Promise<Bus> {
     if (!opts.skipSetup) await ensureStreams(jsm, replicas);
     kv = await openBuckets(nc, replicas);
     // streams and buckets made earlier with another count (DESIGN §12)
-    if (!opts.skipSetup) setupNotes = await matchReplicas({ nc, jsm }, platformStreamNames(), replicas);
+    if (!opts.skipSetup) setupNotes = await matchReplicas({ nc, jsm }, replicatedStreamNames(), replicas);
   } catch (e) {
     await nc.close().catch(() => {});
     throw e;
