@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { type Bus, publishAppEvent } from "../store/mod.js";
+import { type Bus, kvKeys, publishAppEvent } from "../store/mod.js";
 import {
   type Actor,
   type AuthzDecision,
@@ -24,6 +24,7 @@ import {
   validateInput,
   type CapabilityName,
   declarationOf,
+  BUCKETS,
 } from "../proto/mod.js";
 import { type Principal, userOf } from "./auth.js";
 import {
@@ -49,32 +50,77 @@ import type { Req } from "./request.js";
  * `GET/POST/DELETE /policies` write rules through the app's actor.
  */
 
-/** The apps' rules, compiled, from a watch on `<app>.PolicySet.*`. */
+/** The key filter of the apps' PolicySets in `slipway_resources`. */
+const POLICY_SETS = "*.PolicySet.*";
+
+/**
+ * The apps' rules, compiled, from a watch on `<app>.PolicySet.*`. Nothing is evaluated before the
+ * rules present at start are in: a gateway that just started (a restart, a new one in a cluster)
+ * would otherwise let through, as "no rules", an action that a deny or stage rule holds back.
+ */
 export class PolicyDirectory {
   private readonly rules = new Map<string, CompiledRule[]>();
   private stopFn: (() => void) | undefined;
+  /** True once the rules present when the watch started are in. */
+  loaded = false;
+  private markLoaded: () => void = () => {};
+  private readonly whenLoaded = new Promise<void>((r) => (this.markLoaded = r));
 
-  async follow(bus: Bus, log: (m: string) => void = () => {}): Promise<void> {
-    const w = await bus.kv.resources.watch({ key: "*.PolicySet.*" });
+  /**
+   * Starts the watch; resolves once the rules present at start are in (at most `waitMs`, then
+   * {@link authorize} answers 503 until they are).
+   */
+  async follow(bus: Bus, log: (m: string) => void = () => {}, waitMs = 5000): Promise<void> {
+    const w = await bus.kv.resources.watch({ key: POLICY_SETS });
     this.stopFn = () => w.stop();
+    const done = () => {
+      if (this.loaded) return;
+      this.loaded = true;
+      this.markLoaded();
+    };
     (async () => {
       for await (const e of w) {
-        const app = e.key.slice(0, e.key.indexOf("."));
-        if (e.operation !== "PUT") {
-          this.rules.delete(app);
-          continue;
-        }
         try {
-          const doc = e.json() as { rules?: unknown[] };
-          this.put(
-            app,
-            (doc.rules ?? []).map((r) => check(PolicyRuleSchema, r, `rule of ${app}`)),
-          );
+          this.onEntry(e);
         } catch (err) {
           log(`policies: skipped ${e.key}: ${String(err)}`);
         }
+        // the last entry present at start (nothing pending after it), or any later one
+        if (e.delta === 0 || e.isUpdate) done();
       }
     })().catch(() => {});
+    // no PolicySet at all: the watch delivers nothing to wait for
+    if ((await kvKeys(bus, BUCKETS.resources, POLICY_SETS)).length === 0) done();
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([this.whenLoaded, new Promise<void>((r) => (timer = setTimeout(r, waitMs)))]);
+    clearTimeout(timer);
+    if (!this.loaded)
+      log(
+        `policies: the apps' rules are not all in after ${waitMs} ms; calls evaluated meanwhile wait for them (503 after 5 s)`,
+      );
+  }
+
+  private onEntry(e: { key: string; operation: string; json<T>(): T }): void {
+    const app = e.key.slice(0, e.key.indexOf("."));
+    if (e.operation !== "PUT") {
+      this.rules.delete(app);
+      return;
+    }
+    const doc = e.json<{ rules?: unknown[] }>();
+    this.put(
+      app,
+      (doc.rules ?? []).map((r) => check(PolicyRuleSchema, r, `rule of ${app}`)),
+    );
+  }
+
+  /** Resolves once the rules present at start are in, or throws 503 after `waitMs`. */
+  async ready(waitMs = 5000): Promise<void> {
+    if (this.loaded) return;
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([this.whenLoaded, new Promise<void>((r) => (timer = setTimeout(r, waitMs)))]);
+    clearTimeout(timer);
+    if (!this.loaded)
+      throw new PlatformError("unavailable", "this gateway is still loading the apps' policies; retry");
   }
 
   /** Learns an app's rules at once (from this gateway's own answer). */
@@ -127,6 +173,7 @@ export function registerReplay(kind: string, run: ReplayExecutor): void {
  * without a replay (an identity route: its credentials are never kept) is a deny.
  */
 export async function authorize(d: PolicyDeps, r: AuthorizeRequest): Promise<AuthzOutcome> {
+  if (!d.policies.loaded) await d.policies.ready();
   const rules = d.policies.get(r.app);
   if (!rules) return { decision: "allow", rule: null, high_risk: r.high_risk, action: r.action };
   let out: AuthzOutcome = evaluate(rules, r.action, r.owner, r.high_risk);

@@ -69,7 +69,11 @@ export class AcmeManager {
   private readonly o: AcmeOptions;
   private readonly lease: AcmeLease;
   private timer: NodeJS.Timeout | undefined;
+  /** The check under way (obtaining or renewing certificates). */
   private running: Promise<void> = Promise.resolve();
+  private checking = false;
+  /** The lease's step under way. */
+  private leasing: Promise<void> | undefined;
   private lastCheck = 0;
   private wanted = false;
   private closed = false;
@@ -92,19 +96,34 @@ export class AcmeManager {
     if (route?.acme_directory) this.wanted = true;
   }
 
+  /**
+   * Renews (or takes) the lease, then starts a check when one is due and none runs. The lease is
+   * renewed on every step, also while an order is under way: an order waits on the directory for
+   * seconds or minutes, and a lease renewed only between checks expired meanwhile, so that another
+   * proxy took it and ordered the same certificates.
+   */
   private step(): void {
-    this.running = this.running
-      .then(async () => {
-        if (this.closed) return;
-        const leading = await this.lease.step();
-        if (!leading || this.closed) return;
+    if (this.closed || this.leasing) return;
+    const leasing = this.lease
+      .step()
+      .then((leading) => {
+        if (!leading || this.closed || this.checking) return;
         const now = Date.now();
         if (!this.wanted && now - this.lastCheck < this.o.settings.checkEveryMs) return;
         this.wanted = false;
         this.lastCheck = now;
-        await this.check();
+        this.checking = true;
+        this.running = this.check()
+          .catch((e) => this.o.log(`proxy: ACME check failed: ${String(e)}`))
+          .finally(() => {
+            this.checking = false;
+          });
       })
-      .catch((e) => this.o.log(`proxy: ACME step failed: ${String(e)}`));
+      .catch((e) => this.o.log(`proxy: ACME step failed: ${String(e)}`))
+      .finally(() => {
+        this.leasing = undefined;
+      });
+    this.leasing = leasing;
   }
 
   /** Obtains what is missing or due, one host at a time, while the lease holds. */
@@ -183,6 +202,8 @@ export class AcmeManager {
       skipChallengeVerification: true,
       challengeCreateFn: async (_authz, challenge, keyAuthorization) => {
         if (challenge.type !== "http-01") throw new Error(`challenge ${challenge.type} is not HTTP-01`);
+        // a holder that lost the lease (a hung process, a partition) leaves the order to the new one
+        if (!this.lease.held()) throw new Error("the ACME lease was lost; the new holder orders it");
         await bus.kv.routes.put(keys.acmeChallenge(challenge.token), keyAuthorization);
         await this.seen(challenge.token, keyAuthorization);
       },
@@ -219,6 +240,8 @@ export class AcmeManager {
     let t: NodeJS.Timeout | undefined;
     await Promise.race([this.running, new Promise((r) => (t = setTimeout(r, 3000)))]);
     clearTimeout(t);
+    // a renewal in flight would take the lease back after its release
+    await this.leasing;
     await this.lease.release();
   }
 }
