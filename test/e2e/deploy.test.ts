@@ -1,22 +1,12 @@
 import { randomUUID } from "node:crypto";
-import { Agent as HttpAgent, request as httpRequest } from "node:http";
 import { readFileSync, writeFileSync } from "node:fs";
+import { Agent as HttpAgent, request as httpRequest } from "node:http";
 import { join } from "node:path";
 import anyTest, { type ExecutionContext, type TestFn } from "ava";
 import Docker from "dockerode";
 import { type AppImage, buildAppImage, pushImage, removeLocalImage } from "../helpers/app-images.js";
-import { dockerdMissing, startTestDockerd, type TestDockerd } from "../helpers/dockerd.js";
-import {
-  call,
-  eventually,
-  get,
-  platformPerFile,
-  sleep,
-  stopStub,
-  type TestNats,
-  type TestPlatform,
-} from "../helpers/infra.js";
-import { registryMissing, startTestRegistry, type TestRegistry } from "../helpers/registry.js";
+import { type EngineContext, enginePlatform } from "../helpers/engine-platform.js";
+import { call, eventually, get, platformPerFile, sleep } from "../helpers/infra.js";
 
 /**
  * deploy on a private dockerd (DESIGN §8, docs/deploy.md): start-first rolls,
@@ -26,11 +16,7 @@ import { registryMissing, startTestRegistry, type TestRegistry } from "../helper
  * that a deploy pulls it by digest.
  */
 
-interface Ctx {
-  dockerd: TestDockerd;
-  registry: TestRegistry;
-  nats: TestNats;
-  p: TestPlatform;
+interface Ctx extends EngineContext {
   v1: AppImage;
   v2: AppImage;
   broken: AppImage;
@@ -40,17 +26,7 @@ interface Ctx {
 const test = anyTest as TestFn<Ctx>;
 
 platformPerFile(test, {
-  stubs: async (started) => {
-    const missing = registryMissing();
-    if (missing) throw new Error(missing);
-    const engine = await startTestDockerd();
-    if (!engine) throw new Error(`a private dockerd cannot run here: ${dockerdMissing()}`);
-    const dockerd = started(stopStub(engine));
-    const registry = started(stopStub(await startTestRegistry(dockerd.hostAddress)));
-    return { dockerd, registry };
-  },
-  processEnv: ({ dockerd }) => ({ DOCKER_HOST: dockerd.host }),
-  platform: ({ dockerd }) => ({ bridgeAddress: dockerd.hostAddress }),
+  ...enginePlatform<Ctx>(),
   extra: async (_p, _nats, { dockerd, registry }) => {
     const [v1, v2, broken] = [
       await buildAppImage(dockerd.host, "deploytest/app:v1", "v1"),

@@ -4,18 +4,9 @@ import { readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import anyTest, { type ExecutionContext, type TestFn } from "ava";
 import Docker from "dockerode";
-import { dockerdMissing, startTestDockerd, type TestDockerd } from "../helpers/dockerd.js";
 import { edgeLoad, viaEdge } from "../helpers/edge-load.js";
-import {
-  call,
-  eventually,
-  get,
-  platformPerFile,
-  stopStub,
-  type TestNats,
-  type TestPlatform,
-} from "../helpers/infra.js";
-import { registryMissing, startTestRegistry, type TestRegistry } from "../helpers/registry.js";
+import { type EngineContext, enginePlatform } from "../helpers/engine-platform.js";
+import { call, eventually, get, platformPerFile } from "../helpers/infra.js";
 
 /**
  * release on a private dockerd (DESIGN §8, docs/release.md), on the real
@@ -26,11 +17,7 @@ import { registryMissing, startTestRegistry, type TestRegistry } from "../helper
  * order (test.serial).
  */
 
-interface Ctx {
-  dockerd: TestDockerd;
-  registry: TestRegistry;
-  nats: TestNats;
-  p: TestPlatform;
+interface Ctx extends EngineContext {
   app: string;
   ws: string;
   host: string;
@@ -51,17 +38,7 @@ const gitIn = (ws: string, ...args: string[]) =>
   execFileSync("git", args, { cwd: ws, env: GIT_ENV, encoding: "utf8" }).trim();
 
 platformPerFile(test, {
-  stubs: async (started) => {
-    const missing = registryMissing();
-    if (missing) throw new Error(missing);
-    const engine = await startTestDockerd();
-    if (!engine) throw new Error(`a private dockerd cannot run here: ${dockerdMissing()}`);
-    const dockerd = started(stopStub(engine));
-    const registry = started(stopStub(await startTestRegistry(dockerd.hostAddress)));
-    return { dockerd, registry };
-  },
-  processEnv: ({ dockerd }) => ({ DOCKER_HOST: dockerd.host }),
-  platform: ({ dockerd }) => ({ bridgeAddress: dockerd.hostAddress }),
+  ...enginePlatform<Ctx>(),
   extra: async (p) => {
     const app = `r${randomUUID().slice(0, 8)}`;
     return { app, host: `${app}.example.com`, ws: join(p.dataDir, "apps", app), good: [] };
