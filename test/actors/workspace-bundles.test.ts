@@ -13,6 +13,7 @@ import {
   type TestNats,
   type TestPlatform,
   tempDir as newTempDir,
+  waitForEnd,
 } from "../helpers/infra.js";
 
 /**
@@ -204,7 +205,7 @@ test("a workspace whose .git is a symbolic link is neither saved nor restored ov
   t.is(await headCommit(elsewhere.dir), elsewhere.head, "nothing moved in the repository the link names");
 });
 
-test("a wiped workspace: the node restores it from the bundle before inspect reads it, and a node that takes the app over does too", async (t) => {
+test("a wiped workspace: the node restores it from the bundle before inspect reads it, and a node that takes the app over on a wiped disk restores it, installs and builds", async (t) => {
   const { nats, bundles } = t.context;
   const workspaces = tempDir();
   const platforms: TestPlatform[] = [];
@@ -245,6 +246,19 @@ test("a wiped workspace: the node restores it from the bundle before inspect rea
     t.is(after.status, 200, after.text);
     t.deepEqual(after.body.result, before.body.result);
     t.is(await headCommit(ws), head);
+    // what a builder does next on the new node: install the dependencies (not in the bundle:
+    // node_modules is ignored) and build, both from the restored sources
+    const install = await call(p2.controlUrl, "install-dependencies", { app });
+    t.is(install.status, 202, install.text);
+    const installed = await waitForEnd(p2, install.body.resource.type, install.body.resource.id, {
+      timeoutMs: 180_000,
+    });
+    t.is(installed.doc.status, "succeeded", JSON.stringify(installed.doc));
+    const build = await call(p2.controlUrl, "build", { app });
+    t.is(build.status, 202, build.text);
+    const built = await waitForEnd(p2, "Build", build.body.resource.id, { timeoutMs: 180_000 });
+    t.is(built.doc.status, "succeeded", JSON.stringify(built.doc));
+    t.is(await headCommit(ws), head, "built on the restored commit");
   } finally {
     for (const p of platforms) await p.close().catch(() => undefined);
   }
