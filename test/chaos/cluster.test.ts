@@ -621,7 +621,11 @@ async function phase(
   t.is(ph.overlaps, 0, `${name}: two calls of one job in flight at once, or one tick twice with another key`);
   t.true(
     ph.ticksMissed <= ph.ticksDueInOutage,
-    `${name}: ${ph.ticksMissed} ticks missed, more than the ${ph.ticksDueInOutage} due during the outage (${ph.outageMs} ms, plus one per job)`,
+    // PLATFORM FAILURE when it fails (not a flaky test): the scheduler missed more ticks than came
+    // due while writes were out. Seen on 2 cores: about 10 % of the ticks of 100 one-second jobs are
+    // missed with no fault at all (late timers fire the latest tick and count the rest missed), and
+    // after its leader's kill -9 ticks stop for the lease TTL and in-doubt ones wait for their deadline
+    `${name}: ${ph.ticksMissed} ticks missed, more than the ${ph.ticksDueInOutage} due during the outage (${ph.outageMs} ms, plus one per job): the scheduler fell behind or failed over more slowly than the writes`,
   );
   // a retry with the same Idempotency-Key must get the first answer; a refusal (409 conflict
   // "applied before; its answer is no longer kept") for a write that never took effect is a
