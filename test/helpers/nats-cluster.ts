@@ -130,7 +130,8 @@ export async function startTestNatsCluster(opts: { readyTimeoutMs?: number } = {
         reconnectTimeWait: 100,
       });
       try {
-        const jsm = await jetstreamManager(nc, { timeout: 2000 });
+        // no API check up front: it would fail before a meta leader is elected; the loop below waits for one
+        const jsm = await jetstreamManager(nc, { timeout: 2000, checkAPI: false });
         const probe = `PROBE_${randomBytes(4).toString("hex")}`;
         const until = Date.now() + timeoutMs;
         let last: unknown;
