@@ -4,12 +4,19 @@
  *   and again whenever a source changed), run by plain node. Loading the platform under tsx's loader
  *   costs every test process about two more seconds of CPU; over the suite that is minutes.
  * - `npx ava test/<path>.test.ts`: one file from its sources under tsx, without a build.
- * Child processes the tests start (slipwayd, nodes, starters) run from the sources under tsx either way.
+ * Child processes the tests start run compiled under npm test (test/helpers/repo.ts nodeArgs), else
+ * from the sources under tsx.
  */
 const compiled = process.env.SLIPWAY_TEST_COMPILED === "1";
+// the cluster chaos suite (test/chaos, about 6 minutes) runs with `npm run test:chaos`; not yet in
+// npm test while it still finds platform defects (docs/cluster.md)
+const chaos = process.env.SLIPWAY_TEST_CHAOS === "1";
 
 export default {
-  files: compiled ? ["dist/test/**/*.test.js"] : ["test/**/*.test.ts"],
+  files: [
+    ...(compiled ? ["dist/test/**/*.test.js"] : ["test/**/*.test.ts"]),
+    ...(chaos ? [] : [compiled ? "!dist/test/chaos/**" : "!test/chaos/**"]),
+  ],
   ...(compiled ? {} : { extensions: ["ts"], nodeArguments: ["--import=tsx"] }),
   workerThreads: false,
   timeout: "300s",
