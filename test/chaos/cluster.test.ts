@@ -383,26 +383,16 @@ function audit(
   return { lost, duplicated, outOfOrder };
 }
 
-/** The longest time without an acknowledgement of any one app, from `from` to `to` (ms). */
-function outageOf(writes: readonly Write[], apps: readonly string[], from: number, to: number): number {
-  let worst = 0;
-  for (const app of apps) {
-    const acks = writes
-      .filter((w) => w.app === app && w.ackedAt !== undefined && w.ackedAt >= from && w.ackedAt <= to)
-      .map((w) => w.ackedAt!)
-      .sort((a, b) => a - b);
-    let prev = from;
-    for (const a of acks) {
-      worst = Math.max(worst, a - prev);
-      prev = a;
-    }
-    worst = Math.max(worst, to - prev);
-  }
-  return worst;
-}
-
-/** Where the longest wait of {@link outageOf} was: its app, when it began and ended (from `from`). */
-function worstGap(writes: readonly Write[], apps: readonly string[], from: number, to: number): string {
+/**
+ * The longest time without an acknowledgement of any one app, from `from` to `to`: its length (ms)
+ * and where it was (its app, when it began and ended, from `from`).
+ */
+function worstGap(
+  writes: readonly Write[],
+  apps: readonly string[],
+  from: number,
+  to: number,
+): { ms: number; text: string } {
   let best = { ms: 0, text: "" };
   for (const app of apps) {
     const acks = writes
@@ -419,7 +409,7 @@ function worstGap(writes: readonly Write[], apps: readonly string[], from: numbe
       prev = a;
     }
   }
-  return best.text;
+  return best;
 }
 
 /** Ticks of every job due (nominal times) in [from, to) that no call was made for. */
@@ -596,12 +586,12 @@ async function phase(
   await fault(ph);
   await sleep(STEADY_MS);
   ph.end = Date.now();
-  ph.outageMs = outageOf(load.writes, apps, ph.faultAt, ph.end);
+  const worst = worstGap(load.writes, apps, ph.faultAt, ph.end);
+  ph.outageMs = worst.ms;
   ph.notes.push(
     `this process's event loop late by up to ${(ctx.lag.max / 1e6).toFixed(0)} ms (p99 ${(ctx.lag.percentile(99) / 1e6).toFixed(0)} ms)`,
   );
-  const worst = worstGap(load.writes, apps, ph.faultAt, ph.end);
-  if (worst) ph.notes.push(`longest wait: ${worst}`);
+  if (worst.text) ph.notes.push(`longest wait: ${worst.text}`);
   // ticks due before the end of the window, with a second of slack for the last ones in flight
   ph.ticksMissed = missedTicks(target, jobs, ph.start, ph.end - 2000);
   ph.ticksDueInOutage = JOBS * (Math.ceil(ph.outageMs / 1000) + 1);
