@@ -296,6 +296,10 @@ async function openBuckets(nc: NatsConnection, replicas: number): Promise<Record
         ...(ttl ? { ttl } : {}),
       });
     } catch (e) {
+      // another process made it at the same moment (JetStream may answer that as a subject
+      // overlap): open what is there; replicas are matched at boot
+      const made = await kvm.open(name).catch(() => undefined);
+      if (made && (await made.status().catch(() => undefined))) return made;
       throw replicasRefused(kvStream(name), replicas, e);
     }
   };

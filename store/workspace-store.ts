@@ -71,12 +71,19 @@ export class WorkspaceStore {
    */
   static async open(js: JetStreamClient, replicas = 1): Promise<WorkspaceStore> {
     const objm = new Objm(js);
-    const os = await objm.create(WORKSPACES_BUCKET, {
-      storage: StorageType.File,
-      replicas: Math.max(1, Math.floor(replicas)),
-      description: "Slipway: git bundles of the app workspaces (key = app)",
-    });
-    return new WorkspaceStore(os);
+    try {
+      const os = await objm.create(WORKSPACES_BUCKET, {
+        storage: StorageType.File,
+        replicas: Math.max(1, Math.floor(replicas)),
+        description: "Slipway: git bundles of the app workspaces (key = app)",
+      });
+      return new WorkspaceStore(os);
+    } catch (e) {
+      // another node made it at the same moment (JetStream may answer that as a subject overlap)
+      const os = await objm.open(WORKSPACES_BUCKET).catch(() => undefined);
+      if (os && (await os.status().catch(() => undefined))) return new WorkspaceStore(os);
+      throw e;
+    }
   }
 
   /** The bundle stored for `app`, or undefined. */
