@@ -165,6 +165,26 @@ export class CommitLog {
       const full = fullOutcome(o, this.record.outboxes);
       if (full) this.known.set(full.id, full);
     }
+    // the node that wrote the record may have died before it kept the batch's Idempotency-Key answers
+    if (reapply && this.record.keeps) await this.keepAnswers(this.record.keeps);
+  }
+
+  /** Keeps the Idempotency-Key answers of the record's batch (what the writer's apply() keeps). */
+  private async keepAnswers(keeps: NonNullable<PartitionRecord["keeps"]>): Promise<void> {
+    const created_at = new Date().toISOString();
+    await Promise.all(
+      keeps.flatMap(({ id, body_hash }) => {
+        const outcome = this.known.get(id);
+        if (!outcome) return [];
+        return [
+          this.host.bus.pub.kvPut(
+            BUCKETS.idempotency,
+            keys.idempotency(id),
+            encode({ body_hash, outcome, created_at }),
+          ),
+        ];
+      }),
+    );
   }
 
   get offset(): number {
@@ -223,6 +243,11 @@ export class CommitLog {
       outcomes: batch.length > 0 ? batch.map((d) => d.outcome) : [...this.known.values()],
       outboxes: batch.flatMap((d) => (d.outbox ? [d.outbox] : [])),
     };
+    const keeps =
+      batch.length > 0
+        ? batch.flatMap((d) => (d.cmd.body_hash ? [{ id: d.cmd.id, body_hash: d.cmd.body_hash }] : []))
+        : (this.record.keeps ?? []);
+    if (keeps.length > 0) next.keeps = keeps;
     if (!this.host.leaseValid()) throw new FencedError("lease expiring", true);
     const data = batch.length > 0 ? this.encodeRecord(next, batch) : encode(next);
     const key = keys.partitionRecord(this.partition);
@@ -248,6 +273,7 @@ export class CommitLog {
       node: next.node,
       offset: next.offset,
       apps: next.apps,
+      ...(next.keeps ? { keeps: next.keeps } : {}),
     });
     const outcomes: string[] = [];
     const outboxes: string[] = [];

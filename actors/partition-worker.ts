@@ -153,13 +153,13 @@ export class PartitionWorker {
         commandRead(cmd, m);
         // the facts its handler asks for are read now, while earlier commands run
         const entry: Entry = { cmd, seq, facts: this.factsAfterWorkspace(cmd), ready: false };
-        entry.facts.then(
-          () => {
-            entry.ready = true;
-            this.kick();
-          },
-          () => {},
-        );
+        // facts that could not be read make it ready too: its decide() throws the error, and the
+        // worker hands the partition back (a command whose facts never came would hold its app's queue)
+        const ready = () => {
+          entry.ready = true;
+          this.kick();
+        };
+        entry.facts.then(ready, ready);
         this.queue(cmd.app).push(entry);
         // Bound memory: wait while too much is queued.
         while (this.inflight.size > QUEUED_MAX && !this.stopped) await sleep(5);
@@ -433,6 +433,15 @@ export class PartitionWorker {
     for (const t of this.rechecks) clearTimeout(t);
     await within(this.cycling ?? Promise.resolve(), 1000);
     await within(this.loop ?? Promise.resolve(), 1000);
+  }
+
+  /**
+   * Resolves once no batch of this (stopped) worker is still committing or applying: a new worker
+   * of the partition on this node starts after it, so it never loads the record while this one's
+   * last batch may still be written, and re-applies what that batch left unwritten.
+   */
+  async settled(): Promise<void> {
+    while (this.cycling) await this.cycling;
   }
 
   /** Resolves when nothing ready is queued and no batch runs. */

@@ -41,6 +41,8 @@ export class RuntimeNode implements WorkerHost {
   private readonly margin: number;
   private readonly tickMs: number;
   private readonly workers = new Map<number, PartitionWorker>();
+  /** Dropped workers whose last batch may still be committing or applying, by partition. */
+  private readonly stopping = new Map<number, Promise<void>>();
   private timer: NodeJS.Timeout | undefined;
   private closed = false;
   private ticking: Promise<void> = Promise.resolve();
@@ -211,7 +213,15 @@ export class RuntimeNode implements WorkerHost {
   dropWorker(w: PartitionWorker): void {
     if (this.workers.get(w.partition) !== w) return;
     this.workers.delete(w.partition);
-    w.stop(false).catch((e) => this.log(`node ${this.nodeId}: partition ${w.partition} stop: ${String(e)}`));
+    const p = w.partition;
+    const done = w
+      .stop(false)
+      .catch((e) => this.log(`node ${this.nodeId}: partition ${p} stop: ${String(e)}`))
+      .then(() => w.settled());
+    this.stopping.set(p, done);
+    void done.finally(() => {
+      if (this.stopping.get(p) === done) this.stopping.delete(p);
+    });
   }
 
   partitions(): number[] {
@@ -243,8 +253,7 @@ export class RuntimeNode implements WorkerHost {
       } catch (e) {
         if (stale()) return;
         this.log(`node ${this.nodeId}: lost lease of partition ${w.partition}: ${String(e)}`);
-        this.workers.delete(w.partition);
-        await w.stop(false);
+        this.dropWorker(w);
       }
     }
     // who is alive, and what is free
@@ -289,6 +298,9 @@ export class RuntimeNode implements WorkerHost {
 
   /** Takes the lease of partition `p` and starts its worker; false when another node has it. */
   private async take(p: number, held: boolean): Promise<boolean> {
+    // a dropped worker of this partition may still be writing its last batch: the new one loads the
+    // record after it (and re-applies what it left unwritten); until then a tick passes it by
+    if (this.stopping.has(p)) return false;
     const kv = this.bus.kv.leases;
     const sent = Date.now();
     let rev: number;

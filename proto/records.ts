@@ -313,6 +313,11 @@ export const PartitionRecordSchema = Type.Object({
   outcomes: Type.Array(Type.Union([OutcomeSchema, OutcomeRefSchema])),
   /** Outboxes of the batch, in the order they are applied. */
   outboxes: Type.Array(OutboxSchema),
+  /**
+   * The batch's Idempotency-Key commands (id and body hash): a new owner that re-applies the
+   * outboxes keeps their answers too, so a retry is answered from them rather than refused.
+   */
+  keeps: Type.Optional(Type.Array(Type.Object({ id: Type.String(), body_hash: Type.String() }))),
 });
 export type PartitionRecord = Static<typeof PartitionRecordSchema>;
 

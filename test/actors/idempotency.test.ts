@@ -42,6 +42,40 @@ test("a command replayed after a takeover keeps its Idempotency-Key answer, so a
   t.is(again.body.events[0].id, first.body.events[0].id, "the original answer, not a second application");
 });
 
+/**
+ * A node that dies after its commit but before its apply kept the Idempotency-Key answer, with the
+ * partition's offset already past the command (nothing reads it again): the next owner keeps the
+ * answers of the record's last batch when it re-applies its outboxes, so a retry (a duplicate on the
+ * stream, answered only from the kept answer) gets the original answer, not a wait for nothing.
+ */
+test("a takeover keeps the Idempotency-Key answers of the record's last batch, even for a command it does not read again", async (t) => {
+  const c = await clusterFor(t, { gateway: { replyTimeoutMs: 4000 }, observer: "idem-keeps" });
+  const { gw, bus } = c;
+  let node = await c.addNode("first", { tickMs: 200 });
+  await eventually(async () => node.partitions().length === 64, 15_000);
+  const app = `k${randomUUID().slice(0, 8)}`;
+  t.is((await call(gw.controlUrl, "initialize-app", { name: app })).status, 200);
+  const key = randomUUID();
+  const body = { app, name: "KEPT", value: "v1" };
+  const first = await call(gw.controlUrl, "set-secret", body, { "idempotency-key": key });
+  t.is(first.status, 200);
+  await c.stopNode("first");
+  const idem: string[] = [];
+  for await (const k of await bus.kv.idempotency.keys()) idem.push(k);
+  t.is(idem.length, 1);
+  await bus.kv.idempotency.delete(keys.idempotency(idem[0]!));
+  node = await c.addNode("second", { tickMs: 200 });
+  await eventually(async () => node.partitions().includes(partitionOf(app)), 15_000);
+  const kept = await eventually(async () => {
+    const e = await bus.kv.idempotency.get(keys.idempotency(idem[0]!));
+    return e?.operation === "PUT" ? e : undefined;
+  }, 10_000);
+  t.truthy(kept, "the new owner kept the answer again");
+  const again = await call(gw.controlUrl, "set-secret", body, { "idempotency-key": key });
+  t.is(again.status, 200);
+  t.is(again.body.events[0].id, first.body.events[0].id, "the original answer, not a second application");
+});
+
 test("a command replayed after a takeover, older than the outcomes its commit record keeps, is answered 409 conflict, not applied again", async (t) => {
   const c = await clusterFor(t, { observer: "replay-test" });
   const { gw, bus, vault } = c;
