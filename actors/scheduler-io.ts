@@ -115,7 +115,8 @@ export class TickCaller {
     this.timeoutMs = timeoutMs;
   }
 
-  async call(def: JobDefinition, tick: number): Promise<TickResult> {
+  /** Calls the job's target for `tick`; `signal` ends the call early (the leadership that made it ended). */
+  async call(def: JobDefinition, tick: number, signal?: AbortSignal): Promise<TickResult> {
     const t0 = performance.now();
     const { app, name } = def;
     let url: URL;
@@ -146,7 +147,13 @@ export class TickCaller {
         headers,
         agent: secure ? this.https : this.http,
       });
+      const abort = () => {
+        clearTimeout(timer);
+        resolve({ error: "aborted: the scheduler's leadership ended" });
+        req.destroy();
+      };
       const timer = setTimeout(() => {
+        signal?.removeEventListener("abort", abort);
         resolve({ error: `timeout after ${this.timeoutMs} ms` });
         req.destroy();
       }, this.timeoutMs);
@@ -154,12 +161,16 @@ export class TickCaller {
         res.on("error", () => {});
         res.resume(); // the body is not read: the connection goes back to the pool
         clearTimeout(timer);
+        signal?.removeEventListener("abort", abort);
         resolve({ status: res.statusCode ?? 0 });
       });
       req.on("error", (e: Error & { code?: string }) => {
         clearTimeout(timer);
+        signal?.removeEventListener("abort", abort);
         resolve({ error: e.code ?? e.message });
       });
+      if (signal?.aborted) return abort();
+      signal?.addEventListener("abort", abort, { once: true });
       req.end();
     });
     const duration_ms = performance.now() - t0;

@@ -58,6 +58,10 @@ interface Job {
  * dies in between leaves the tick in doubt, as one that dies mid-call does.
  */
 export const PREMARK_MS = 100;
+/** The most a tick is marked ahead of its moment (and never more than half its job's period). */
+const PREMARK_MAX_MS = 600;
+/** How many recent marks set how far ahead the next ones are marked. */
+const MARK_SAMPLES = 64;
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 const now = () => Date.now();
@@ -73,7 +77,15 @@ class Scheduler {
   private readonly hooks: SchedulerHooks;
   private readonly jobs = new Map<string, Job>();
   private leaseRev = 0;
+  /** The lease revision this leadership began with: a tick marked under an earlier one is over. */
+  private leadRev = 0;
   private leaseValidUntil = 0;
+  /** Aborted when this leadership ends: every call it made ends with it (DESIGN §6, docs/scheduler.md). */
+  private leadership = new AbortController();
+  /** Recent durations of a tick's mark (its compare-and-set), newest last. */
+  private readonly marks: number[] = [];
+  /** How far ahead of its moment a tick is marked, from the recent marks. */
+  private premarkMs = PREMARK_MS;
   private leading = false;
   private closed = false;
   private loop: Promise<void> = Promise.resolve();
@@ -104,6 +116,9 @@ class Scheduler {
   start(): void {
     const every = Math.max(200, Math.floor(this.o.leaseTtlMs / 3));
     const step = () => {
+      // a renewal that hangs (a leader election on the bus) must not keep a leadership past its lease
+      if (this.leading && now() >= this.leaseValidUntil)
+        this.stopLeading("the lease was not renewed in time");
       this.loop = this.loop
         .then(() => this.leaseStep())
         .catch((e) => this.o.log(`scheduler: lease step failed: ${String(e)}`));
@@ -145,6 +160,8 @@ class Scheduler {
       }
     }
     this.leaseValidUntil = sent + this.o.leaseTtlMs - this.margin();
+    this.leadRev = this.leaseRev;
+    this.leadership = new AbortController();
     this.leading = true;
     this.o.log(`scheduler: ${this.o.nodeId} leads`);
     await this.lead();
@@ -158,6 +175,8 @@ class Scheduler {
     if (!this.leading) return;
     this.o.log(`scheduler: ${this.o.nodeId} stops leading (${why})`);
     this.leading = false;
+    // its calls end now: the next leader fires the ticks they leave in doubt again at once
+    this.leadership.abort();
     this.stopWatch?.();
     this.stopWatch = undefined;
     this.apps.stop();
@@ -228,8 +247,9 @@ class Scheduler {
     const s = job.state;
     let due: number | null;
     if (s?.running) {
-      // in doubt: a tick started and never ended (its leader died): look again at its deadline
-      due = Date.parse(s.running.deadline);
+      // in doubt: a tick started and never ended. Marked under an earlier leadership, its call is
+      // over (a leadership's calls end with it): fire it again now; else look again at its deadline
+      due = this.ownsRunning(s.running) ? Date.parse(s.running.deadline) : now();
     } else if (s && s.generation === job.def.generation) {
       due = s.next_due === null ? null : Date.parse(s.next_due);
     } else {
@@ -237,7 +257,7 @@ class Scheduler {
       due = nextTick(job.schedule, anchor, anchor);
     }
     if (due === null) return;
-    const wait = Math.max(0, due - PREMARK_MS - now());
+    const wait = Math.max(0, due - this.premarkFor(job, due) - now());
     job.timer = setTimeout(() => this.track(this.fire(job)), Math.min(wait, 2 ** 31 - 1));
   }
 
@@ -343,7 +363,8 @@ class Scheduler {
     let refire = false;
     let tick: number;
     if (state.running) {
-      if (t < Date.parse(state.running.deadline)) return; // still running elsewhere: look again at the deadline
+      // still running under this leadership (its after-write failed): look again at the deadline
+      if (this.ownsRunning(state.running) && t < Date.parse(state.running.deadline)) return;
       // a tick left in doubt by a dead leader: fire it again, once, with the same idempotency key;
       // the ticks that fell due meanwhile are missed (counted, not fired)
       tick = Date.parse(state.running.tick);
@@ -355,7 +376,7 @@ class Scheduler {
           ? Date.parse(state.next_due)
           : nextTick(job.schedule, anchor, anchor);
       if (due === null) return;
-      if (due > t + PREMARK_MS + 5) return; // woke early
+      if (due > t + this.premarkFor(job, due) + 5) return; // woke early
       // down for several periods: fire the latest missed tick once, count the rest
       tick = latestDue(job.schedule, due, Math.max(t, due), anchor);
       const missed = ticksBetween(job.schedule, due - 1, tick - 1, anchor);
@@ -376,13 +397,20 @@ class Scheduler {
       },
     };
     if (!this.isLeader()) return;
+    const leadership = this.leadership.signal;
+    const markedAt = performance.now();
     if (!(await this.writeState(job, running))) return; // another leader moved it: re-arm from what it wrote
-    // marked ahead of its moment (PREMARK_MS): the call leaves on time, not one round trip late
+    this.markTook(performance.now() - markedAt);
+    // marked ahead of its moment (premarkFor): the call leaves on time, not one round trip late
     const early = tick - now();
     if (early > 0) await sleep(early);
+    // a leadership that ended meanwhile makes no call: the tick stays in doubt for the next leader
+    if (leadership.aborted || !this.isLeader()) return;
     const firedAt = now();
     // while this tick runs, later due moments are skipped and counted
-    const result = await this.call(job, tick, refire);
+    const result = await this.call(job, tick, refire, leadership);
+    // cut short because the leadership ended: nothing is recorded, the next leader fires it again
+    if (leadership.aborted) return;
     // every due moment that passed while this tick ran was skipped: ticks never overlap
     const ended = now();
     const skipped = ticksBetween(job.schedule, refire ? t : tick, ended, anchor);
@@ -406,10 +434,34 @@ class Scheduler {
     this.report(job, tick, firedAt, refire, result, after);
   }
 
-  private call(job: Job, tick: number, refire: boolean): Promise<TickResult> {
+  private call(job: Job, tick: number, refire: boolean, leadership: AbortSignal): Promise<TickResult> {
     const { app, name } = job.def;
     this.hooks.onFire?.({ app, job: name, tick: new Date(tick).toISOString(), refire, node: this.o.nodeId });
-    return this.caller.call(job.def, tick);
+    return this.caller.call(job.def, tick, leadership);
+  }
+
+  /** Whether a tick left running was marked under this leadership (else its call is over). */
+  private ownsRunning(r: NonNullable<JobState["running"]>): boolean {
+    return r.leader === this.o.nodeId && r.leader_rev >= this.leadRev;
+  }
+
+  /**
+   * How far ahead of its moment a job's tick is marked: twice the 90th percentile of the recent
+   * marks (a loaded bus makes the compare-and-set slow, and a late mark would make the call late),
+   * at least PREMARK_MS, at most PREMARK_MAX_MS and half the job's period.
+   */
+  private premarkFor(job: Job, due: number): number {
+    const next = nextTick(job.schedule, due, Date.parse(job.def.anchor));
+    const half = next === null ? PREMARK_MAX_MS : Math.max(0, (next - due) / 2);
+    return Math.min(this.premarkMs, half);
+  }
+
+  private markTook(ms: number): void {
+    this.marks.push(ms);
+    if (this.marks.length > MARK_SAMPLES) this.marks.shift();
+    const sorted = [...this.marks].sort((a, b) => a - b);
+    const p90 = sorted[Math.floor((sorted.length - 1) * 0.9)]!;
+    this.premarkMs = Math.round(Math.min(PREMARK_MAX_MS, Math.max(PREMARK_MS, 2 * p90)));
   }
 
   /** Hands the outcome to the app actor (it records it on the job and emits JobRan / JobRunFailed). */
@@ -439,13 +491,16 @@ class Scheduler {
     if (this.tickTimer) clearInterval(this.tickTimer);
     await this.loop.catch(() => {});
     const wasLeading = this.leading;
-    this.stopLeading("shutting down");
+    // no new tick starts (closed); the calls in flight get 5 s to end, then the leadership ends with
+    // those left (aborted: the next leader fires them again at once)
+    for (const j of this.jobs.values()) if (j.timer) clearTimeout(j.timer);
     let t: NodeJS.Timeout | undefined;
     await Promise.race([
       Promise.all([...this.inflight]),
       new Promise<void>((r) => (t = setTimeout(r, 5000))),
     ]);
     clearTimeout(t);
+    this.stopLeading("shutting down");
     await Promise.race([this.reporter.close(), sleep(5000)]);
     this.caller.close();
     if (wasLeading && this.o.bus.connected())

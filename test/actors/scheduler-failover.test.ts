@@ -6,10 +6,11 @@ import { clusterFor } from "../helpers/cluster.js";
 import { call, eventually, get } from "../helpers/infra.js";
 import type { NodeProcess } from "../helpers/processes.js";
 
-test("two nodes, the scheduler leader killed with -9 mid-tick: the other leads within the lease TTL, nothing overlaps, the in-doubt tick is re-fired once with the same Idempotency-Key", async (t) => {
+test("two nodes, the scheduler leader killed with -9 mid-tick: the other leads within the lease TTL, nothing overlaps, the in-doubt tick is re-fired once with the same Idempotency-Key as soon as it leads (not at the tick's deadline)", async (t) => {
   const c = await clusterFor(t, { observer: "observer" });
   const { gw, bus } = c;
-  const env = { SLIPWAY_JOB_TIMEOUT_MS: "2000" };
+  // a deadline far past the takeover (60 s + 5 s): the re-fire must not wait for it
+  const env = { SLIPWAY_JOB_TIMEOUT_MS: "60000" };
   const hits: { idem: string; at: number; closedAt?: number; endedAt?: number }[] = [];
   let inFlight = 0;
   let maxInFlight = 0;
@@ -32,7 +33,7 @@ test("two nodes, the scheduler leader killed with -9 mid-tick: the other leads w
       finish();
     });
     // the first call is held: the leader gets killed while it waits
-    const hold = hits.length === 1 ? 60_000 : 0;
+    const hold = hits.length === 1 ? 120_000 : 0;
     setTimeout(() => {
       hit.endedAt = Date.now();
       finish();
@@ -81,8 +82,11 @@ test("two nodes, the scheduler leader killed with -9 mid-tick: the other leads w
     // the lease expires on the server 10 s after its last renewal at the latest; the other node looks
     // every second: 10 s + one scan step, and room for a loaded machine's late timers
     t.true(Date.now() - killedAt < 10_000 + 5_000, `new leader after ${Date.now() - killedAt} ms`);
-    // the in-doubt tick is re-fired once, with the same key
-    await eventually(async () => hits.filter((h) => h.idem === inDoubt).length >= 2, 20_000, 100);
+    const ledAt = Date.now();
+    // the in-doubt tick is re-fired once, with the same key, as soon as the new leader leads: the dead
+    // leader's leadership, and so its calls, ended before the new one could take the lease
+    await eventually(async () => hits.filter((h) => h.idem === inDoubt).length >= 2, 10_000, 100);
+    t.true(Date.now() - ledAt < 8_000, `re-fired ${Date.now() - ledAt} ms after the new leader led`);
     await eventually(async () => hits.length >= 5, 10_000, 100); // and the job goes on
     t.is(hits.filter((h) => h.idem === inDoubt).length, 2, "re-fired exactly once");
     t.is(maxInFlight, 1, "no two callbacks at once");
@@ -98,6 +102,94 @@ test("two nodes, the scheduler leader killed with -9 mid-tick: the other leads w
     t.is(evs.length, 1);
     t.is(evs[0].type, "JobRan");
     t.is(`held:${evs[0].data.due_at}`, inDoubt);
+  } finally {
+    for (const n of nodes) await c.stopNode(n.id, { kill: true });
+  }
+});
+
+/**
+ * A leader that is alive but loses its lease (here another holder takes it on its revision) ends
+ * the calls its leadership made, at its next renewal: the tick stays in doubt, and the next leader
+ * fires it again at once. The call never overlaps the re-fire.
+ */
+test("a live scheduler leader that loses its lease ends its calls in flight; the next leader re-fires the tick once, never while the first call runs", async (t) => {
+  const c = await clusterFor(t, { observer: "observer" });
+  const { gw, bus } = c;
+  const env = { SLIPWAY_JOB_TIMEOUT_MS: "60000" };
+  const hits: { idem: string; at: number; closedAt?: number }[] = [];
+  let inFlight = 0;
+  let maxInFlight = 0;
+  const server = createServer((req, res) => {
+    const hit: { idem: string; at: number; closedAt?: number } = {
+      idem: String(req.headers["idempotency-key"]),
+      at: Date.now(),
+    };
+    hits.push(hit);
+    inFlight++;
+    maxInFlight = Math.max(maxInFlight, inFlight);
+    let done = false;
+    const finish = () => {
+      if (done) return;
+      done = true;
+      inFlight--;
+    };
+    req.on("close", () => {
+      hit.closedAt = Date.now();
+      finish();
+    });
+    const hold = hits.length === 1 ? 120_000 : 0;
+    setTimeout(() => {
+      finish();
+      if (!res.destroyed) res.writeHead(200).end("ok");
+    }, hold);
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  c.onClose(() => {
+    server.closeAllConnections();
+    server.close();
+  });
+  const url = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+  const nodes: NodeProcess[] = [];
+  try {
+    nodes.push(await c.spawnNode("lsa", { env }));
+    nodes.push(await c.spawnNode("lsb", { env }));
+    const leaderOf = async () => {
+      const e = await bus.kv.leases.get(keys.schedulerLease);
+      return e && e.operation === "PUT" ? e : undefined;
+    };
+    const first = (await eventually(leaderOf, 15_000)).string();
+    const app = `l${randomUUID().slice(0, 8)}`;
+    t.is((await call(gw.controlUrl, "initialize-app", { name: app, base_url: url })).status, 200);
+    t.is(
+      (
+        await call(gw.controlUrl, "schedule-job", {
+          app,
+          name: "held",
+          target_path: "/cron/held",
+          every: "1s",
+        })
+      ).status,
+      200,
+    );
+    await eventually(async () => hits.length >= 1, 10_000);
+    // the lease moves to a holder that never renews it: the leader learns at its next renewal
+    const cur = (await leaderOf())!;
+    await bus.kv.leases.update(keys.schedulerLease, "intruder", cur.revision);
+    const tookAt = Date.now();
+    const inDoubt = hits[0]!.idem;
+    await eventually(async () => hits[0]!.closedAt !== undefined, 10_000, 50);
+    t.true(hits[0]!.closedAt! - tookAt < 6_000, "the first leader ended its call within a renewal period");
+    t.true(
+      nodes.every((n) => n.child.exitCode === null && n.child.signalCode === null),
+      "the first leader's process is alive: it ended the call itself",
+    );
+    // the intruder's lease expires; the next leader re-fires the tick once, then the job goes on
+    await eventually(async () => hits.filter((h) => h.idem === inDoubt).length >= 2, 25_000, 100);
+    await eventually(async () => hits.length >= 4, 10_000, 100);
+    t.is(hits.filter((h) => h.idem === inDoubt).length, 2, "re-fired exactly once");
+    t.is(maxInFlight, 1, "no two callbacks at once");
+    t.true(hits.filter((h) => h.idem === inDoubt)[1]!.at >= hits[0]!.closedAt!);
+    t.truthy(first);
   } finally {
     for (const n of nodes) await c.stopNode(n.id, { kill: true });
   }

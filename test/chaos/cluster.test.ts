@@ -1,6 +1,8 @@
 import anyTest, { type ExecutionContext, type TestFn } from "ava";
 import { randomBytes } from "node:crypto";
+import { mkdirSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:http";
+import { join } from "node:path";
 import { monitorEventLoopDelay } from "node:perf_hooks";
 import { timeOfId } from "../../proto/ids.js";
 import { STREAMS, subjects } from "../../proto/subjects.js";
@@ -497,6 +499,12 @@ test.before(async (t) => {
 
 test.after.always(async (t) => {
   await t.context.load?.stop().catch(() => {});
+  // CHAOS_LOG_DIR=<dir>: every platform process's output kept there, to read what each did
+  const logDir = process.env.CHAOS_LOG_DIR;
+  if (logDir && t.context.c) {
+    mkdirSync(logDir, { recursive: true });
+    for (const n of t.context.c.names) writeFileSync(join(logDir, `${n}.log`), t.context.c.out(n));
+  }
   await t.context.c?.close();
   if (t.context.target) {
     t.context.target.server.closeAllConnections();
