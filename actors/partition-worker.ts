@@ -9,7 +9,7 @@ import {
   STREAMS,
   subjects,
 } from "../proto/mod.js";
-import { type Bus, isTransientBusError, kvKeys, type Vault } from "../store/mod.js";
+import { type Bus, isTransientBusError, kvKeys, PULL_EXPIRES_MS, type Vault } from "../store/mod.js";
 import { commandRead } from "../effects/mod.js";
 import { type ActorHost, AppActor, type Decided } from "./app-actor.js";
 import type { PlatformUrls } from "./context.js";
@@ -128,7 +128,7 @@ export class PartitionWorker {
         ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: offset + 1 }
         : { deliver_policy: DeliverPolicy.All }),
     });
-    const msgs = await consumer.consume({ max_messages: 256 });
+    const msgs = await consumer.consume({ max_messages: 256, expires: PULL_EXPIRES_MS });
     this.reading = true;
     this.stopFn = () => {
       this.reading = false;

@@ -1,6 +1,6 @@
 import type { TemplatedApp, WebSocket } from "uWebSockets.js";
 import { AckPolicy, type Consumer, DeliverPolicy } from "@nats-io/jetstream";
-import type { Bus } from "../store/mod.js";
+import { type Bus, PULL_EXPIRES_MS } from "../store/mod.js";
 import {
   check,
   PlatformError,
@@ -115,7 +115,7 @@ export async function openFeed(
   let msgs: Awaited<ReturnType<Consumer["consume"]>>;
   try {
     const consumer = await bus.js.consumers.get(STREAMS.events, name);
-    msgs = await consumer.consume({ max_messages: 256 });
+    msgs = await consumer.consume({ max_messages: 256, expires: PULL_EXPIRES_MS });
   } catch (e) {
     void drop();
     throw e;
