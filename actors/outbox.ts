@@ -2,6 +2,7 @@ import { lstat, mkdir, realpath } from "node:fs/promises";
 import { dirname, join, relative, resolve, sep } from "node:path";
 import {
   BUCKETS,
+  COMMAND_DEDUP_MS,
   encode,
   type FoldedLog,
   keys,
@@ -10,9 +11,10 @@ import {
   type Outbox,
   PlatformError,
   type SideEffect,
+  STREAMS,
   subjects,
 } from "../proto/mod.js";
-import { appendLog, type Bus } from "../store/mod.js";
+import { appendLog, type Bus, readStream } from "../store/mod.js";
 import type { Sealer } from "./sealer.js";
 import { writeNoFollow } from "./workspace-files.js";
 
@@ -56,8 +58,10 @@ export async function writeOutbox(
       a.record ? pub.kvPut(BUCKETS.apps, a.key, encode(a.record)) : pub.kvDelete(BUCKETS.apps, a.key),
     );
   const { folded, streamed } = foldLogs(outbox);
+  const stored = reapply ? await storedAlready(host.bus, outbox) : NOTHING_STORED;
   outbox.events.forEach((ev, i) => {
     const lines = folded.get(i);
+    if (stored.has(`${outbox.command_id}/${i}`)) return;
     jobs.push(
       pub.publish(subjects.event(ev.app_id, ev.resource_type, ev.type), encode(ev), {
         msgId: `${outbox.command_id}/${i}`,
@@ -67,6 +71,7 @@ export async function writeOutbox(
   });
   for (const i of streamed) {
     const l = outbox.logs[i]!;
+    if (stored.has(`${outbox.command_id}/log/${i}`)) continue;
     jobs.push(
       appendLog(
         host.bus,
@@ -92,6 +97,38 @@ export async function writeOutbox(
   }
   await Promise.all(jobs);
   return revisions;
+}
+
+const NOTHING_STORED: ReadonlySet<string> = new Set();
+/** An outbox re-applied this long after its turn may be past the streams' duplicate window. */
+const DEDUP_TRUSTED_MS = COMMAND_DEDUP_MS - 30_000;
+/** Messages stored this long before an outbox's turn are read too (clocks of two machines). */
+const CLOCK_SLACK_MS = 30_000;
+
+/**
+ * The message ids of an outbox's events and streamed log lines already in their streams, for an
+ * outbox re-applied after the streams' duplicate window (2 minutes) might have forgotten them: a
+ * takeover long after a crash (`up` started again minutes after a kill -9) would otherwise store the
+ * last batch's events a second time. Within the window the streams drop the copies themselves.
+ */
+async function storedAlready(bus: Bus, outbox: Outbox): Promise<ReadonlySet<string>> {
+  // an outbox without its time (an older version's) is written as before
+  const at = outbox.at ? Date.parse(outbox.at) : Number.NaN;
+  if (!Number.isFinite(at) || Date.now() - at < DEDUP_TRUSTED_MS) return NOTHING_STORED;
+  const since = new Date(at - CLOCK_SLACK_MS);
+  const ids = new Set<string>();
+  const read = async (stream: string, filter: string) => {
+    for await (const m of readStream(bus, stream, filter, { startTime: since })) {
+      const id = m.headers?.get("Nats-Msg-Id");
+      if (id?.startsWith(`${outbox.command_id}/`)) ids.add(id);
+    }
+  };
+  for (const app of new Set(outbox.events.map((e) => e.app_id)))
+    await read(STREAMS.events, subjects.eventsOfApp(app));
+  const { streamed } = foldLogs(outbox);
+  for (const rid of new Set(streamed.map((i) => outbox.logs[i]!.resource_id)))
+    await read(STREAMS.logs, subjects.log(rid));
+  return ids;
 }
 
 /**

@@ -10,13 +10,22 @@ export async function* readStream(
   bus: Bus,
   stream: string,
   filter: string,
-  opts: { follow?: boolean; done?: () => Promise<boolean>; signal?: AbortSignal; startSeq?: number } = {},
+  opts: {
+    follow?: boolean;
+    done?: () => Promise<boolean>;
+    signal?: AbortSignal;
+    startSeq?: number;
+    /** From the first message stored at or after this time. */
+    startTime?: Date;
+  } = {},
 ): AsyncGenerator<JsMsg> {
   const consumer = await bus.js.consumers.get(stream, {
     filter_subjects: filter,
     ...(opts.startSeq
       ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: opts.startSeq }
-      : { deliver_policy: DeliverPolicy.All }),
+      : opts.startTime
+        ? { deliver_policy: DeliverPolicy.StartTime, opt_start_time: opts.startTime.toISOString() }
+        : { deliver_policy: DeliverPolicy.All }),
   });
   try {
     yield* drain(consumer, opts);
