@@ -178,9 +178,11 @@ export class PartitionWorker {
 
   /**
    * The facts of a command, read once the app's workspace is checked against its stored bundle
-   * (restored when missing or behind: actors/workspace-bundles.ts): before the app's first command
-   * since this worker took the partition (the node takes the app over), and before each command
-   * that reads or changes the workspace. An app's later commands wait for its check in progress.
+   * (restored when missing or behind: actors/workspace-bundles.ts) when the command reads or
+   * changes the workspace. The app's first command since this worker took the partition (the node
+   * takes the app over) starts a check too, but a command that does not touch the workspace (a
+   * set-secret) does not wait for it: a takeover's first writes are not held behind a git clone.
+   * An app's workspace commands wait for its check in progress.
    */
   private factsAfterWorkspace(cmd: Command): Promise<Facts> {
     const restore = this.node.restoreWorkspace?.bind(this.node);
@@ -188,15 +190,15 @@ export class PartitionWorker {
     const app = cmd.app;
     const first = !this.seen.has(app);
     this.seen.add(app);
+    const touches = touchesWorkspace(cmd);
+    if (!first && !touches) return this.node.factsFor(cmd);
     const before = this.workspaceChecks.get(app);
-    if (!first && !touchesWorkspace(cmd))
-      return before ? before.then(() => this.node.factsFor(cmd)) : this.node.factsFor(cmd);
     const check = (before ?? Promise.resolve()).then(() => restore(app)).catch(() => undefined);
     this.workspaceChecks.set(app, check);
     void check.then(() => {
       if (this.workspaceChecks.get(app) === check) this.workspaceChecks.delete(app);
     });
-    return check.then(() => this.node.factsFor(cmd));
+    return touches ? check.then(() => this.node.factsFor(cmd)) : this.node.factsFor(cmd);
   }
 
   private queue(app: string): Entry[] {

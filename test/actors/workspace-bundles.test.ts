@@ -238,10 +238,14 @@ test("a wiped workspace: the node restores it from the bundle before inspect rea
     const p2 = await startTestPlatform(nats, { workspaceRoot: workspaces, nodeId: "n-takeover" });
     platforms.push(p2);
     // the app's first command on the new node, one that does not read the workspace: the node
-    // restores it before that command's turn, as it takes the app over
+    // starts the restore as it takes the app over (that command does not wait for it)
     const secret = await call(p2.controlUrl, "set-secret", { app, name: "K", value: "v" });
     t.is(secret.status, 200, secret.text);
-    t.is(await headCommit(ws), head, "restored at the takeover");
+    t.is(
+      await eventually(async () => ((await headCommit(ws)) === head ? head : undefined), 15_000),
+      head,
+      "restored at the takeover",
+    );
     const after = await call(p2.controlUrl, "inspect", { app, type: "scripts" });
     t.is(after.status, 200, after.text);
     t.deepEqual(after.body.result, before.body.result);

@@ -504,6 +504,13 @@ test.after.always(async (t) => {
   if (logDir && t.context.c) {
     mkdirSync(logDir, { recursive: true });
     for (const n of t.context.c.names) writeFileSync(join(logDir, `${n}.log`), t.context.c.out(n));
+    const when = (ms: number) => new Date(ms).toISOString().slice(11, 23);
+    writeFileSync(
+      join(logDir, "phases.txt"),
+      t.context.phases
+        .map((p) => `${when(p.start)} start, ${when(p.faultAt)} fault, ${when(p.end ?? 0)} end: ${p.name}\n`)
+        .join(""),
+    );
   }
   await t.context.c?.close();
   if (t.context.target) {

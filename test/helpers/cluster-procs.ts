@@ -57,6 +57,8 @@ export async function startClusterProcs(opts: ClusterProcsOptions = {}): Promise
   const dirs: string[] = [];
   const procs = new Map<string, SlipwaydProcess | undefined>();
   const lastOut = new Map<string, string>();
+  /** Output of the earlier lives of a process started again. */
+  const earlier = new Map<string, string>();
   let nats: TestNatsCluster | undefined;
   let admin: Bus | undefined;
   let bundle: { file: string; dispose(): void } | undefined;
@@ -85,6 +87,11 @@ export async function startClusterProcs(opts: ClusterProcsOptions = {}): Promise
       const spec = specs.get(name);
       if (!spec) throw new Error(`no process ${name}`);
       if (procs.get(name)) throw new Error(`${name} runs already`);
+      const before = lastOut.get(name);
+      if (before !== undefined) {
+        earlier.set(name, `${earlier.get(name) ?? ""}${before}--- ${name} started again ---\n`);
+        lastOut.delete(name);
+      }
       const p = spawnSlipwayd(spec.args, spec.env, bundle?.file);
       procs.set(name, p);
       try {
@@ -148,7 +155,8 @@ export async function startClusterProcs(opts: ClusterProcsOptions = {}): Promise
         const e = await observer.kv.leases.get(keys.schedulerLease);
         return e && e.operation === "PUT" ? e.string() : undefined;
       },
-      out: (name) => procs.get(name)?.out() ?? lastOut.get(name) ?? "",
+      // every life of the process: a restarted one's output follows its killed one's
+      out: (name) => `${earlier.get(name) ?? ""}${procs.get(name)?.out() ?? lastOut.get(name) ?? ""}`,
       close,
     };
   } catch (e) {

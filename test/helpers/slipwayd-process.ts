@@ -63,11 +63,15 @@ export function spawnSlipwayd(args: string[], env: NodeJS.ProcessEnv, entry?: st
   const withPorts = { SLIPWAY_HTTP_PORT: "0", SLIPWAY_HTTPS_PORT: "0", ...env };
   const child = spawn(cmd!, rest, { env: withPorts, stdio: ["ignore", "pipe", "pipe"] });
   let out = "";
+  // CHAOS_LOG_DIR (the chaos suite keeps every process's output): each line with its time of day
+  const stamp = process.env.CHAOS_LOG_DIR
+    ? (s: string) => s.replace(/^(?=.)/gm, () => `${new Date().toISOString().slice(11, 23)} `)
+    : (s: string) => s;
   // the embedded server's refusals, which slipwayd logs, into a whole run's sweep (test/helpers/infra.ts)
   const refusals = testNatsLog(`slipwayd ${args.join(" ")}`);
-  child.stdout!.on("data", (d: Buffer) => (out += d.toString()));
+  child.stdout!.on("data", (d: Buffer) => (out += stamp(d.toString())));
   child.stderr!.on("data", (d: Buffer) => {
-    out += d.toString();
+    out += stamp(d.toString());
     if (process.env.SLIPWAY_TEST_NATS_VIOLATIONS) refusals(d.toString());
   });
   const exit = new Promise<number | string>((resolve) =>
