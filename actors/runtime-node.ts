@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { resolve, sep } from "node:path";
-import { type Bus, kvKeys, type Vault } from "../store/mod.js";
+import { type Bus, isCasConflict, kvKeys, type Vault } from "../store/mod.js";
 import {
   AppRecordSchema,
   BUCKETS,
@@ -46,6 +46,10 @@ export class RuntimeNode implements WorkerHost {
   private timer: NodeJS.Timeout | undefined;
   private closed = false;
   private ticking: Promise<void> = Promise.resolve();
+  /** A balancing tick runs (the next interval does not queue another behind it). */
+  private tickBusy = false;
+  /** The renewals in flight: they run beside a balancing tick, never behind it. */
+  private renewing: Promise<void> | undefined;
   /** Moves on when the bus returns: a tick of an older generation stops at its next step. */
   private tickGen = 0;
   readonly tasks: TaskRunner;
@@ -181,6 +185,7 @@ export class RuntimeNode implements WorkerHost {
         // a tick stuck on a request sent before the return would hold the next ones for its
         // time-out: leave it behind (it changes nothing once it wakes) and tick again now
         this.tickGen++;
+        this.renewNow();
         this.ticking = this.tick().catch((e) =>
           this.log(`node ${this.nodeId}: lease tick failed: ${String(e)}`),
         );
@@ -200,11 +205,19 @@ export class RuntimeNode implements WorkerHost {
       await w.start();
     }
     if (!this.instrument.noLeases) {
+      await this.renewLeases();
       await this.tick();
       this.timer = setInterval(() => {
+        // renewals every interval, even while a tick waits on a partition's start
+        this.renewNow();
+        if (this.tickBusy) return;
+        this.tickBusy = true;
         this.ticking = this.ticking
           .then(() => this.tick())
-          .catch((e) => this.log(`node ${this.nodeId}: lease tick failed: ${String(e)}`));
+          .catch((e) => this.log(`node ${this.nodeId}: lease tick failed: ${String(e)}`))
+          .finally(() => {
+            this.tickBusy = false;
+          });
       }, this.tickMs);
     }
   }
@@ -232,30 +245,71 @@ export class RuntimeNode implements WorkerHost {
     return (this.instrument.forcePartitions ?? []).includes(p);
   }
 
-  /** Renews held leases, announces the node, takes free partitions up to a fair share, gives back extras. */
+  /**
+   * Renews a partition's lease on its revision. Another revision there means another node has it:
+   * the worker stops. A time-out or a lost connection says nothing of the lease: the worker goes on
+   * while its lease is valid (its commits check), and the next tick tries again.
+   */
+  private async renew(w: PartitionWorker, stale: () => boolean): Promise<void> {
+    const sent = Date.now();
+    try {
+      w.leaseRevision = await this.bus.kv.leases.update(
+        keys.partitionLease(w.partition),
+        this.nodeId,
+        w.leaseRevision,
+      );
+      w.lastRenewSent = sent;
+      w.leaseValidUntil = sent + this.ttl - this.margin;
+    } catch (e) {
+      if (stale() || this.workers.get(w.partition) !== w) return;
+      if (isCasConflict(e)) {
+        this.log(`node ${this.nodeId}: lost lease of partition ${w.partition}: ${String(e)}`);
+        this.dropWorker(w);
+      } else if (!w.leaseValid()) {
+        this.log(
+          `node ${this.nodeId}: lease of partition ${w.partition} expired while it could not be renewed (${String(e)})`,
+        );
+        this.dropWorker(w);
+      }
+    }
+  }
+
+  /** Starts a round of renewals unless one is in flight. */
+  private renewNow(): void {
+    if (this.renewing || this.closed) return;
+    this.renewing = this.renewLeases()
+      .catch((e) => this.log(`node ${this.nodeId}: lease renewal failed: ${String(e)}`))
+      .finally(() => {
+        this.renewing = undefined;
+      });
+  }
+
+  /**
+   * Announces the node and renews the leases due (a quarter of the TTL since the last renewal),
+   * all at once: during a leader election of the leases stream each waits out its time-out, and one
+   * after the other, or behind a partition's start, they would outlast the leases they renew.
+   */
+  private async renewLeases(): Promise<void> {
+    if (this.closed || !this.bus.connected()) return;
+    const gen = this.tickGen;
+    const stale = () => gen !== this.tickGen || this.closed;
+    const now = Date.now();
+    const due = [...this.workers.values()].filter(
+      (w) => !this.forced(w.partition) && now - w.lastRenewSent >= this.ttl / 4,
+    );
+    const [announced] = await Promise.allSettled([
+      this.bus.kv.leases.put(keys.nodeLease(this.nodeId), String(now)),
+      Promise.all(due.map((w) => this.renew(w, stale))),
+    ]);
+    if (announced.status === "rejected") throw announced.reason;
+  }
+
+  /** Sees which nodes live, takes free partitions up to a fair share, gives back extras. */
   private async tick(): Promise<void> {
     if (this.closed || !this.bus.connected()) return;
     const gen = this.tickGen;
     const stale = () => gen !== this.tickGen || this.closed;
     const kv = this.bus.kv.leases;
-    const now = Date.now();
-    await kv.put(keys.nodeLease(this.nodeId), String(now));
-    if (stale()) return;
-    // renew at about a third of the TTL
-    for (const w of this.workers.values()) {
-      if (this.forced(w.partition)) continue;
-      if (now - w.lastRenewSent < this.ttl / 3) continue;
-      const sent = Date.now();
-      try {
-        w.leaseRevision = await kv.update(keys.partitionLease(w.partition), this.nodeId, w.leaseRevision);
-        w.lastRenewSent = sent;
-        w.leaseValidUntil = sent + this.ttl - this.margin;
-      } catch (e) {
-        if (stale()) return;
-        this.log(`node ${this.nodeId}: lost lease of partition ${w.partition}: ${String(e)}`);
-        this.dropWorker(w);
-      }
-    }
     // who is alive, and what is free
     const nodes = new Set<string>();
     const held = new Set<number>();
@@ -338,6 +392,7 @@ export class RuntimeNode implements WorkerHost {
     this.closed = true;
     if (this.timer) clearInterval(this.timer);
     await this.ticking.catch(() => {});
+    await this.renewing;
     // long work ends as failed now, at shutdown, not at the next boot: its end is applied by this
     // node's own actors before the partitions are handed back
     const ends = await this.tasks.stopAll();
