@@ -52,7 +52,12 @@ export class AppDirectory {
   }
 
   /** `onBaseUrl`: an app that had no base URL (or was not known yet) has one now (its paused jobs resume). */
-  async start(log: (m: string) => void, onBaseUrl: (app: string) => void = () => {}): Promise<void> {
+  /** `onEnd`: the watch ended by itself (not by `stop()`). */
+  async start(
+    log: (m: string) => void,
+    onBaseUrl: (app: string) => void = () => {},
+    onEnd: (e?: unknown) => void = () => {},
+  ): Promise<void> {
     const w = await this.bus.kv.apps.watch();
     this.stopWatch = () => w.stop();
     (async () => {
@@ -61,7 +66,13 @@ export class AppDirectory {
         this.learn(e);
         if (this.apps.get(e.key)?.baseUrl && !before?.baseUrl) onBaseUrl(e.key);
       }
-    })().catch((e) => log(`scheduler: apps watch ended: ${String(e)}`));
+    })().then(
+      () => onEnd(),
+      (e) => {
+        log(`scheduler: apps watch ended: ${String(e)}`);
+        onEnd(e);
+      },
+    );
   }
 
   stop(): void {

@@ -164,7 +164,13 @@ class Scheduler {
     this.leadership = new AbortController();
     this.leading = true;
     this.o.log(`scheduler: ${this.o.nodeId} leads`);
-    await this.lead();
+    try {
+      await this.lead();
+    } catch (e) {
+      // a leader without its watches would hold the lease and fire nothing: it steps down, and
+      // the next step takes the lease back (it is still this node's) and loads the jobs again
+      this.stopLeading(`could not load the jobs: ${String(e)}`);
+    }
   }
 
   private margin(): number {
@@ -186,7 +192,12 @@ class Scheduler {
 
   /** Becomes leader: loads every job and its state from a watch, then arms timers (catching up once). */
   private async lead(): Promise<void> {
-    await this.apps.start(this.o.log, (app) => this.resume(app));
+    const leadership = this.leadership.signal;
+    const ended = (what: string) => (e?: unknown) => {
+      if (leadership.aborted || !this.leading) return;
+      this.stopLeading(`the ${what} watch ended${e ? `: ${String(e)}` : ""}`);
+    };
+    await this.apps.start(this.o.log, (app) => this.resume(app), ended("apps"));
     // definitions only (`<app>.<job>`): a tick's run state is this leader's own write, or read back
     // after a compare-and-set that another leader won
     const w = await this.o.bus.kv.jobs.watch({ key: keys.allJobs });
@@ -196,7 +207,7 @@ class Scheduler {
         if (!this.leading) break;
         this.onEntry(e);
       }
-    })().catch((e) => this.o.log(`scheduler: watch ended: ${String(e)}`));
+    })().then(ended("jobs"), ended("jobs"));
   }
 
   /** A job definition was written or deleted. */

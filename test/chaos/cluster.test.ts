@@ -264,7 +264,8 @@ class Load {
           l.inFlight = undefined;
           return;
         }
-        failure = String(r.status);
+        const code = (r.body as { error?: { code?: string } } | undefined)?.error?.code;
+        failure = code ? `${r.status} ${code}` : String(r.status);
         if (!RETRYABLE.has(r.status)) {
           w.rejected = `${r.status} ${JSON.stringify(r.body).slice(0, 300)}`;
           l.inFlight = undefined;
@@ -403,11 +404,17 @@ function worstGap(
       .sort((a, b) => a - b);
     let prev = from;
     for (const a of [...acks, to]) {
-      if (a - prev > best.ms)
+      if (a - prev > best.ms) {
+        // what the app's clients got meanwhile: the writes acknowledged at the gap's end, their failed tries
+        const tries: Record<string, number> = {};
+        for (const w of writes)
+          if (w.app === app && w.ackedAt === a)
+            for (const [k, n] of Object.entries(w.failures)) tries[k] = (tries[k] ?? 0) + n;
         best = {
           ms: a - prev,
-          text: `${app}, no write acknowledged from +${((prev - from) / 1000).toFixed(1)} s to +${((a - from) / 1000).toFixed(1)} s`,
+          text: `${app}, no write acknowledged from +${((prev - from) / 1000).toFixed(1)} s to +${((a - from) / 1000).toFixed(1)} s (${new Date(prev).toISOString().slice(11, 23)} to ${new Date(a).toISOString().slice(11, 23)}; failed tries of the write that ended it: ${JSON.stringify(tries)})`,
         };
+      }
       prev = a;
     }
   }
