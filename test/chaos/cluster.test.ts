@@ -35,8 +35,12 @@ const STEADY_MS = 5_000;
 const REQUEST_TIMEOUT_MS = 10_000;
 /** A tick in doubt (its leader died) is fired again this long after it started (DESIGN §6). */
 const JOB_TIMEOUT_MS = 20_000;
-/** How long writes of every app may take to succeed again after a fault before it counts as never. */
-const RECOVERY_MS = 60_000;
+/**
+ * How long writes of every app may take to succeed again after a fault before it counts as never.
+ * The outage itself is measured and printed, not bounded: after a nats-server's kill -9 on this
+ * 2-core machine, with ten processes on it, it has taken 10 to 70 s (docs/cluster.md).
+ */
+const RECOVERY_MS = 120_000;
 
 interface Write {
   app: string;
@@ -598,7 +602,7 @@ async function phase(
   name: string,
   fault: (ph: Phase) => Promise<void>,
 ): Promise<void> {
-  t.timeout(240_000);
+  t.timeout(360_000);
   const ctx = t.context;
   const { load, apps, jobs, target } = ctx;
   load.phase = ctx.phases.length;
