@@ -17,6 +17,8 @@ export interface Seeded {
   eventsS: number;
   /** The last resource written (its key's revision is the bucket's last): a reader holding it holds all. */
   last: { app: string; type: string; id: string };
+  /** The id of the last event written (the newest: ids sort by time). */
+  lastEvent: string | undefined;
 }
 
 /** Publishes `n` messages `window` at a time (each window's acks awaited together). */
@@ -70,6 +72,7 @@ export async function seedStore(
   const t1 = performance.now();
   step = Math.max(1, Math.floor(opts.events / 10));
   const run = randomUUID().slice(0, 8);
+  let lastEvent: string | undefined;
   await pipelined(opts.events, window, (i) => {
     const r = ids[i % ids.length]!;
     const ev: PlatformEvent = {
@@ -82,6 +85,7 @@ export async function seedStore(
       actor: { type: "builder", id: "bench" },
       data: { name: `SEED_${i % ids.length}`, version: 1 + Math.floor(i / ids.length) },
     };
+    lastEvent = ev.id;
     if (i % step === 0 && i > 0) progress(`   events: ${i}`);
     return bus.pub.publish(subjects.event(r.app, "Secret", "SecretSet"), encode(ev), {
       msgId: `seed-${run}-${i}/0`,
@@ -94,5 +98,6 @@ export async function seedStore(
     resourcesS,
     eventsS: (performance.now() - t1) / 1000,
     last: { app: last.app, type: "Secret", id: last.id },
+    lastEvent,
   };
 }
