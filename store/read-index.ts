@@ -1,6 +1,7 @@
 import { Level } from "level";
 import { DeliverPolicy } from "@nats-io/jetstream";
 import type { Bus } from "./bus.js";
+import { Batcher, Recent } from "./read-index-batch.js";
 import {
   check,
   CodecError,
@@ -81,6 +82,20 @@ function eventIndexKeys(ev: PlatformEvent): string[] {
   return [`y!all!${s}`, `y!a!${ev.app_id}!${s}`, `y!r!${ev.resource_id}!${s}`];
 }
 
+/** An entry of the resources bucket's watch: its JSON (null: a deletion) at a revision. */
+interface Watched {
+  key: string;
+  raw: string | null;
+  rev: number;
+}
+
+/** A message of the events stream: its JSON, the log lines riding on it, its sequence. */
+interface FedEvent {
+  json: string;
+  folded: string | undefined;
+  seq: number;
+}
+
 export class ReadIndex {
   private readonly db: Level<string, string>;
   private stopped = false;
@@ -92,12 +107,22 @@ export class ReadIndex {
   /** Writes in progress, by what they write (a resource id, an event id): writes of one key run in order. */
   private readonly chains = new Map<string, Promise<unknown>>();
   /** Recent resource states by id (a read needs no LevelDB get when it hits). Bounded. */
-  private readonly docs = new Map<string, StoredResource>();
+  private readonly docs = new Recent<StoredResource>(25_000);
   /** The feeds' positions last saved, and the timer that saves them. */
   private saved = { rev: 0, seq: 0 };
   private positionTimer: NodeJS.Timeout | undefined;
   /** Recently indexed event ids: an event arrives twice (the answer, then the feed). */
-  private readonly seenEvents = new Set<string>();
+  private readonly seenEvents = new Recent<true>(5_000);
+  private log: (msg: string) => void = () => {};
+  /** The feeds' entries on their way into LevelDB (many to a batch). */
+  private readonly watched = new Batcher<Watched>(
+    (items) => this.applyWatchedBatch(items),
+    (e) => this.log(`read index: resources not written: ${String(e)}`),
+  );
+  private readonly fed = new Batcher<FedEvent>(
+    (items) => this.applyEventBatch(items),
+    (e) => this.log(`read index: events not written: ${String(e)}`),
+  );
 
   private constructor(db: Level<string, string>) {
     this.db = db;
@@ -128,19 +153,25 @@ export class ReadIndex {
     return p;
   }
 
+  /** {@link serial} over several keys at once: `fn` runs once every earlier write of any of them is done. */
+  private serialMany<T>(keys: string[], fn: () => Promise<T>): Promise<T> {
+    const before: Promise<unknown>[] = [];
+    for (const k of keys) {
+      const c = this.chains.get(k);
+      if (c) before.push(c);
+    }
+    const p = (before.length ? Promise.all(before) : Promise.resolve()).then(fn, fn);
+    const tail = p.catch(() => {});
+    for (const k of keys) this.chains.set(k, tail);
+    void tail.then(() => {
+      for (const k of keys) if (this.chains.get(k) === tail) this.chains.delete(k);
+    });
+    return p;
+  }
+
   /** Applies a resource document (or its deletion) at a KV revision. Older revisions are ignored. */
   applyResource(key: string, doc: Resource | null, rev: number): Promise<void> {
     return this.store(key, { rev, doc });
-  }
-
-  /**
-   * Applies an entry of the resources bucket's watch: its JSON (null: a deletion) is parsed and
-   * checked only when the index does not hold it already. The write an early answer announced is
-   * already held: only its revision is learned (in memory; the stored entry stays "after r", which
-   * orders the same against every revision of the key but r).
-   */
-  applyWatched(key: string, raw: string | null, rev: number): Promise<void> {
-    return this.store(key, { rev, raw });
   }
 
   /**
@@ -152,27 +183,14 @@ export class ReadIndex {
     return this.store(key, { rev: after, doc, after: true });
   }
 
-  private store(
-    key: string,
-    incoming: { rev: number; after?: true } & ({ doc: Resource | null } | { raw: string | null }),
-  ): Promise<void> {
+  private store(key: string, incoming: { rev: number; doc: Resource | null; after?: true }): Promise<void> {
     const parsed = parseResourceKey(key);
     if (!parsed) return Promise.resolve();
     return this.serial(`r!${parsed.id}`, async () => {
       const existing = await this.stored(parsed.id, true);
       const at: StoredResource = { rev: incoming.rev, doc: null, ...(incoming.after ? { after: true } : {}) };
       if (existing && order(existing) >= order(at)) return;
-      let doc: Resource | null;
-      if ("raw" in incoming) {
-        if (existing?.after && sameDoc(existing.doc, incoming.raw)) {
-          this.cache(parsed.id, { rev: incoming.rev, doc: existing.doc });
-          return;
-        }
-        doc =
-          incoming.raw === null
-            ? null
-            : (check(ResourceSchema, JSON.parse(incoming.raw), `resource ${key}`) as Resource);
-      } else doc = incoming.doc;
+      const doc = incoming.doc;
       const stored: StoredResource = { ...at, doc };
       const batch = this.db.batch();
       // an update keeps its index entries (same app, type, owner and id): only what changed is written
@@ -186,9 +204,84 @@ export class ReadIndex {
     });
   }
 
+  /**
+   * Applies entries of the resources bucket's watch, in revision order, in one LevelDB batch: each
+   * JSON (null: a deletion) is parsed and checked only when the index does not hold it already. The
+   * write an early answer announced is already held: only its revision is learned (in memory; the
+   * stored entry stays "after r", which orders the same against every revision of the key but r).
+   * An entry that is no resource is logged and skipped.
+   */
+  private applyWatchedBatch(items: Watched[]): Promise<void> {
+    const entries: (Watched & { id: string })[] = [];
+    for (const it of items) {
+      const parsed = parseResourceKey(it.key);
+      if (parsed) entries.push({ ...it, id: parsed.id });
+    }
+    const ids = [...new Set(entries.map((e) => e.id))];
+    return this.serialMany(
+      ids.map((id) => `r!${id}`),
+      async () => {
+        // the states held before the batch, then as the batch moves them
+        const before = new Map<string, StoredResource | undefined>();
+        const missing: string[] = [];
+        for (const id of ids) {
+          const hit = this.docs.get(id);
+          if (hit) before.set(id, hit);
+          else missing.push(id);
+        }
+        if (missing.length > 0) {
+          const raws = await this.db.getMany(missing.map((id) => `r!${id}`));
+          missing.forEach((id, i) => {
+            const raw = raws[i];
+            before.set(id, raw ? (JSON.parse(raw) as StoredResource) : undefined);
+          });
+        }
+        const now = new Map(before);
+        /** What to store of each id the batch changes (undefined: learned in memory only). */
+        const writes = new Map<string, string | undefined>();
+        for (const e of entries) {
+          const existing = now.get(e.id);
+          if (existing && order(existing) >= e.rev * 2) continue;
+          if (existing?.after && sameDoc(existing.doc, e.raw)) {
+            now.set(e.id, { rev: e.rev, doc: existing.doc });
+            if (!writes.has(e.id)) writes.set(e.id, undefined);
+            continue;
+          }
+          let doc: Resource | null = null;
+          if (e.raw !== null) {
+            try {
+              doc = check(ResourceSchema, JSON.parse(e.raw), `resource ${e.key}`) as Resource;
+            } catch (err) {
+              this.log(
+                `read index: skipped resource ${e.key}: ${err instanceof CodecError ? err.message : String(err)}`,
+              );
+              continue;
+            }
+          }
+          now.set(e.id, { rev: e.rev, doc });
+          // the watched JSON is the document's (checked above): stored as it came, not serialized again
+          writes.set(e.id, `{"rev":${e.rev},"doc":${e.raw ?? "null"}}`);
+        }
+        const batch = this.db.batch();
+        for (const [id, value] of writes) {
+          if (value === undefined) continue;
+          // an update keeps its index entries (same app, type, owner and id): only what changed is written
+          const was = before.get(id)?.doc;
+          const is = now.get(id)!.doc;
+          const old = was ? resourceIndexKeys(was) : [];
+          const next = is ? resourceIndexKeys(is) : [];
+          for (const k of old) if (!next.includes(k)) batch.del(k);
+          batch.put(`r!${id}`, value);
+          for (const k of next) if (!old.includes(k)) batch.put(k, id);
+        }
+        if (batch.length > 0) await batch.write();
+        else await batch.close();
+        for (const id of writes.keys()) this.cache(id, now.get(id)!);
+      },
+    );
+  }
+
   private cache(id: string, s: StoredResource): void {
-    this.docs.delete(id);
-    if (this.docs.size >= 50_000) this.docs.delete(this.docs.keys().next().value!);
     this.docs.set(id, s);
   }
 
@@ -207,8 +300,7 @@ export class ReadIndex {
   applyEvent(ev: PlatformEvent, lines: readonly LogLine[] = []): Promise<void> {
     return this.serial(`e!${ev.id}`, async () => {
       if (this.seenEvents.has(ev.id)) return;
-      this.seenEvents.add(ev.id);
-      if (this.seenEvents.size > 10_000) this.seenEvents.delete(this.seenEvents.values().next().value!);
+      this.seenEvents.set(ev.id, true);
       const batch = this.db.batch();
       batch.put(`e!${ev.id}`, JSON.stringify(ev));
       for (const k of eventIndexKeys(ev)) batch.put(k, ev.id);
@@ -218,6 +310,38 @@ export class ReadIndex {
       });
       await batch.write();
     });
+  }
+
+  /**
+   * Indexes messages of the events stream in one LevelDB batch, with the log lines riding on them
+   * (`LOG_HEADER`); an event this index holds already (taken from an answer) is passed over, one
+   * that does not parse is logged and skipped. The JSON is stored as it came (checked, not
+   * serialized again).
+   */
+  private async applyEventBatch(items: FedEvent[]): Promise<void> {
+    const batch = this.db.batch();
+    for (const m of items) {
+      try {
+        const raw = JSON.parse(m.json) as { id?: unknown };
+        // an event this index took from an answer comes back on the feed: nothing more to do
+        if (typeof raw.id === "string" && this.seenEvents.has(raw.id)) continue;
+        const ev = check(PlatformEventSchema, raw, `event seq ${m.seq}`);
+        const lines = m.folded
+          ? check(LogLinesSchema, JSON.parse(m.folded), `log lines of event seq ${m.seq}`)
+          : [];
+        this.seenEvents.set(ev.id, true);
+        batch.put(`e!${ev.id}`, m.json);
+        for (const k of eventIndexKeys(ev)) batch.put(k, ev.id);
+        const s = sortKey(ev.id);
+        lines.forEach((l, i) => {
+          batch.put(`l!${ev.resource_id}!${s}${SEP}${String(i).padStart(4, "0")}`, JSON.stringify(l));
+        });
+      } catch (err) {
+        this.log(`read index: skipped event seq ${m.seq}: ${String(err)}`);
+      }
+    }
+    if (batch.length > 0) await batch.write();
+    else await batch.close();
   }
 
   /** The log lines of a resource that rode on its events, oldest first. */
@@ -296,6 +420,7 @@ export class ReadIndex {
    * left off (or from the start when the index is new), until close().
    */
   async follow(bus: Bus, log: (msg: string) => void = () => {}): Promise<void> {
+    this.log = log;
     this.resourcesRev = Number((await this.db.get("meta!resources_rev")) ?? 0);
     this.eventsSeq = Number((await this.db.get("meta!events_seq")) ?? 0);
     this.saved = { rev: this.resourcesRev, seq: this.eventsSeq };
@@ -318,18 +443,20 @@ export class ReadIndex {
       ...(this.resourcesRev > 0 ? { resumeFromRevision: this.resourcesRev + 1 } : {}),
     });
     this.stops.push(() => w.stop());
+    this.watched.onWritten = (items) => {
+      const rev = items.at(-1)!.rev;
+      this.resourcesRev = rev;
+      if (rev >= target) this.initialResources = true;
+    };
     (async () => {
       for await (const e of w) {
         if (this.stopped) break;
-        try {
-          await this.applyWatched(e.key, e.operation === "PUT" ? e.string() : null, e.revision);
-        } catch (err) {
-          log(
-            `read index: skipped resource ${e.key}: ${err instanceof CodecError ? err.message : String(err)}`,
-          );
-        }
-        this.resourcesRev = e.revision;
-        if (e.revision >= target) this.initialResources = true;
+        const full = this.watched.push({
+          key: e.key,
+          raw: e.operation === "PUT" ? e.string() : null,
+          rev: e.revision,
+        });
+        if (full) await full;
       }
     })().catch((err) => log(`read index: resource watch ended: ${String(err)}`));
   }
@@ -342,28 +469,22 @@ export class ReadIndex {
       deliver_policy: this.eventsSeq > 0 ? DeliverPolicy.StartSequence : DeliverPolicy.All,
       ...(this.eventsSeq > 0 ? { opt_start_seq: this.eventsSeq + 1 } : {}),
     });
-    const msgs = await consumer.consume({ max_messages: 512 });
+    const msgs = await consumer.consume({ max_messages: 4096 });
     this.stops.push(() => void msgs.stop());
+    this.fed.onWritten = (items) => {
+      const seq = items.at(-1)!.seq;
+      this.eventsSeq = seq;
+      if (seq >= target) this.initialEvents = true;
+    };
     (async () => {
       for await (const m of msgs) {
         if (this.stopped) break;
-        try {
-          const raw = m.json<{ id?: unknown }>();
-          // an event this index took from an answer comes back on the feed: nothing more to do
-          const known = typeof raw.id === "string" && this.seenEvents.has(raw.id);
-          const ev = known ? undefined : check(PlatformEventSchema, raw, `event seq ${m.seq}`);
-          if (ev) {
-            const folded = m.headers?.get(LOG_HEADER);
-            await this.applyEvent(
-              ev,
-              folded ? check(LogLinesSchema, JSON.parse(folded), `log lines of event seq ${m.seq}`) : [],
-            );
-          }
-        } catch (err) {
-          log(`read index: skipped event seq ${m.seq}: ${String(err)}`);
-        }
-        this.eventsSeq = m.seq;
-        if (m.seq >= target) this.initialEvents = true;
+        const full = this.fed.push({
+          json: m.string(),
+          folded: m.headers?.get(LOG_HEADER) || undefined,
+          seq: m.seq,
+        });
+        if (full) await full;
       }
     })().catch((err) => log(`read index: event consumer ended: ${String(err)}`));
   }
@@ -384,6 +505,7 @@ export class ReadIndex {
     this.stopped = true;
     if (this.positionTimer) clearInterval(this.positionTimer);
     for (const s of this.stops) s();
+    await Promise.all([this.watched.idle(), this.fed.idle()]);
     await Promise.all(this.chains.values());
     try {
       await this.savePositions();
