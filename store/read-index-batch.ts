@@ -21,6 +21,11 @@ export class Recent<V> {
     return this.young.has(key) || this.old.has(key);
   }
 
+  clear(): void {
+    this.young = new Map();
+    this.old = new Map();
+  }
+
   set(key: string, value: V): void {
     this.old.delete(key);
     this.young.set(key, value);

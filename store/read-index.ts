@@ -1,6 +1,6 @@
 import { Level } from "level";
 import { DeliverPolicy } from "@nats-io/jetstream";
-import type { Bus } from "./bus.js";
+import { type Bus, PULL_EXPIRES_MS } from "./bus.js";
 import { Batcher, Recent } from "./read-index-batch.js";
 import {
   check,
@@ -424,6 +424,7 @@ export class ReadIndex {
     this.resourcesRev = Number((await this.db.get("meta!resources_rev")) ?? 0);
     this.eventsSeq = Number((await this.db.get("meta!events_seq")) ?? 0);
     this.saved = { rev: this.resourcesRev, seq: this.eventsSeq };
+    await this.checkFeeds(bus, log);
     // a restart re-reads at most about a second of the feeds (applying them again changes nothing)
     this.positionTimer = setInterval(() => {
       this.savePositions().catch((e) => log(`read index: positions not saved: ${String(e)}`));
@@ -431,6 +432,34 @@ export class ReadIndex {
     this.positionTimer.unref();
     await this.followResources(bus, log);
     await this.followEvents(bus, log);
+  }
+
+  /**
+   * An index built from other streams than today's (the bucket or stream made again, a JetStream
+   * store restored from an older copy) would count itself caught up and skip the new writes up to
+   * its old positions, serving stale documents: when the streams' creation times differ from those
+   * it was built from, or a saved position is past its stream's last sequence, the index is emptied
+   * and rebuilt from the start.
+   */
+  private async checkFeeds(bus: Bus, log: (msg: string) => void): Promise<void> {
+    const resources = (await bus.kv.resources.status()).streamInfo;
+    const events = await bus.jsm.streams.info(STREAMS.events);
+    const feeds = `${resources.created}|${events.created}`;
+    const built = await this.db.get("meta!feeds");
+    const ahead = this.resourcesRev > resources.state.last_seq || this.eventsSeq > events.state.last_seq;
+    const remade = built !== undefined && built !== feeds;
+    if ((ahead || remade) && (this.resourcesRev > 0 || this.eventsSeq > 0)) {
+      log(
+        `read index: ${remade ? "its streams were made again since it was built" : "its positions are past its streams' last sequences"}; rebuilding it from the start`,
+      );
+      await this.db.clear();
+      this.docs.clear();
+      this.seenEvents.clear();
+      this.resourcesRev = 0;
+      this.eventsSeq = 0;
+      this.saved = { rev: 0, seq: 0 };
+    }
+    await this.db.put("meta!feeds", feeds);
   }
 
   private async followResources(bus: Bus, log: (msg: string) => void): Promise<void> {
@@ -469,7 +498,7 @@ export class ReadIndex {
       deliver_policy: this.eventsSeq > 0 ? DeliverPolicy.StartSequence : DeliverPolicy.All,
       ...(this.eventsSeq > 0 ? { opt_start_seq: this.eventsSeq + 1 } : {}),
     });
-    const msgs = await consumer.consume({ max_messages: 4096 });
+    const msgs = await consumer.consume({ max_messages: 4096, expires: PULL_EXPIRES_MS });
     this.stops.push(() => void msgs.stop());
     this.fed.onWritten = (items) => {
       const seq = items.at(-1)!.seq;
