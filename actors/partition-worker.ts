@@ -129,6 +129,7 @@ export class PartitionWorker {
         : { deliver_policy: DeliverPolicy.All }),
     });
     const msgs = await consumer.consume({ max_messages: 256, expires: PULL_EXPIRES_MS });
+    void this.watchConsumer(msgs);
     this.reading = true;
     this.stopFn = () => {
       this.reading = false;
@@ -174,6 +175,34 @@ export class PartitionWorker {
       for (const a of this.actors.values()) a.deactivate();
       this.node.dropWorker(this);
     });
+  }
+
+  /**
+   * Says in the node's log when the partition's consumer stalls and is made again (its server
+   * died, or JetStream could not make it): a partition that stands still says why.
+   */
+  private async watchConsumer(msgs: {
+    status(): AsyncIterable<{ type: string; count?: number }>;
+  }): Promise<void> {
+    let missed = 0;
+    try {
+      for await (const s of msgs.status()) {
+        if (this.stopped) return;
+        if (s.type === "heartbeats_missed") {
+          missed = s.count ?? missed + 1;
+          if (missed === 2 || missed % 10 === 0)
+            this.node.log(
+              `partition ${this.partition}: its consumer missed ${missed} heartbeats; making it again`,
+            );
+        } else if (s.type === "ordered_consumer_recreated") {
+          if (missed >= 2) this.node.log(`partition ${this.partition}: its consumer is made again`);
+          missed = 0;
+        } else if (s.type === "consumer_not_found" || s.type === "stream_not_found")
+          this.node.log(`partition ${this.partition}: consumer status ${s.type}`);
+      }
+    } catch {
+      /* the consumer ended: the loop says so */
+    }
   }
 
   /**

@@ -25,6 +25,9 @@ import { TaskRunner } from "./task-runner.js";
 import { within } from "./timing.js";
 import { WorkspaceBundles } from "./workspace-bundles.js";
 
+/** How long a dropped worker's last batch may hold its partition back from this node. */
+const SETTLE_WAIT_MS = 30_000;
+
 /** A runtime node: competes for partition leases and runs the actors of the partitions it holds. */
 export class RuntimeNode implements WorkerHost {
   readonly bus: Bus;
@@ -230,7 +233,19 @@ export class RuntimeNode implements WorkerHost {
     const done = w
       .stop(false)
       .catch((e) => this.log(`node ${this.nodeId}: partition ${p} stop: ${String(e)}`))
-      .then(() => w.settled());
+      .then(async () => {
+        // every request of a batch has a time-out, so it settles; should it not, the partition is
+        // not kept from this node for good (other nodes may be at their share and never take it)
+        let settled = false;
+        await within(
+          w.settled().then(() => (settled = true)),
+          SETTLE_WAIT_MS,
+        );
+        if (!settled)
+          this.log(
+            `node ${this.nodeId}: partition ${p}: its dropped worker's last batch still runs after ${SETTLE_WAIT_MS / 1000} s; taking the partition again anyway`,
+          );
+      });
     this.stopping.set(p, done);
     void done.finally(() => {
       if (this.stopping.get(p) === done) this.stopping.delete(p);

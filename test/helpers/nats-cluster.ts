@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
-import { readFileSync, rmSync } from "node:fs";
+import { appendFileSync, mkdirSync, readFileSync, rmSync } from "node:fs";
+import { join } from "node:path";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { subjects } from "../../proto/subjects.js";
@@ -87,7 +88,7 @@ export async function startTestNatsCluster(opts: { readyTimeoutMs?: number } = {
     servers[i] = await startEmbeddedNats({
       dir: dirs[i]!,
       port: clientPorts[i]!,
-      log: testNatsLog(`cluster ${names[i]}`),
+      log: keptLog(names[i]!, testNatsLog(`cluster ${names[i]}`)),
       identitiesFrom: dirs[0]!,
       cluster: {
         name: clusterName,
@@ -196,4 +197,16 @@ export async function startTestNatsCluster(opts: { readyTimeoutMs?: number } = {
     throw e;
   }
   return c;
+}
+
+/** CHAOS_LOG_DIR=<dir>: each server's own log also kept there (`nats-<name>.log`), for the chaos suite. */
+function keptLog(name: string, log: (chunk: string) => void): (chunk: string) => void {
+  const dir = process.env.CHAOS_LOG_DIR;
+  if (!dir) return log;
+  mkdirSync(dir, { recursive: true });
+  const file = join(dir, `nats-${name}.log`);
+  return (chunk) => {
+    log(chunk);
+    appendFileSync(file, chunk.endsWith("\n") ? chunk : `${chunk}\n`);
+  };
 }
