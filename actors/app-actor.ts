@@ -308,7 +308,9 @@ export class AppActor {
    */
   private async answeredBefore(cmd: Command, seq: number, known: Known): Promise<boolean> {
     const recorded = known.outcome(cmd.id) ?? this.legacyOutcomes.find((o) => o.id === cmd.id);
-    if (seq <= this.seq && known.quiet) return true;
+    // answered again from the record even after a refused batch: the writer that beat us may be a
+    // worker of this node dropped mid-batch, which never answered (a second answer is ignored)
+    if (!recorded && seq <= this.seq && known.quiet) return true;
     if (recorded) {
       // the node that applied it may have died before it kept the Idempotency-Key answer: keep it
       // now, or a retry (deduplicated by the stream, so never applied again) would wait for nothing

@@ -148,12 +148,13 @@ export class CommitLog {
   }
 
   /** Reads the record (or the offset an older version kept) and re-applies the last batch's outboxes. */
-  async load(reapply = true): Promise<void> {
+  async load(reapply: boolean | "own" = true): Promise<void> {
     const { bus } = this.host;
     const e = await bus.kv.actors.get(keys.partitionRecord(this.partition));
     if (e && e.operation === "PUT") {
       this.record = check(PartitionRecordSchema, e.json(), `commit record of partition ${this.partition}`);
       this.revision = e.revision;
+      if (reapply === "own") reapply = this.record.node === this.host.nodeId;
       if (reapply) await reapplyOutboxes(this.host, this.record.outboxes);
     } else {
       const off = await bus.kv.offsets.get(keys.offset(this.partition));
@@ -166,7 +167,7 @@ export class CommitLog {
       if (full) this.known.set(full.id, full);
     }
     // the node that wrote the record may have died before it kept the batch's Idempotency-Key answers
-    if (reapply && this.record.keeps) await this.keepAnswers(this.record.keeps);
+    if (reapply === true && this.record.keeps) await this.keepAnswers(this.record.keeps);
   }
 
   /** Keeps the Idempotency-Key answers of the record's batch (what the writer's apply() keeps). */
@@ -356,8 +357,13 @@ export class CommitLog {
     await this.commit([], offset, new Map());
   }
 
-  /** After the fence refused a batch: the record as the other node left it. */
+  /**
+   * After the fence refused a batch: the record as the other writer left it. Written by this node
+   * (a worker of the partition dropped here whose compare-and-set landed late, after a pause of its
+   * server or a time-out that was not one), nobody may write that batch's outboxes and answers but
+   * us: they are written now. Written by another node, that node writes them.
+   */
   async reload(): Promise<void> {
-    await this.load(false);
+    await this.load("own");
   }
 }
