@@ -34,6 +34,7 @@ import {
 import { seedStore } from "./cluster-seed.js";
 import {
   type ControlPlane,
+  createApps as createAppsInParallel,
   controlHeaders,
   exitWhenDone,
   f0,
@@ -181,21 +182,13 @@ const readyzOk = (url: string) => async () => {
 };
 
 async function createApps(control: ControlPlane, names: string[]): Promise<void> {
-  // the nodes take their partitions after their start: the first app waits for them
+  // the first waits for the platform to take writes (its partitions taken); then 8 at a time
   const first = await until(Date.now(), 60_000, async () => {
     const r = await post(control, "initialize-app", { name: names[0] }, 5000);
     return r.status === 200;
   });
   if (first < 0) throw new Error("initialize-app: no 200 within 60 s");
-  const queue = names.slice(1);
-  const worker = async () => {
-    for (let n = queue.shift(); n !== undefined; n = queue.shift()) {
-      const r = await post(control, "initialize-app", { name: n });
-      if (r.status !== 200)
-        throw new Error(`initialize-app ${n}: HTTP ${r.status} ${JSON.stringify(r.body)}`);
-    }
-  };
-  await Promise.all(Array.from({ length: 8 }, worker));
+  await createAppsInParallel(control, names.slice(1));
 }
 
 interface RateFigure {
@@ -429,48 +422,20 @@ function printReport(rates: RateFigure[], r: RestartFigures | undefined): void {
   console.log(
     table([
       ["ms from spawn", "rounds", "median", "target"],
-      row(
-        "gateway (kill -9) to its `ready in` line",
-        r.gateway.map((x) => x.readyLine),
-        "< 2000",
-      ),
-      row(
-        "gateway: its own `ready in` figure",
-        r.gateway.map((x) => x.ownReady),
-      ),
-      row(
-        "gateway: to /readyz 200",
-        r.gateway.map((x) => x.readyz),
-      ),
-      row(
-        "gateway: to the first set-secret 200",
-        r.gateway.map((x) => x.first200),
-      ),
-      row(
-        "node (SIGTERM) to its `ready in` line",
-        r.node.map((x) => x.readyLine),
-        "< 2000",
-      ),
-      row(
-        "node: its own `ready in` figure",
-        r.node.map((x) => x.ownReady),
-      ),
-      row(
-        "node: to the first set-secret 200",
-        r.node.map((x) => x.first200),
-      ),
-      row(
-        "new gateway (empty index dir) to its `ready in` line",
-        r.fresh.map((x) => x.readyLine),
-      ),
-      row(
-        "new gateway: every resource in its index",
-        r.fresh.map((x) => x.resources),
-      ),
-      row(
-        "new gateway: to /readyz 200 (events indexed too)",
-        r.fresh.map((x) => x.readyz),
-      ),
+      ...(
+        [
+          ["gateway (kill -9) to its `ready in` line", r.gateway.map((x) => x.readyLine), "< 2000"],
+          ["gateway: its own `ready in` figure", r.gateway.map((x) => x.ownReady)],
+          ["gateway: to /readyz 200", r.gateway.map((x) => x.readyz)],
+          ["gateway: to the first set-secret 200", r.gateway.map((x) => x.first200)],
+          ["node (SIGTERM) to its `ready in` line", r.node.map((x) => x.readyLine), "< 2000"],
+          ["node: its own `ready in` figure", r.node.map((x) => x.ownReady)],
+          ["node: to the first set-secret 200", r.node.map((x) => x.first200)],
+          ["new gateway (empty index dir) to its `ready in` line", r.fresh.map((x) => x.readyLine)],
+          ["new gateway: every resource in its index", r.fresh.map((x) => x.resources)],
+          ["new gateway: to /readyz 200 (events indexed too)", r.fresh.map((x) => x.readyz)],
+        ] as [string, number[], string?][]
+      ).map(([label, xs, target]) => row(label, xs, target)),
     ]),
   );
   const total = s.resources + APPS * (NAMES_PER_APP + 1);

@@ -291,3 +291,16 @@ export async function startBenchPlatform(
     throw e;
   }
 }
+
+/** Makes the apps with initialize-app, 8 at a time. */
+export async function createApps(control: ControlPlane, names: string[]): Promise<void> {
+  const queue = [...names];
+  const worker = async () => {
+    for (let n = queue.shift(); n !== undefined; n = queue.shift()) {
+      const r = await post(control, "initialize-app", { name: n });
+      if (r.status !== 200)
+        throw new Error(`initialize-app ${n}: HTTP ${r.status} ${JSON.stringify(r.body)}`);
+    }
+  };
+  await Promise.all(Array.from({ length: 8 }, worker));
+}

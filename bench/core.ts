@@ -39,6 +39,7 @@ import type { Bus } from "../store/bus.js";
 import { authOptions, type NatsAuth } from "../store/nats-auth.js";
 import {
   type ControlPlane,
+  createApps,
   controlHeaders,
   controlPlaneOf,
   exitWhenDone,
@@ -239,17 +240,6 @@ async function bareUws(gen: LoadGen, meter: CpuMeter): Promise<Measured> {
 }
 
 // ---- 3./4. the platform ----
-async function createApps(control: ControlPlane, names: string[]): Promise<void> {
-  const queue = [...names];
-  const worker = async () => {
-    for (let n = queue.shift(); n !== undefined; n = queue.shift()) {
-      const r = await post(control, "initialize-app", { name: n });
-      if (r.status !== 200)
-        throw new Error(`initialize-app ${n}: HTTP ${r.status} ${JSON.stringify(r.body)}`);
-    }
-  };
-  await Promise.all(Array.from({ length: 8 }, worker));
-}
 
 /** NATS messages the platform's connections (gateways', node thread's) sent and received per write during a phase. */
 interface BusTraffic {

@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import test from "ava";
+import test, { type ExecutionContext } from "ava";
 import type { Command } from "../../proto/command.js";
 import { newId } from "../../proto/ids.js";
 import { keys, partitionOf } from "../../proto/subjects.js";
@@ -8,31 +8,39 @@ import { clusterFor, rewindPartition } from "../helpers/cluster.js";
 import { call, eventually, get } from "../helpers/infra.js";
 
 /**
- * A node that dies after its commit but before it kept the Idempotency-Key
- * answer: the next owner re-reads the command, answers it from the commit
- * record, and keeps the answer then, so a retry with the same key gets it
- * (the stream drops the retry as a duplicate: nothing would ever answer it).
+ * One keyed set-secret applied on a first node, which then stops; its kept answer is deleted, as
+ * if the node had died between its commit and keeping it. The caller starts the next owner.
  */
-test("a command replayed after a takeover keeps its Idempotency-Key answer, so a retry gets the original answer, not a timeout", async (t) => {
-  const c = await clusterFor(t, { gateway: { replyTimeoutMs: 4000 }, observer: "idem-test" });
+async function keyedWriteThenLostAnswer(t: ExecutionContext, observer: string, prefix: string) {
+  const c = await clusterFor(t, { gateway: { replyTimeoutMs: 4000 }, observer });
   const { gw, bus } = c;
-  let node = await c.addNode("first", { tickMs: 200 });
+  const node = await c.addNode("first", { tickMs: 200 });
   await eventually(async () => node.partitions().length === 64, 15_000);
-  const app = `i${randomUUID().slice(0, 8)}`;
+  const app = `${prefix}${randomUUID().slice(0, 8)}`;
   t.is((await call(gw.controlUrl, "initialize-app", { name: app })).status, 200);
   const key = randomUUID();
   const body = { app, name: "IDEM", value: "v1" };
   const first = await call(gw.controlUrl, "set-secret", body, { "idempotency-key": key });
   t.is(first.status, 200);
   await c.stopNode("first");
-  // as if the node had died between its commit and keeping the answer: the answer is gone, and the
-  // partition's offset is behind the command, so the next owner reads it again
   const idem: string[] = [];
   for await (const k of await bus.kv.idempotency.keys()) idem.push(k);
   t.is(idem.length, 1);
   await bus.kv.idempotency.delete(keys.idempotency(idem[0]!));
+  return { c, gw, bus, app, key, body, first, idemKey: idem[0]! };
+}
+
+/**
+ * A node that dies after its commit but before it kept the Idempotency-Key
+ * answer: the next owner re-reads the command, answers it from the commit
+ * record, and keeps the answer then, so a retry with the same key gets it
+ * (the stream drops the retry as a duplicate: nothing would ever answer it).
+ */
+test("a command replayed after a takeover keeps its Idempotency-Key answer, so a retry gets the original answer, not a timeout", async (t) => {
+  const { c, gw, bus, app, key, body, first } = await keyedWriteThenLostAnswer(t, "idem-test", "i");
+  // the partition's offset is behind the command, so the next owner reads it again
   await rewindPartition(bus, app);
-  node = await c.addNode("second", { tickMs: 200 });
+  const node = await c.addNode("second", { tickMs: 200 });
   await eventually(async () => node.partitions().includes(partitionOf(app)), 15_000);
   const again = await eventually(async () => {
     const r = await call(gw.controlUrl, "set-secret", body, { "idempotency-key": key });
@@ -49,25 +57,11 @@ test("a command replayed after a takeover keeps its Idempotency-Key answer, so a
  * stream, answered only from the kept answer) gets the original answer, not a wait for nothing.
  */
 test("a takeover keeps the Idempotency-Key answers of the record's last batch, even for a command it does not read again", async (t) => {
-  const c = await clusterFor(t, { gateway: { replyTimeoutMs: 4000 }, observer: "idem-keeps" });
-  const { gw, bus } = c;
-  let node = await c.addNode("first", { tickMs: 200 });
-  await eventually(async () => node.partitions().length === 64, 15_000);
-  const app = `k${randomUUID().slice(0, 8)}`;
-  t.is((await call(gw.controlUrl, "initialize-app", { name: app })).status, 200);
-  const key = randomUUID();
-  const body = { app, name: "KEPT", value: "v1" };
-  const first = await call(gw.controlUrl, "set-secret", body, { "idempotency-key": key });
-  t.is(first.status, 200);
-  await c.stopNode("first");
-  const idem: string[] = [];
-  for await (const k of await bus.kv.idempotency.keys()) idem.push(k);
-  t.is(idem.length, 1);
-  await bus.kv.idempotency.delete(keys.idempotency(idem[0]!));
-  node = await c.addNode("second", { tickMs: 200 });
+  const { c, gw, bus, app, key, body, first, idemKey } = await keyedWriteThenLostAnswer(t, "idem-keeps", "k");
+  const node = await c.addNode("second", { tickMs: 200 });
   await eventually(async () => node.partitions().includes(partitionOf(app)), 15_000);
   const kept = await eventually(async () => {
-    const e = await bus.kv.idempotency.get(keys.idempotency(idem[0]!));
+    const e = await bus.kv.idempotency.get(keys.idempotency(idemKey));
     return e?.operation === "PUT" ? e : undefined;
   }, 10_000);
   t.truthy(kept, "the new owner kept the answer again");

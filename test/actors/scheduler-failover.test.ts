@@ -1,27 +1,31 @@
 import { randomUUID } from "node:crypto";
 import { createServer } from "node:http";
-import test from "ava";
+import test, { type ExecutionContext } from "ava";
 import { keys } from "../../proto/subjects.js";
 import { clusterFor } from "../helpers/cluster.js";
 import { call, eventually, get } from "../helpers/infra.js";
 import type { NodeProcess } from "../helpers/processes.js";
 
-test("two nodes, the scheduler leader killed with -9 mid-tick: the other leads within the lease TTL, nothing overlaps, the in-doubt tick is re-fired once with the same Idempotency-Key as soon as it leads (not at the tick's deadline)", async (t) => {
-  const c = await clusterFor(t, { observer: "observer" });
-  const { gw, bus } = c;
-  // a deadline far past the takeover (60 s + 5 s): the re-fire must not wait for it
-  const env = { SLIPWAY_JOB_TIMEOUT_MS: "60000" };
-  const hits: { idem: string; at: number; closedAt?: number; endedAt?: number }[] = [];
+interface Hit {
+  idem: string;
+  at: number;
+  closedAt?: number;
+  endedAt?: number;
+}
+
+/**
+ * The app the job calls: records each call; the first one is held (120 s) so a leader is stopped
+ * while it waits; counts calls in flight at once (a call ends when answered or closed).
+ */
+async function heldTarget(c: Awaited<ReturnType<typeof clusterFor>>) {
+  const hits: Hit[] = [];
+  const state = { hits, maxInFlight: 0, url: "" };
   let inFlight = 0;
-  let maxInFlight = 0;
   const server = createServer((req, res) => {
-    const hit: { idem: string; at: number; closedAt?: number; endedAt?: number } = {
-      idem: String(req.headers["idempotency-key"]),
-      at: Date.now(),
-    };
+    const hit: Hit = { idem: String(req.headers["idempotency-key"]), at: Date.now() };
     hits.push(hit);
     inFlight++;
-    maxInFlight = Math.max(maxInFlight, inFlight);
+    state.maxInFlight = Math.max(state.maxInFlight, inFlight);
     let done = false;
     const finish = () => {
       if (done) return;
@@ -32,12 +36,11 @@ test("two nodes, the scheduler leader killed with -9 mid-tick: the other leads w
       hit.closedAt = Date.now();
       finish();
     });
-    // the first call is held: the leader gets killed while it waits
     const hold = hits.length === 1 ? 120_000 : 0;
     setTimeout(() => {
       hit.endedAt = Date.now();
       finish();
-      res.writeHead(200).end("ok");
+      if (!res.destroyed) res.writeHead(200).end("ok");
     }, hold);
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
@@ -45,16 +48,32 @@ test("two nodes, the scheduler leader killed with -9 mid-tick: the other leads w
     server.closeAllConnections();
     server.close();
   });
-  const url = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+  state.url = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+  return state;
+}
+
+/**
+ * Two node processes (scheduler candidates) whose callbacks time out after 60 s (so a tick's
+ * deadline, 65 s, is far past any takeover: a re-fire must not wait for it), and the held target.
+ * The caller stops the nodes.
+ */
+async function twoCandidates(t: ExecutionContext, ids: [string, string]) {
+  const c = await clusterFor(t, { observer: "observer" });
+  const target = await heldTarget(c);
+  const env = { SLIPWAY_JOB_TIMEOUT_MS: "60000" };
   const nodes: NodeProcess[] = [];
+  for (const id of ids) nodes.push(await c.spawnNode(id, { env }));
+  const leaderOf = async () => {
+    const e = await c.bus.kv.leases.get(keys.schedulerLease);
+    return e && e.operation === "PUT" ? e : undefined;
+  };
+  return { c, gw: c.gw, bus: c.bus, target, hits: target.hits, url: target.url, nodes, leaderOf };
+}
+
+test("two nodes, the scheduler leader killed with -9 mid-tick: the other leads within the lease TTL, nothing overlaps, the in-doubt tick is re-fired once with the same Idempotency-Key as soon as it leads (not at the tick's deadline)", async (t) => {
+  const { c, gw, target, hits, url, nodes, leaderOf } = await twoCandidates(t, ["scha", "schb"]);
   try {
-    nodes.push(await c.spawnNode("scha", { env }));
-    nodes.push(await c.spawnNode("schb", { env }));
-    const leaderOf = async () => {
-      const e = await bus.kv.leases.get(keys.schedulerLease);
-      return e && e.operation === "PUT" ? e.string() : undefined;
-    };
-    const first = await eventually(leaderOf, 15_000);
+    const first = await eventually(async () => (await leaderOf())?.string(), 15_000);
     const app = `f${randomUUID().slice(0, 8)}`;
     t.is((await call(gw.controlUrl, "initialize-app", { name: app, base_url: url })).status, 200);
     const job = await call(gw.controlUrl, "schedule-job", {
@@ -72,7 +91,7 @@ test("two nodes, the scheduler leader killed with -9 mid-tick: the other leads w
     // the other node leads within the lease TTL (plus its scan step)
     const second = await eventually(
       async () => {
-        const l = await leaderOf();
+        const l = (await leaderOf())?.string();
         return l && l !== first ? l : undefined;
       },
       20_000,
@@ -89,7 +108,7 @@ test("two nodes, the scheduler leader killed with -9 mid-tick: the other leads w
     t.true(Date.now() - ledAt < 8_000, `re-fired ${Date.now() - ledAt} ms after the new leader led`);
     await eventually(async () => hits.length >= 5, 10_000, 100); // and the job goes on
     t.is(hits.filter((h) => h.idem === inDoubt).length, 2, "re-fired exactly once");
-    t.is(maxInFlight, 1, "no two callbacks at once");
+    t.is(target.maxInFlight, 1, "no two callbacks at once");
     const refire = hits.filter((h) => h.idem === inDoubt)[1]!;
     const closedAt = hits[0]!.closedAt;
     t.truthy(closedAt, "the dead leader's held call was closed");
@@ -113,50 +132,8 @@ test("two nodes, the scheduler leader killed with -9 mid-tick: the other leads w
  * fires it again at once. The call never overlaps the re-fire.
  */
 test("a live scheduler leader that loses its lease ends its calls in flight; the next leader re-fires the tick once, never while the first call runs", async (t) => {
-  const c = await clusterFor(t, { observer: "observer" });
-  const { gw, bus } = c;
-  const env = { SLIPWAY_JOB_TIMEOUT_MS: "60000" };
-  const hits: { idem: string; at: number; closedAt?: number }[] = [];
-  let inFlight = 0;
-  let maxInFlight = 0;
-  const server = createServer((req, res) => {
-    const hit: { idem: string; at: number; closedAt?: number } = {
-      idem: String(req.headers["idempotency-key"]),
-      at: Date.now(),
-    };
-    hits.push(hit);
-    inFlight++;
-    maxInFlight = Math.max(maxInFlight, inFlight);
-    let done = false;
-    const finish = () => {
-      if (done) return;
-      done = true;
-      inFlight--;
-    };
-    req.on("close", () => {
-      hit.closedAt = Date.now();
-      finish();
-    });
-    const hold = hits.length === 1 ? 120_000 : 0;
-    setTimeout(() => {
-      finish();
-      if (!res.destroyed) res.writeHead(200).end("ok");
-    }, hold);
-  });
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  c.onClose(() => {
-    server.closeAllConnections();
-    server.close();
-  });
-  const url = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
-  const nodes: NodeProcess[] = [];
+  const { c, gw, bus, target, hits, url, nodes, leaderOf } = await twoCandidates(t, ["lsa", "lsb"]);
   try {
-    nodes.push(await c.spawnNode("lsa", { env }));
-    nodes.push(await c.spawnNode("lsb", { env }));
-    const leaderOf = async () => {
-      const e = await bus.kv.leases.get(keys.schedulerLease);
-      return e && e.operation === "PUT" ? e : undefined;
-    };
     const first = (await eventually(leaderOf, 15_000)).string();
     const app = `l${randomUUID().slice(0, 8)}`;
     t.is((await call(gw.controlUrl, "initialize-app", { name: app, base_url: url })).status, 200);
@@ -187,7 +164,7 @@ test("a live scheduler leader that loses its lease ends its calls in flight; the
     await eventually(async () => hits.filter((h) => h.idem === inDoubt).length >= 2, 25_000, 100);
     await eventually(async () => hits.length >= 4, 10_000, 100);
     t.is(hits.filter((h) => h.idem === inDoubt).length, 2, "re-fired exactly once");
-    t.is(maxInFlight, 1, "no two callbacks at once");
+    t.is(target.maxInFlight, 1, "no two callbacks at once");
     t.true(hits.filter((h) => h.idem === inDoubt)[1]!.at >= hits[0]!.closedAt!);
     t.truthy(first);
   } finally {
