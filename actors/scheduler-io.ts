@@ -12,7 +12,9 @@ import {
   type JobRan,
   keys,
   newId,
+  nextTick,
   NO_GATEWAY,
+  type Schedule,
   signServiceToken,
   subjects,
 } from "../proto/mod.js";
@@ -106,6 +108,42 @@ export class AppDirectory {
     const e = await this.bus.kv.apps.get(keys.app(app));
     if (e?.operation !== "PUT") return null;
     return this.target(app, check(AppRecordSchema, e.json(), `app ${app}`));
+  }
+}
+
+/**
+ * How long before its moment a tick is marked running: the compare-and-set
+ * that fences it is done by then, and the call leaves on time. A leader that
+ * dies in between leaves the tick in doubt, as one that dies mid-call does.
+ */
+export const PREMARK_MS = 100;
+/** The most a tick is marked ahead of its moment (and never more than half its job's period). */
+const PREMARK_MAX_MS = 600;
+/** How many recent marks set how far ahead the next ones are marked. */
+const MARK_SAMPLES = 64;
+
+/**
+ * How far ahead of its moment a job's tick is marked: twice the 90th percentile of the recent
+ * marks (a loaded bus makes the compare-and-set slow, and a late mark would make the call late),
+ * at least PREMARK_MS, at most PREMARK_MAX_MS and half the job's period.
+ */
+export class MarkPacer {
+  /** Recent durations of a tick's mark (its compare-and-set), newest last. */
+  private readonly marks: number[] = [];
+  private premarkMs = PREMARK_MS;
+
+  ahead(schedule: Schedule, due: number, anchor: number): number {
+    const next = nextTick(schedule, due, anchor);
+    const half = next === null ? PREMARK_MAX_MS : Math.max(0, (next - due) / 2);
+    return Math.min(this.premarkMs, half);
+  }
+
+  took(ms: number): void {
+    this.marks.push(ms);
+    if (this.marks.length > MARK_SAMPLES) this.marks.shift();
+    const sorted = [...this.marks].sort((a, b) => a - b);
+    const p90 = sorted[Math.floor((sorted.length - 1) * 0.9)]!;
+    this.premarkMs = Math.round(Math.min(PREMARK_MAX_MS, Math.max(PREMARK_MS, 2 * p90)));
   }
 }
 

@@ -16,7 +16,9 @@ import {
   LEASE_TTL_MS,
 } from "../proto/mod.js";
 import { NO_BASE_URL } from "./capabilities/mod.js";
-import { AppDirectory, TickCaller, type TickResult, TickReporter } from "./scheduler-io.js";
+import { AppDirectory, MarkPacer, TickCaller, type TickResult, TickReporter } from "./scheduler-io.js";
+
+export { PREMARK_MS } from "./scheduler-io.js";
 
 export interface SchedulerOptions {
   bus: Bus;
@@ -52,17 +54,6 @@ interface Job {
   parked?: boolean;
 }
 
-/**
- * How long before its moment a tick is marked running: the compare-and-set
- * that fences it is done by then, and the call leaves on time. A leader that
- * dies in between leaves the tick in doubt, as one that dies mid-call does.
- */
-export const PREMARK_MS = 100;
-/** The most a tick is marked ahead of its moment (and never more than half its job's period). */
-const PREMARK_MAX_MS = 600;
-/** How many recent marks set how far ahead the next ones are marked. */
-const MARK_SAMPLES = 64;
-
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 const now = () => Date.now();
 
@@ -82,10 +73,8 @@ class Scheduler {
   private leaseValidUntil = 0;
   /** Aborted when this leadership ends: every call it made ends with it (DESIGN §6, docs/scheduler.md). */
   private leadership = new AbortController();
-  /** Recent durations of a tick's mark (its compare-and-set), newest last. */
-  private readonly marks: number[] = [];
   /** How far ahead of its moment a tick is marked, from the recent marks. */
-  private premarkMs = PREMARK_MS;
+  private readonly pacer = new MarkPacer();
   private leading = false;
   private closed = false;
   private loop: Promise<void> = Promise.resolve();
@@ -268,7 +257,7 @@ class Scheduler {
       due = nextTick(job.schedule, anchor, anchor);
     }
     if (due === null) return;
-    const wait = Math.max(0, due - this.premarkFor(job, due) - now());
+    const wait = Math.max(0, due - this.pacer.ahead(job.schedule, due, Date.parse(job.def.anchor)) - now());
     job.timer = setTimeout(() => this.track(this.fire(job)), Math.min(wait, 2 ** 31 - 1));
   }
 
@@ -387,7 +376,7 @@ class Scheduler {
           ? Date.parse(state.next_due)
           : nextTick(job.schedule, anchor, anchor);
       if (due === null) return;
-      if (due > t + this.premarkFor(job, due) + 5) return; // woke early
+      if (due > t + this.pacer.ahead(job.schedule, due, Date.parse(job.def.anchor)) + 5) return; // woke early
       // down for several periods: fire the latest missed tick once, count the rest
       tick = latestDue(job.schedule, due, Math.max(t, due), anchor);
       const missed = ticksBetween(job.schedule, due - 1, tick - 1, anchor);
@@ -411,8 +400,8 @@ class Scheduler {
     const leadership = this.leadership.signal;
     const markedAt = performance.now();
     if (!(await this.writeState(job, running))) return; // another leader moved it: re-arm from what it wrote
-    this.markTook(performance.now() - markedAt);
-    // marked ahead of its moment (premarkFor): the call leaves on time, not one round trip late
+    this.pacer.took(performance.now() - markedAt);
+    // marked ahead of its moment (MarkPacer): the call leaves on time, not one round trip late
     const early = tick - now();
     if (early > 0) await sleep(early);
     // a leadership that ended meanwhile makes no call: the tick stays in doubt for the next leader
@@ -454,25 +443,6 @@ class Scheduler {
   /** Whether a tick left running was marked under this leadership (else its call is over). */
   private ownsRunning(r: NonNullable<JobState["running"]>): boolean {
     return r.leader === this.o.nodeId && r.leader_rev >= this.leadRev;
-  }
-
-  /**
-   * How far ahead of its moment a job's tick is marked: twice the 90th percentile of the recent
-   * marks (a loaded bus makes the compare-and-set slow, and a late mark would make the call late),
-   * at least PREMARK_MS, at most PREMARK_MAX_MS and half the job's period.
-   */
-  private premarkFor(job: Job, due: number): number {
-    const next = nextTick(job.schedule, due, Date.parse(job.def.anchor));
-    const half = next === null ? PREMARK_MAX_MS : Math.max(0, (next - due) / 2);
-    return Math.min(this.premarkMs, half);
-  }
-
-  private markTook(ms: number): void {
-    this.marks.push(ms);
-    if (this.marks.length > MARK_SAMPLES) this.marks.shift();
-    const sorted = [...this.marks].sort((a, b) => a - b);
-    const p90 = sorted[Math.floor((sorted.length - 1) * 0.9)]!;
-    this.premarkMs = Math.round(Math.min(PREMARK_MAX_MS, Math.max(PREMARK_MS, 2 * p90)));
   }
 
   /** Hands the outcome to the app actor (it records it on the job and emits JobRan / JobRunFailed). */

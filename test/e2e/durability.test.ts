@@ -17,9 +17,8 @@ import {
   tempDir,
   testNatsLog,
 } from "../helpers/infra.js";
-import { nodeArgs, } from "../helpers/repo.js";
+import { nodeArgs } from "../helpers/repo.js";
 import { busHaystacks, fileHaystacks, foundIn, type Haystack } from "../helpers/store-scan.js";
-
 
 const refusals = testNatsLog("test/e2e/durability.test.ts");
 

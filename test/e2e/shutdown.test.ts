@@ -6,9 +6,8 @@ import test from "ava";
 import { openBus } from "../../store/bus.js";
 import { startEmbeddedNats } from "../../store/embedded-nats.js";
 import { call, freePort, sleep, TEST_VAULT_KEY, tempDir } from "../helpers/infra.js";
-import { nodeArgs, } from "../helpers/repo.js";
+import { nodeArgs } from "../helpers/repo.js";
 import { slipwaydSetup } from "../helpers/slipwayd-process.js";
-
 
 /**
  * Ctrl-C on `npm start` sends SIGINT to the whole foreground process group.

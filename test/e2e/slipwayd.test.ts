@@ -5,8 +5,7 @@ import { createServer } from "node:net";
 import { join } from "node:path";
 import test from "ava";
 import { freePort, get, tempDir } from "../helpers/infra.js";
-import { nodeArgs, } from "../helpers/repo.js";
-
+import { nodeArgs } from "../helpers/repo.js";
 
 interface Up {
   child: ChildProcess;
