@@ -231,6 +231,8 @@ export async function matchReplicas(
   bus: Pick<Bus, "nc" | "jsm">,
   names: readonly string[],
   replicas: number,
+  /** Replica counts already read (openBus's setup read the platform's streams): not asked again. */
+  known: ReadonlyMap<string, number> = new Map(),
 ): Promise<string[]> {
   checkReplicas(replicas);
   const { jsm } = bus;
@@ -238,7 +240,7 @@ export async function matchReplicas(
   for (const name of names) {
     let have: number;
     try {
-      have = (await jsm.streams.info(name)).config.num_replicas ?? 1;
+      have = known.get(name) ?? (await jsm.streams.info(name)).config.num_replicas ?? 1;
     } catch (e) {
       if (e instanceof JetStreamApiError && e.code === JetStreamApiCodes.StreamNotFound) continue;
       // a stream this role may not even read (the workspaces' store outside the node role): another's to match
@@ -274,13 +276,16 @@ export async function matchReplicas(
   return notes;
 }
 
-async function ensureStreams(jsm: JetStreamManager, replicas: number): Promise<void> {
+/** Makes the platform's streams that are missing; answers the replica count of each it found or made. */
+async function ensureStreams(jsm: JetStreamManager, replicas: number): Promise<Map<string, number>> {
+  const seen = new Map<string, number>();
   for (const cfg of streamConfigs()) {
     try {
-      await jsm.streams.info(cfg.name);
+      seen.set(cfg.name, (await jsm.streams.info(cfg.name)).config.num_replicas ?? 1);
     } catch {
       try {
         checkKept(await jsm.streams.add({ ...cfg, num_replicas: replicas }), replicas);
+        seen.set(cfg.name, replicas);
       } catch (e) {
         if (e instanceof BusFeatureError) throw e;
         // another process may have made it in the meantime
@@ -292,6 +297,7 @@ async function ensureStreams(jsm: JetStreamManager, replicas: number): Promise<v
       }
     }
   }
+  return seen;
 }
 
 async function openBuckets(nc: NatsConnection, replicas: number): Promise<Record<keyof typeof BUCKETS, KV>> {
@@ -374,10 +380,12 @@ export async function openBus(opts: BusOptions): Promise<Bus> {
   let kv: Record<keyof typeof BUCKETS, KV>;
   let setupNotes: string[] = [];
   try {
-    if (!opts.skipSetup) await ensureStreams(jsm, replicas);
+    const seen = opts.skipSetup ? new Map<string, number>() : await ensureStreams(jsm, replicas);
     kv = await openBuckets(nc, replicas);
-    // streams and buckets made earlier with another count (DESIGN §12)
-    if (!opts.skipSetup) setupNotes = await matchReplicas({ nc, jsm }, replicatedStreamNames(), replicas);
+    // streams and buckets made earlier with another count (DESIGN §12); the streams' counts are
+    // known from ensureStreams, only the buckets' are read
+    if (!opts.skipSetup)
+      setupNotes = await matchReplicas({ nc, jsm }, replicatedStreamNames(), replicas, seen);
   } catch (e) {
     await nc.close().catch(() => {});
     throw e;
