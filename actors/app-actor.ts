@@ -308,8 +308,7 @@ export class AppActor {
    */
   private async answeredBefore(cmd: Command, seq: number, known: Known): Promise<boolean> {
     const recorded = known.outcome(cmd.id) ?? this.legacyOutcomes.find((o) => o.id === cmd.id);
-    // answered again from the record even after a refused batch: the writer that beat us may be a
-    // worker of this node dropped mid-batch, which never answered (a second answer is ignored)
+    // answered from the record even after a refusal: a dropped worker of this node never answered
     if (!recorded && seq <= this.seq && known.quiet) return true;
     if (recorded) {
       // the node that applied it may have died before it kept the Idempotency-Key answer: keep it

@@ -18,8 +18,6 @@ import {
 import { NO_BASE_URL } from "./capabilities/mod.js";
 import { AppDirectory, MarkPacer, TickCaller, type TickResult, TickReporter } from "./scheduler-io.js";
 
-export { PREMARK_MS } from "./scheduler-io.js";
-
 export interface SchedulerOptions {
   bus: Bus;
   vault: Vault;
