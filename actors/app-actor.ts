@@ -1,5 +1,4 @@
 import {
-  BUCKETS,
   type Command,
   CommitRecordSchema,
   capability,
@@ -37,7 +36,7 @@ import {
 import { type Facts, NO_FACTS } from "./facts/types.js";
 import { handlerOf, internalHandlerOf } from "./handlers.js";
 import { endTask, runningTask, startQueued, taskProgress } from "./task-turns.js";
-import { type OutboxHost, reapplyOutboxes } from "./outbox.js";
+import { keepAnswer, type OutboxHost, reapplyOutboxes } from "./outbox.js";
 import { workspaceFiles } from "./workspace-files.js";
 
 /** The internal command a node publishes when long work ends. */
@@ -313,7 +312,7 @@ export class AppActor {
     if (recorded) {
       // the node that applied it may have died before it kept the Idempotency-Key answer: keep it
       // now, or a retry (deduplicated by the stream, so never applied again) would wait for nothing
-      if (cmd.body_hash) await this.keepIdempotent(cmd, recorded);
+      if (cmd.body_hash) await keepAnswer(this.host.bus, cmd.id, cmd.body_hash, recorded);
       this.reply(cmd, this.openOutcome(recorded));
       return true;
     }
@@ -473,15 +472,6 @@ export class AppActor {
         ...(effect.result ? { result: effect.result } : {}),
       },
     };
-  }
-
-  /** Records the answer of an Idempotency-Key command (24 h); the gateway answers retries from it. */
-  keepIdempotent(cmd: Command, outcome: Outcome): Promise<number> {
-    return this.host.bus.pub.kvPut(
-      BUCKETS.idempotency,
-      keys.idempotency(cmd.id),
-      encode({ body_hash: cmd.body_hash, outcome, created_at: new Date().toISOString() }),
-    );
   }
 
   private sealOutcome(id: string, seq: number, reply: Reply, sensitive: boolean): Outcome {

@@ -17,7 +17,14 @@ import {
 import { type Bus, isCasConflict } from "../store/mod.js";
 import { batchApplied, commandApplied } from "../effects/mod.js";
 import type { AppActor, Decided } from "./app-actor.js";
-import { foldedLogs, type OutboxHost, reapplyOutboxes, runSideEffects, writeOutbox } from "./outbox.js";
+import {
+  foldedLogs,
+  keepAnswer,
+  type OutboxHost,
+  reapplyOutboxes,
+  runSideEffects,
+  writeOutbox,
+} from "./outbox.js";
 import type { TaskSpec } from "./tasks/types.js";
 
 /** What the commit log needs of its partition worker and node. */
@@ -172,18 +179,10 @@ export class CommitLog {
 
   /** Keeps the Idempotency-Key answers of the record's batch (what the writer's apply() keeps). */
   private async keepAnswers(keeps: NonNullable<PartitionRecord["keeps"]>): Promise<void> {
-    const created_at = new Date().toISOString();
     await Promise.all(
       keeps.flatMap(({ id, body_hash }) => {
         const outcome = this.known.get(id);
-        if (!outcome) return [];
-        return [
-          this.host.bus.pub.kvPut(
-            BUCKETS.idempotency,
-            keys.idempotency(id),
-            encode({ body_hash, outcome, created_at }),
-          ),
-        ];
+        return outcome ? [keepAnswer(this.host.bus, id, body_hash, outcome)] : [];
       }),
     );
   }
@@ -317,7 +316,7 @@ export class CommitLog {
       return p;
     });
     for (const d of batch)
-      if (d.cmd.body_hash) writes.push(actors.get(d.app)!.keepIdempotent(d.cmd, d.outcome));
+      if (d.cmd.body_hash) writes.push(keepAnswer(this.host.bus, d.cmd.id, d.cmd.body_hash, d.outcome));
     for (const a of new Set(batch.map((d) => d.app))) {
       const actor = actors.get(a);
       if (actor?.legacy) {

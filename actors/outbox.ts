@@ -9,6 +9,7 @@ import {
   LOG_HEADER,
   type LogLine,
   type Outbox,
+  type Outcome,
   PlatformError,
   type SideEffect,
   STREAMS,
@@ -159,6 +160,19 @@ export function foldedLogs(outbox: Outbox): FoldedLog[] {
 /** Carries out an outbox's side effects: only once the commit's writes are in (a refused batch changed nothing). */
 export async function runSideEffects(host: OutboxHost, outbox: Outbox): Promise<void> {
   for (const e of outbox.effects ?? []) await host.sideEffect(e);
+}
+
+/**
+ * Keeps the answer of an Idempotency-Key command (24 h, `slipway_idempotency`): the gateway answers
+ * a retry from it. Written after the commit, and again by a takeover (the record's `keeps`) or a
+ * replay, since the node that applied the command may have died before it kept it.
+ */
+export function keepAnswer(bus: Bus, id: string, body_hash: string, outcome: Outcome): Promise<number> {
+  return bus.pub.kvPut(
+    BUCKETS.idempotency,
+    keys.idempotency(id),
+    encode({ body_hash, outcome, created_at: new Date().toISOString() }),
+  );
 }
 
 /** Writes outboxes committed before (a takeover re-applies the last batch), then their side effects. */

@@ -1,6 +1,7 @@
 import test from "ava";
 import { authorize, type PolicyDeps, PolicyDirectory } from "../../gateway/policy.js";
 import { keys, policySetId } from "../../proto/mod.js";
+import type { Bus } from "../../store/bus.js";
 import { startTestNats } from "../helpers/infra.js";
 
 /**
@@ -11,6 +12,18 @@ import { startTestNats } from "../helpers/infra.js";
  * stage rule holds back.
  */
 const APPS = 300;
+
+/** A builder's build of `app`, authorized against the rules `dir` holds. */
+function authorizeBuild(dir: PolicyDirectory, bus: Bus, app: string) {
+  return authorize({ policies: dir, bus } as unknown as PolicyDeps, {
+    app,
+    action: "capability:build",
+    owner: undefined,
+    high_risk: false,
+    actor: { type: "builder", id: "t" },
+    requestId: "req_1",
+  });
+}
 
 test("policies: once follow() resolves every app's rules are in, and a deny rule denies the first call", async (t) => {
   const nats = await startTestNats();
@@ -33,14 +46,7 @@ test("policies: once follow() resolves every app's rules are in, and a deny rule
   await dir.follow(bus);
   const missing = Array.from({ length: APPS }, (_, i) => `app-${i}`).filter((a) => !dir.get(a));
   t.deepEqual(missing, [], "every app's rules are in");
-  const out = await authorize({ policies: dir, bus } as unknown as PolicyDeps, {
-    app: `app-${APPS - 1}`,
-    action: "capability:build",
-    owner: undefined,
-    high_risk: false,
-    actor: { type: "builder", id: "t" },
-    requestId: "req_1",
-  });
+  const out = await authorizeBuild(dir, bus, `app-${APPS - 1}`);
   t.is(out.decision, "deny");
   t.is(out.rule, "no-builds");
   t.true(dir.loaded);
@@ -58,13 +64,6 @@ test("policies: without any PolicySet, follow() resolves at once and nothing wai
   const t0 = Date.now();
   await dir.follow(bus);
   t.true(Date.now() - t0 < 2000, `took ${Date.now() - t0} ms`);
-  const out = await authorize({ policies: dir, bus } as unknown as PolicyDeps, {
-    app: "app-x",
-    action: "capability:build",
-    owner: undefined,
-    high_risk: false,
-    actor: { type: "builder", id: "t" },
-    requestId: "req_2",
-  });
+  const out = await authorizeBuild(dir, bus, "app-x");
   t.is(out.decision, "allow");
 });
