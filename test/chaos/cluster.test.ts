@@ -1,9 +1,9 @@
 import anyTest, { type ExecutionContext, type TestFn } from "ava";
 import { randomBytes } from "node:crypto";
 import { mkdirSync, writeFileSync } from "node:fs";
-import { createServer, type Server } from "node:http";
 import { join } from "node:path";
 import { monitorEventLoopDelay } from "node:perf_hooks";
+import { Worker } from "node:worker_threads";
 import { timeOfId } from "../../proto/ids.js";
 import { STREAMS, subjects } from "../../proto/subjects.js";
 import { readStream } from "../../store/read-stream.js";
@@ -94,61 +94,106 @@ interface TickCall {
   end?: number;
 }
 
-/** The app the jobs call: records each call, answers 200 after a short delay, counts what overlaps. */
+/**
+ * The app the jobs call: records each call, answers 200 after a short delay, counts what overlaps.
+ * Its server runs in a worker thread, as an app runs in a process of its own: this process's event
+ * loop (the write load, the audits; late by hundreds of milliseconds at times) must not make the
+ * app's answers late, which the scheduler would count as ticks it had to skip.
+ */
 interface JobTarget {
   url: string;
-  server: Server;
+  close(): Promise<void>;
   calls: Map<string, TickCall[]>;
-  inFlight: Map<string, number>;
   /** Calls that came while another call of the same job was in flight, or the same tick again while it ran or with another key. */
   overlaps: { job: string; tick: number; at: number; why: string }[];
   /** The same tick again, after the first call ended, with the same Idempotency-Key (a tick in doubt re-fired, DESIGN §6). */
   refired: { job: string; tick: number; at: number }[];
 }
 
+/** The worker's server (plain JavaScript: it runs the same from the sources and compiled). */
+const TARGET_WORKER = `
+const { createServer } = require("node:http");
+const { parentPort, workerData } = require("node:worker_threads");
+const calls = new Map();
+const inFlight = new Map();
+const server = createServer((req, res) => {
+  const job = (req.url || "/").replace(/^\\/tick\\//, "");
+  const tick = Date.parse(String(req.headers["x-slipway-tick"] || ""));
+  const idem = String(req.headers["idempotency-key"] || "");
+  const now = Date.now();
+  const list = calls.get(job) || [];
+  calls.set(job, list);
+  const busy = inFlight.get(job) || 0;
+  const same = list.filter((c) => c.tick === tick);
+  let overlap;
+  let refired = false;
+  if (busy > 0) {
+    const open = list.filter((c) => c.end === undefined);
+    const detail = open.map((c) => "tick " + new Date(c.tick).toISOString() + " called " + (now - c.at) + " ms before").join(", ");
+    overlap = busy + " call(s) of the job still in flight (" + detail + ")";
+  } else if (same.some((c) => c.idem !== idem)) overlap = "the same tick again with another Idempotency-Key";
+  else if (same.length) refired = true;
+  const call = { tick, idem, at: now };
+  const index = list.length;
+  list.push(call);
+  inFlight.set(job, busy + 1);
+  parentPort.postMessage({ k: "call", job, call, overlap, refired });
+  let done = false;
+  const end = () => {
+    if (done) return;
+    done = true;
+    call.end = Date.now();
+    inFlight.set(job, (inFlight.get(job) || 1) - 1);
+    parentPort.postMessage({ k: "end", job, index, end: call.end });
+  };
+  // a caller that went away (its node killed) no longer has a call in flight
+  res.on("close", end);
+  setTimeout(() => {
+    if (!res.destroyed) res.writeHead(200, { "content-type": "application/json" }).end('{"ok":true}');
+    end();
+  }, workerData.delayMs);
+});
+server.listen(0, "127.0.0.1", () => parentPort.postMessage({ k: "port", port: server.address().port }));
+parentPort.on("message", (m) => {
+  if (m === "close") {
+    server.closeAllConnections();
+    server.close(() => parentPort.close());
+  }
+});
+`;
+
 async function startJobTarget(): Promise<JobTarget> {
   const calls = new Map<string, TickCall[]>();
-  const inFlight = new Map<string, number>();
   const overlaps: JobTarget["overlaps"] = [];
   const refired: JobTarget["refired"] = [];
-  const server = createServer((req, res) => {
-    const job = (req.url ?? "/").replace(/^\/tick\//, "");
-    const tick = Date.parse(String(req.headers["x-slipway-tick"] ?? ""));
-    const idem = String(req.headers["idempotency-key"] ?? "");
-    const now = Date.now();
-    const list = calls.get(job) ?? [];
-    calls.set(job, list);
-    const busy = inFlight.get(job) ?? 0;
-    const same = list.filter((c) => c.tick === tick);
-    if (busy > 0) {
-      const open = list.filter((c) => c.end === undefined);
-      const detail = open
-        .map((c) => `tick ${new Date(c.tick).toISOString()} called ${now - c.at} ms before`)
-        .join(", ");
-      overlaps.push({ job, tick, at: now, why: `${busy} call(s) of the job still in flight (${detail})` });
-    } else if (same.some((c) => c.idem !== idem))
-      overlaps.push({ job, tick, at: now, why: "the same tick again with another Idempotency-Key" });
-    else if (same.length) refired.push({ job, tick, at: now });
-    const call: TickCall = { tick, idem, at: now };
-    list.push(call);
-    inFlight.set(job, busy + 1);
-    let done = false;
-    const end = () => {
-      if (done) return;
-      done = true;
-      call.end = Date.now();
-      inFlight.set(job, (inFlight.get(job) ?? 1) - 1);
-    };
-    // a caller that went away (its node killed) no longer has a call in flight
-    res.on("close", end);
-    setTimeout(() => {
-      if (!res.destroyed) res.writeHead(200, { "content-type": "application/json" }).end('{"ok":true}');
-      end();
-    }, TICK_DELAY_MS);
+  const worker = new Worker(TARGET_WORKER, { eval: true, workerData: { delayMs: TICK_DELAY_MS } });
+  const port = await new Promise<number>((resolve, reject) => {
+    worker.once("error", reject);
+    worker.on("message", (m) => {
+      if (m.k === "port") resolve(m.port);
+      else if (m.k === "call") {
+        const list = calls.get(m.job) ?? [];
+        calls.set(m.job, list);
+        list.push(m.call);
+        if (m.overlap) overlaps.push({ job: m.job, tick: m.call.tick, at: m.call.at, why: m.overlap });
+        else if (m.refired) refired.push({ job: m.job, tick: m.call.tick, at: m.call.at });
+      } else if (m.k === "end") {
+        const c = calls.get(m.job)?.[m.index];
+        if (c) c.end = m.end;
+      }
+    });
   });
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  const port = (server.address() as { port: number }).port;
-  return { url: `http://127.0.0.1:${port}`, server, calls, inFlight, overlaps, refired };
+  return {
+    url: `http://127.0.0.1:${port}`,
+    calls,
+    overlaps,
+    refired,
+    close: async () => {
+      worker.postMessage("close");
+      await Promise.race([new Promise((r) => worker.once("exit", r)), sleep(2000)]);
+      await worker.terminate();
+    },
+  };
 }
 
 /** POST /capabilities/<name> on a control gateway, with the control token and the actor headers. */
@@ -541,10 +586,7 @@ test.after.always(async (t) => {
     );
   }
   await t.context.c?.close();
-  if (t.context.target) {
-    t.context.target.server.closeAllConnections();
-    t.context.target.server.close();
-  }
+  await t.context.target?.close();
 });
 
 /** Writes acknowledged so far by the last audit, and the index caught up with them. */
