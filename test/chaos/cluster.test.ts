@@ -843,10 +843,14 @@ test.serial("report", async (t) => {
   const { c, reader, apps } = t.context;
   const all = acked.filter((w) => w.eventId);
   let missing = all.length;
+  // after the first look, everything is read again: an event the index took in late, with an id
+  // older than a minute before an earlier refresh, is not in an incremental read (EventReader)
+  let looks = 0;
   await until(
     60_000,
     async () => {
-      for (const app of apps) await reader.refresh(c.controlUrls[1]!, app);
+      const full = looks++ > 0;
+      for (const app of apps) await reader.refresh(c.controlUrls[1]!, app, full);
       missing = audit(load, reader, all).lost.length;
       return missing === 0;
     },
