@@ -36,7 +36,7 @@ import {
 import { type Facts, NO_FACTS } from "./facts/types.js";
 import { handlerOf, internalHandlerOf } from "./handlers.js";
 import { endTask, runningTask, startQueued, taskProgress } from "./task-turns.js";
-import { keepAnswer, type OutboxHost, reapplyOutboxes } from "./outbox.js";
+import { carryAppEvents, keepAnswer, type OutboxHost, reapplyOutboxes } from "./outbox.js";
 import { workspaceFiles } from "./workspace-files.js";
 
 /** The internal command a node publishes when long work ends. */
@@ -276,13 +276,22 @@ export class AppActor {
   /**
    * Whether a decided command may be answered right after its commit, before its writes are
    * acknowledged: when nothing it does after the commit is part of its answer (no files, side
-   * effects, app record or long work) and the KV revision its answer's resource is written after is
-   * known (DESIGN §2 and docs/architecture.md, "early answers"). That revision, or undefined.
+   * effects, app record, application events or long work) and the KV revision its answer's
+   * resource is written after is known (DESIGN §2 and docs/architecture.md, "early answers").
+   * That revision, or undefined.
    */
   private writtenAfter(d: Decision, minted: ReadonlySet<string>): number | undefined {
     const body = d.reply.body;
     const o = d.outbox;
-    if (!body || !o || d.started || o.files.length > 0 || o.apps.length > 0 || (o.effects?.length ?? 0) > 0)
+    if (
+      !body ||
+      !o ||
+      d.started ||
+      o.files.length > 0 ||
+      o.apps.length > 0 ||
+      o.effects?.length ||
+      o.app_events
+    )
       return undefined;
     const r = body.resource;
     const key = keys.resource(r.app_id, r.type, r.id);
@@ -390,6 +399,7 @@ export class AppActor {
       }
     } else {
       effect = await this.runHandler(cmd, ctx, tasks);
+      carryAppEvents(ctx.outbox, cmd, effect.refused ? undefined : effect.result, ctx.now);
       const info = capability(cmd.capability);
       if (effect.task) {
         tasks = [...tasks, running(cmd.capability, effect, cmd)];

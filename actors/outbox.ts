@@ -9,13 +9,16 @@ import {
   LOG_HEADER,
   type LogLine,
   type Outbox,
+  type Command,
+  newId,
   type Outcome,
   PlatformError,
   type SideEffect,
   STREAMS,
   subjects,
+  validateAppEvent,
 } from "../proto/mod.js";
-import { appendLog, type Bus, readStream } from "../store/mod.js";
+import { appendLog, type Bus, readStream, storeAppEvent } from "../store/mod.js";
 import type { Sealer } from "./sealer.js";
 import { writeNoFollow } from "./workspace-files.js";
 
@@ -70,6 +73,10 @@ export async function writeOutbox(
       }),
     );
   });
+  (outbox.app_events ?? []).forEach((ev, i) => {
+    const id = `${outbox.command_id}:${i}`;
+    if (!stored.has(id)) jobs.push(storeAppEvent(host.bus, ev, id));
+  });
   for (const i of streamed) {
     const l = outbox.logs[i]!;
     if (stored.has(`${outbox.command_id}/log/${i}`)) continue;
@@ -121,15 +128,54 @@ async function storedAlready(bus: Bus, outbox: Outbox): Promise<ReadonlySet<stri
   const read = async (stream: string, filter: string) => {
     for await (const m of readStream(bus, stream, filter, { startTime: since })) {
       const id = m.headers?.get("Nats-Msg-Id");
-      if (id?.startsWith(`${outbox.command_id}/`)) ids.add(id);
+      if (id?.startsWith(`${outbox.command_id}/`) || id?.startsWith(`${outbox.command_id}:`)) ids.add(id);
     }
   };
   for (const app of new Set(outbox.events.map((e) => e.app_id)))
     await read(STREAMS.events, subjects.eventsOfApp(app));
+  for (const app of new Set((outbox.app_events ?? []).map((e) => e.app)))
+    await read(STREAMS.appEvents, subjects.appEventsOf(app));
   const { streamed } = foldLogs(outbox);
   for (const rid of new Set(streamed.map((i) => outbox.logs[i]!.resource_id)))
     await read(STREAMS.logs, subjects.log(rid));
   return ids;
+}
+
+/** An application event a command's answer lists (`result.app_events`). */
+interface ListedAppEvent {
+  owner: string;
+  type: string;
+  subject?: string;
+  data: Record<string, unknown>;
+}
+
+/**
+ * Puts the application events an answer lists (`result.app_events`: policy.set,
+ * membership.removed, authz.approval...) into the turn's outbox, made whole here (id, time, the
+ * command's actor) so that a takeover writes the very same events again: they are part of the
+ * command's outcome, never the gateway's to publish after the answer.
+ */
+export function carryAppEvents(
+  outbox: Outbox,
+  cmd: Pick<Command, "app" | "actor">,
+  result: Record<string, unknown> | undefined,
+  at: Date,
+): void {
+  const list = result?.app_events;
+  if (!Array.isArray(list) || list.length === 0) return;
+  outbox.app_events = (list as ListedAppEvent[]).map((ev) => {
+    const valid = validateAppEvent({ app: cmd.app, ...ev });
+    return {
+      id: newId("aev"),
+      app: valid.app,
+      owner: valid.owner,
+      type: valid.type,
+      subject: valid.subject ?? null,
+      data: valid.data,
+      actor: cmd.actor,
+      at: at.toISOString(),
+    };
+  });
 }
 
 /**

@@ -29,7 +29,7 @@ import {
 } from "./identity-account.js";
 import { groupRoute, GROUP_PATH } from "./identity-groups.js";
 import { hashPassword, sha256, type SigningKeys } from "./identity-tokens.js";
-import { publishListedEvents, sendInternal } from "./internal-command.js";
+import { sendInternal } from "./internal-command.js";
 import type { Req } from "./request.js";
 
 export {
@@ -281,7 +281,7 @@ function callOf(d: IdentityDeps, req: Req, principal: Principal, body: Record<st
     sealed?: Record<string, Sealed>,
     id?: string,
   ): Promise<Settled> => {
-    const { cmd, reply } = await sendInternal(d, {
+    const { reply } = await sendInternal(d, {
       capability: authCommand(route),
       app,
       input,
@@ -290,9 +290,7 @@ function callOf(d: IdentityDeps, req: Req, principal: Principal, body: Record<st
       actor: actorOf(req.headers, principal),
       requestId: req.requestId,
     });
-    const s = settled(reply, route);
-    await publishListedEvents(d.bus, app, cmd, s.result);
-    return s;
+    return settled(reply, route);
   };
   const send: AuthCall["send"] = async (route, input, sealed, id) => {
     await authorize();

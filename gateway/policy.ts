@@ -4,11 +4,11 @@ import {
   type Actor,
   type AuthzDecision,
   approvalAad,
+  canonicalJson,
   check,
   type CompiledRule,
   compileRules,
   evaluate,
-  newId,
   newResourceId,
   NO_OWNER,
   PlatformError,
@@ -34,7 +34,7 @@ import {
   sendCapabilityCommand,
 } from "./capability-route.js";
 import { isJsonContentType, parseJsonObject, type Res } from "./http.js";
-import { answerOf, appOfCall, publishListedEvents, sendInternal } from "./internal-command.js";
+import { answerOf, appOfCall, sendInternal } from "./internal-command.js";
 import { appParam, intParam } from "./params.js";
 import type { Req } from "./request.js";
 
@@ -155,7 +155,7 @@ export interface AuthzOutcome extends AuthzDecision {
 /** What an approved replay of a kind runs, in the gateway that approves it. */
 export type ReplayExecutor = (
   d: PolicyDeps,
-  ctx: { app: string; actor: Actor; requestId: string; owner: string | undefined },
+  ctx: { app: string; actor: Actor; requestId: string; owner: string | undefined; approvalId: string },
   replay: Record<string, unknown>,
 ) => Promise<{ ok: boolean; result: unknown }>;
 
@@ -240,18 +240,24 @@ async function sendPolicy(
   actor: Actor,
   requestId: string,
   input: Record<string, unknown>,
-): Promise<{ result: Record<string, unknown> | undefined; resource: Resource | undefined; status: string }> {
-  const { cmd, reply } = await sendInternal(d, {
+  keptAs?: string,
+): Promise<{
+  result: Record<string, unknown> | undefined;
+  resource: Resource | undefined;
+  status: string;
+  again: boolean;
+}> {
+  const { reply, again } = await sendInternal(d, {
     capability: policyCommand(route),
     app,
     input,
     actor,
     requestId,
+    ...(keptAs !== undefined ? { id: keptAs, keep: true } : {}),
   });
   const body = answerOf(reply);
   const result = body.result as Record<string, unknown> | undefined;
-  await publishListedEvents(d.bus, app, cmd, result);
-  return { result, resource: body.resource as Resource | undefined, status: body.status };
+  return { result, resource: body.resource as Resource | undefined, status: body.status, again };
 }
 
 // ---- routes ----
@@ -377,8 +383,12 @@ export function approverOf(principal: Principal): { operator: true } | { operato
 /**
  * Approves a staged action: the operator (control plane) any, a user (its access token on the
  * data plane) only its own; the app's own token never (an agent does not approve itself). The
- * actor marks the Approval approved once (a second approval is 409; an expired one runs nothing,
- * 409); then the replay runs here and `authz.approval` is written.
+ * actor marks the Approval approved once and writes `authz.approval` with it; then the replay runs
+ * here. The approve command's id comes from the approval and the approver, and its answer (the
+ * sealed replay) is kept 24 h: when this gateway dies before the replay ran, the same approver
+ * approving again runs it. A staged capability call then runs exactly once (its command id comes
+ * from the approval); an MCP tool call at most once (an app's tool has no idempotency key). A
+ * second approver is `409`.
  */
 async function approve(
   d: PolicyDeps,
@@ -392,10 +402,16 @@ async function approve(
   const approver = approverOf(principal);
   const app = appOfCall(d, principal, body.app);
   const actor = actorOf(req.headers, principal);
-  const r = await sendPolicy(d, app, "approve", actor, req.requestId, {
-    approval_id: approvalId,
-    ...approver,
-  });
+  const who = approver.operator ? "operator" : approver.by;
+  const r = await sendPolicy(
+    d,
+    app,
+    "approve",
+    actor,
+    req.requestId,
+    { approval_id: approvalId, ...approver },
+    `idk_${d.vault.mac(`${app}\napprove:${approvalId}\n${who}`).slice(0, 32)}`,
+  );
   if (r.status === "failed")
     throw new PlatformError("conflict", `approval ${approvalId} expired: nothing ran`);
   const res0 = r.result!;
@@ -404,23 +420,14 @@ async function approve(
     [k: string]: unknown;
   };
   const owner = typeof res0.owner === "string" ? res0.owner : undefined;
-  await publishAppEvent(d.bus, {
-    app,
-    owner: owner ?? NO_OWNER,
-    type: "authz.approval",
-    subject: String(res0.action).slice(0, 200),
-    data: {
-      decision: "approved",
-      rule: res0.rule,
-      high_risk: res0.high_risk,
-      action: res0.action,
-      approval_id: approvalId,
-    },
-    actor,
-  });
   const run = replay.kind === "capability" ? runCapability : executors.get(replay.kind);
   if (!run) throw new PlatformError("unavailable", `this gateway cannot run a staged ${replay.kind} action`);
-  const out = await run(d, { app, actor, requestId: req.requestId, owner }, replay);
+  if (r.again && replay.kind !== "capability")
+    throw new PlatformError(
+      "conflict",
+      `approval ${approvalId} was approved before: its ${replay.kind} action runs at most once and is not run again`,
+    );
+  const out = await run(d, { app, actor, requestId: req.requestId, owner, approvalId }, replay);
   return res.json(200, { status: "approved", approval_id: approvalId, action: res0.action, ran: out });
 }
 
@@ -429,14 +436,22 @@ const runCapability: ReplayExecutor = async (d, ctx, replay) => {
   const name = String(replay.name);
   if (!declarationOf(name)) throw new PlatformError("internal", `the staged capability ${name} is unknown`);
   const input = validateInput(name as CapabilityName, replay.input as Record<string, unknown>);
-  const reply = await sendCapabilityCommand(d, {
-    id: newId("cmd"),
-    name,
-    app: ctx.app,
-    input,
-    actor: ctx.actor,
-    requestId: ctx.requestId,
-    prefer: (replay.prefer as string[] | undefined) ?? [],
-  });
+  // one command per approval, its answer kept 24 h: approving again after a lost answer runs nothing twice
+  const id = `idk_${d.vault.mac(`${ctx.app}\nreplay:${ctx.approvalId}`).slice(0, 32)}`;
+  const bodyHash = d.vault.mac(`${name}\n${canonicalJson(input)}`);
+  const prior = await d.client.recorded(id);
+  const reply =
+    prior && prior.body_hash === bodyHash
+      ? d.client.replyOf(prior)
+      : await sendCapabilityCommand(d, {
+          id,
+          name,
+          app: ctx.app,
+          input,
+          actor: ctx.actor,
+          requestId: ctx.requestId,
+          bodyHash,
+          prefer: (replay.prefer as string[] | undefined) ?? [],
+        });
   return { ok: reply.ok, result: reply.ok ? reply.body : { error: reply.error } };
 };

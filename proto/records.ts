@@ -1,6 +1,7 @@
 import Type, { type Static } from "typebox";
 import { ReplySchema, SealedSchema } from "./command.js";
 import { LogLineSchema } from "./logs.js";
+import { StoredAppEventSchema } from "./app-events.js";
 import { ActorSchema, PlatformEventSchema } from "./events.js";
 import { ResourceSchema } from "./resources.js";
 
@@ -169,6 +170,12 @@ export const OutboxSchema = Type.Object({
   ),
   /** Outside work carried out after the commit (SideEffectSchema). */
   effects: Type.Optional(Type.Array(SideEffectSchema)),
+  /**
+   * Application events the command's answer lists (`result.app_events`: policy.set,
+   * membership.removed, authz.approval...), made in the turn and published with message ids
+   * `<command_id>:<i>`, so a takeover publishes them again without a copy.
+   */
+  app_events: Type.Optional(Type.Array(StoredAppEventSchema)),
 });
 export type Outbox = Static<typeof OutboxSchema>;
 

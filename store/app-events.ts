@@ -81,21 +81,33 @@ export async function publishAppEvent(
     actor: actor ?? { ...PLATFORM_APP_EVENT_ACTOR },
     at: new Date().toISOString(),
   };
-  const subject = subjects.appEvent(stored.app, stored.owner, stored.subject ?? "");
-  const bytes = Buffer.from(JSON.stringify(stored));
-  const pubOpts = opts.msgId !== undefined ? { msgId: opts.msgId } : {};
-  let ack: Awaited<ReturnType<Bus["pub"]["publish"]>>;
-  try {
-    ack = await bus.pub.publish(subject, bytes, pubOpts);
-  } catch (e) {
-    if (!(e instanceof NoRespondersError)) throw e;
-    await ensureStream(bus);
-    ack = await bus.pub.publish(subject, bytes, pubOpts);
-  }
+  const ack = await storeAppEvent(bus, stored, opts.msgId);
   if (!ack.duplicate) return { ...stored, seq: ack.seq, duplicate: false };
   const first = await getAppEvent(bus, ack.seq);
   if (!first) throw new PlatformError("conflict", "the first event of this write is no longer stored");
   return { ...first, duplicate: true };
+}
+
+/**
+ * Publishes an application event made before (validated, its id and time set): the outbox of an
+ * actor's turn writes the events its command lists this way, again after a takeover with the same
+ * message id. The stream is made when it is missing.
+ */
+export async function storeAppEvent(
+  bus: Bus,
+  stored: StoredAppEvent,
+  msgId?: string,
+): Promise<{ seq: number; duplicate: boolean }> {
+  const subject = subjects.appEvent(stored.app, stored.owner, stored.subject ?? "");
+  const bytes = Buffer.from(JSON.stringify(stored));
+  const pubOpts = msgId !== undefined ? { msgId } : {};
+  try {
+    return await bus.pub.publish(subject, bytes, pubOpts);
+  } catch (e) {
+    if (!(e instanceof NoRespondersError)) throw e;
+    await ensureStream(bus);
+    return await bus.pub.publish(subject, bytes, pubOpts);
+  }
 }
 
 /** A `Nats-Msg-Id` for a write of `app` under an Idempotency-Key (hashed: keys are free text). */

@@ -3,6 +3,7 @@ import type { Effect, HandlerContext, InternalHandler } from "../context.js";
 import { fromGateway, internalInput } from "./internal.js";
 import {
   bindsAppToken,
+  NO_OWNER,
   POLICY_COMMANDS,
   POLICY_RULES_MAX,
   type PolicyCommandInput,
@@ -190,6 +191,21 @@ async function approve(ctx: HandlerContext, raw: Record<string, unknown>): Promi
       owner: doc.owner,
       rule: doc.rule,
       high_risk: doc.high_risk,
+      // written with the approval (the outbox), never after it by the gateway that replays it
+      app_events: [
+        {
+          owner: typeof doc.owner === "string" ? doc.owner : NO_OWNER,
+          type: "authz.approval",
+          subject: String(doc.action).slice(0, 200),
+          data: {
+            decision: "approved",
+            rule: doc.rule,
+            high_risk: doc.high_risk,
+            action: doc.action,
+            approval_id: doc.id,
+          },
+        },
+      ],
     },
   };
 }

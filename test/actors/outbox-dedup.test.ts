@@ -9,8 +9,8 @@ import { sleep, startTestNats, type TestNats } from "../helpers/infra.js";
 
 /**
  * An outbox re-applied after the streams' duplicate window (a takeover minutes after a crash):
- * its events and streamed log lines already stored are not stored again, and those that never
- * were are. The window is shortened to 200 ms here so the streams themselves no longer drop the
+ * its events, application events and streamed log lines already stored are not stored again, and
+ * those that never were are. The window is shortened to 200 ms here so the streams themselves no longer drop the
  * copies, as they would not 2 minutes after the turn.
  */
 const test = anyTest as TestFn<{ nats: TestNats; bus: Bus }>;
@@ -18,7 +18,7 @@ const test = anyTest as TestFn<{ nats: TestNats; bus: Bus }>;
 test.before(async (t) => {
   const nats = await startTestNats();
   const bus = await nats.bus("outbox-dedup-test");
-  for (const name of [STREAMS.events, STREAMS.logs]) {
+  for (const name of [STREAMS.events, STREAMS.logs, STREAMS.appEvents]) {
     const info = await bus.jsm.streams.info(name);
     await bus.jsm.streams.update(name, { ...info.config, duplicate_window: 200 * 1_000_000 });
   }
@@ -61,6 +61,18 @@ function outbox(app: string, at: Date): Outbox {
     events: [ev("SecretSet"), ev("SecretSet")],
     logs: [{ resource_id, ts: at.toISOString(), stream: "stdout", line: "set K" }],
     files: [],
+    app_events: [
+      {
+        id: newId("aev"),
+        app,
+        owner: "usr_a",
+        type: "policy.set",
+        subject: "rule-1",
+        data: { id: "rule-1" },
+        actor: { type: "builder", id: "outbox-dedup-test" },
+        at: at.toISOString(),
+      },
+    ],
   };
 }
 
@@ -68,7 +80,7 @@ async function stored(bus: Bus, stream: string, filter: string, commandId: strin
   const ids: string[] = [];
   for await (const m of readStream(bus, stream, filter)) {
     const id = m.headers?.get("Nats-Msg-Id") ?? "";
-    if (id.startsWith(`${commandId}/`)) ids.push(id);
+    if (id.startsWith(`${commandId}/`) || id.startsWith(`${commandId}:`)) ids.push(id);
   }
   return ids.sort();
 }
@@ -81,6 +93,9 @@ async function eachStoredOnce(t: ExecutionContext, bus: Bus, app: string, o: Out
   ]);
   t.deepEqual(await stored(bus, STREAMS.logs, subjects.log(o.logs[0]!.resource_id), o.command_id), [
     `${o.command_id}/log/0`,
+  ]);
+  t.deepEqual(await stored(bus, STREAMS.appEvents, subjects.appEventsOf(app), o.command_id), [
+    `${o.command_id}:0`,
   ]);
 }
 
@@ -119,4 +134,5 @@ test("a recent outbox is re-applied without reading the streams (the window stil
   // no wait: within the window the stream drops the copies itself
   await reapplyOutboxes(host(bus), [o]);
   t.is((await stored(bus, STREAMS.events, subjects.eventsOfApp(app), o.command_id)).length, 2);
+  t.is((await stored(bus, STREAMS.appEvents, subjects.appEventsOf(app), o.command_id)).length, 1);
 });

@@ -14,6 +14,7 @@ import {
   controlAuth,
 } from "../helpers/infra.js";
 import { startMessagesApi, type MessagesApi } from "../helpers/messages-api.js";
+import { canonicalJson, type Command, encode, keys, policyCommand, subjects } from "../../proto/mod.js";
 
 /**
  * Policies end to end (docs/policies.md): rules written through the app's
@@ -312,9 +313,14 @@ test.serial(
     t.is(ok.body.ran.ok, true);
     const secret = await get(p.controlUrl, `/resources?app_id=${app}&type=Secret`);
     t.is(secret.body.items.filter((s: { name: string }) => s.name === "STAGED").length, 1, "it ran");
+    // the same approver again: the kept answer, and the call it ran is not run again
     const twice = await control(t, "POST", `/policies/approvals/${id}`, { app });
-    t.is(twice.status, 409, "once");
+    t.is(twice.status, 200, JSON.stringify(twice.body));
+    t.is(twice.body.ran.result.resource.id, ok.body.ran.result.resource.id, "the same answer");
+    const still = await get(p.controlUrl, `/resources?app_id=${app}&type=Secret`);
+    t.is(still.body.items.filter((s: { name: string }) => s.name === "STAGED").length, 1, "once");
     const approvals = await appEvents(t, "authz.approval", (xs) => xs.length >= 1);
+    t.is(approvals.filter((e) => e.data.approval_id === id).length, 1, "one authz.approval");
     t.like(approvals[0], {
       data: { decision: "approved", rule: "stage-secrets", action: "capability:set-secret" },
     });
@@ -416,6 +422,68 @@ test.serial(
     t.is(ok.status, 200, JSON.stringify(ok.body));
     t.is(ok.body.ran.result.resource.owner, a.id);
     t.is(ok.body.ran.result.resource.type, "AgentTask");
+    // approved already: another approver (the operator) is refused, nothing runs again
+    const again = await control(t, "POST", `/policies/approvals/${id}`, { app });
+    t.is(again.status, 409, JSON.stringify(again.body));
+    t.regex(again.body.error.message, /approved already/);
+    await clearRules(t);
+  },
+);
+
+test.serial(
+  "a gateway that dies between an approval and its replay (docs/architecture.md gap 2): approving again runs the staged call, exactly once",
+  async (t) => {
+    const { app, p } = t.context;
+    await setRule(t, { id: "stage-lost", effect: "stage", action: "capability:set-secret" });
+    const asked = await call(
+      p.dataUrl,
+      "set-secret",
+      { app, name: "LOST_REPLAY", value: "v-lost" },
+      { authorization: `Bearer ${t.context.token}` },
+    );
+    t.is(asked.status, 202, asked.text);
+    const id = asked.body.approval_id as string;
+    // what the approving gateway sent before it died: the approve command (its id from the
+    // approval and the approver, its answer kept), and nothing after it
+    const capability = policyCommand("approve");
+    const input = { approval_id: id, operator: true };
+    const cmd: Command = {
+      id: `idk_${p.vault.mac(`${app}\napprove:${id}\noperator`).slice(0, 32)}`,
+      capability,
+      app,
+      input,
+      actor: { type: "builder", id: "test-suite" },
+      plane: "control",
+      gateway_id: "gw-died",
+      request_id: "req-died",
+      received_at: new Date().toISOString(),
+      body_hash: p.vault.mac(`${capability}\n${canonicalJson(input)}`),
+    };
+    await p.admin.pub.publish(subjects.command(app), encode(cmd), { msgId: cmd.id });
+    await eventually(async () => {
+      const a = await data(t, "GET", "/policies/approvals?status=approved");
+      return a.body.items.some((x: { id: string }) => x.id === id) ? true : undefined;
+    }, 10_000);
+    await eventually(
+      async () => ((await p.admin.kv.idempotency.get(keys.idempotency(cmd.id))) ? true : undefined),
+      10_000,
+    );
+    const secrets = async () =>
+      (await get(p.controlUrl, `/resources?app_id=${app}&type=Secret`)).body.items.filter(
+        (s: { name: string }) => s.name === "LOST_REPLAY",
+      ).length;
+    t.is(await secrets(), 0, "approved, but the replay never ran");
+    // the authz.approval was written by the actor with the approval, not by the dead gateway
+    await appEvents(t, "authz.approval", (xs) => xs.some((e) => e.data.approval_id === id));
+    const ok = await control(t, "POST", `/policies/approvals/${id}`, { app });
+    t.is(ok.status, 200, JSON.stringify(ok.body));
+    t.is(ok.body.ran.ok, true);
+    t.is(await secrets(), 1, "it ran");
+    const twice = await control(t, "POST", `/policies/approvals/${id}`, { app });
+    t.is(twice.status, 200, JSON.stringify(twice.body));
+    t.is(await secrets(), 1, "exactly once");
+    const written = await appEvents(t, "authz.approval", (xs) => xs.some((e) => e.data.approval_id === id));
+    t.is(written.filter((e) => e.data.approval_id === id).length, 1, "one authz.approval");
     await clearRules(t);
   },
 );
