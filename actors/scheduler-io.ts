@@ -10,6 +10,7 @@ import {
   encode,
   type JobDefinition,
   type JobRan,
+  type JobState,
   keys,
   newId,
   nextTick,
@@ -17,6 +18,7 @@ import {
   type Schedule,
   signServiceToken,
   subjects,
+  type TickOutcome,
 } from "../proto/mod.js";
 import { type Bus, serviceKeyAad, type Vault } from "../store/mod.js";
 import { JOB_RAN } from "./capabilities/mod.js";
@@ -27,6 +29,18 @@ export interface TickResult {
   status_code?: number;
   error?: string;
   duration_ms: number;
+}
+
+/** A tick's outcome as its report and the job's run state carry it. */
+export function tickOutcome(result: TickResult, tick: number, firedAt: number, refire: boolean): TickOutcome {
+  return {
+    ok: result.ok,
+    ...(result.status_code !== undefined ? { status_code: result.status_code } : {}),
+    ...(result.error !== undefined ? { error: result.error } : {}),
+    duration_ms: Math.round(result.duration_ms * 100) / 100,
+    late_ms: Math.max(0, firedAt - tick),
+    refire,
+  };
 }
 
 interface AppTarget {
@@ -278,6 +292,30 @@ export class TickReporter {
     p.runs.push(run);
     if (p.runs.length >= REPORT_MAX) this.flush(app);
     else p.timer ??= setTimeout(() => this.flush(app), REPORT_WINDOW_MS);
+  }
+
+  /**
+   * A new leader's look at a job's last tick (docs/scheduler.md, "Reports"): a report is sent
+   * after the compare-and-set that ends the tick, so a leader that died in between left a tick
+   * counted in the run state but missing from the job's resource (no JobRan, no log line). When
+   * the resource's `last_fired_at` is older than the state's `last_fired`, the kept outcome is
+   * reported again. A report that did arrive meanwhile makes this one a no-op: the actor records a
+   * tick once (`_job_ran` skips ticks not after the resource's `last_fired_at`).
+   */
+  recover(def: JobDefinition, state: JobState): void {
+    if (!state.last_run || !state.last_fired || state.running) return;
+    const fired = state.last_fired;
+    const run = { name: def.name, due_at: fired, ...state.last_run, state };
+    void this.bus.kv.resources
+      .get(keys.resource(def.app, "ScheduledJob", def.resource_id))
+      .then((e) => {
+        if (!e || e.operation !== "PUT") return;
+        const at = (e.json() as { last_fired_at?: string | null }).last_fired_at;
+        if (at && Date.parse(at) >= Date.parse(fired)) return;
+        this.log(`scheduler: ${def.app}.${def.name}: the report of tick ${fired} was lost; sending it again`);
+        this.add(def.app, run);
+      })
+      .catch((err) => this.log(`scheduler: ${def.app}.${def.name}: last tick not checked: ${String(err)}`));
   }
 
   private flush(app: string): void {

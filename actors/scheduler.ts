@@ -16,7 +16,14 @@ import {
   LEASE_TTL_MS,
 } from "../proto/mod.js";
 import { NO_BASE_URL } from "./capabilities/mod.js";
-import { AppDirectory, MarkPacer, TickCaller, type TickResult, TickReporter } from "./scheduler-io.js";
+import {
+  AppDirectory,
+  MarkPacer,
+  TickCaller,
+  type TickResult,
+  TickReporter,
+  tickOutcome,
+} from "./scheduler-io.js";
 
 export interface SchedulerOptions {
   bus: Bus;
@@ -226,7 +233,11 @@ class Scheduler {
     this.jobs.set(key, j);
     this.loadState(j)
       .catch((err) => this.o.log(`scheduler: state of ${key} not read: ${String(err)}`))
-      .then(() => this.arm(j));
+      .then(() => {
+        this.arm(j);
+        // the last tick's report may have died with the leader before: send it again if missing
+        if (j.state) this.reporter.recover(def, j.state);
+      });
   }
 
   private async loadState(job: Job): Promise<void> {
@@ -420,6 +431,7 @@ class Scheduler {
       failures: (job.state ?? running).failures + (result.ok ? 0 : 1),
       skipped_overlap: (job.state ?? running).skipped_overlap + skipped,
       last_status: result.status_code ?? result.error ?? null,
+      last_run: tickOutcome(result, tick, firedAt, refire),
     };
     // the next due is the first nominal tick after now that was not skipped
     const next = nextTick(job.schedule, Math.max(ended, tick), anchor);
@@ -429,7 +441,12 @@ class Scheduler {
       written = await this.writeState(job, after);
       if (!written && job.state?.running?.tick !== running.running!.tick) break; // someone else finished it
     }
-    this.report(job, tick, firedAt, refire, result, after);
+    this.reporter.add(job.def.app, {
+      name: job.def.name,
+      due_at: after.last_fired!,
+      ...after.last_run!,
+      state: after,
+    });
   }
 
   private call(job: Job, tick: number, refire: boolean, leadership: AbortSignal): Promise<TickResult> {
@@ -441,28 +458,6 @@ class Scheduler {
   /** Whether a tick left running was marked under this leadership (else its call is over). */
   private ownsRunning(r: NonNullable<JobState["running"]>): boolean {
     return r.leader === this.o.nodeId && r.leader_rev >= this.leadRev;
-  }
-
-  /** Hands the outcome to the app actor (it records it on the job and emits JobRan / JobRunFailed). */
-  private report(
-    job: Job,
-    tick: number,
-    firedAt: number,
-    refire: boolean,
-    result: TickResult,
-    state: JobState,
-  ) {
-    this.reporter.add(job.def.app, {
-      name: job.def.name,
-      ok: result.ok,
-      ...(result.status_code !== undefined ? { status_code: result.status_code } : {}),
-      ...(result.error !== undefined ? { error: result.error } : {}),
-      duration_ms: Math.round(result.duration_ms * 100) / 100,
-      due_at: new Date(tick).toISOString(),
-      late_ms: Math.max(0, firedAt - tick),
-      refire,
-      state,
-    });
   }
 
   async close(): Promise<void> {

@@ -78,8 +78,24 @@ export const JobStateSchema = Type.Object({
   skipped_overlap: Type.Integer(),
   missed: Type.Integer(),
   last_status: Type.Union([Type.Integer(), Type.String(), Type.Null()]),
+  /**
+   * The outcome of the tick `last_fired`, as its report carries it: a new leader reports it again
+   * when the job's resource does not have it (the report died with its leader).
+   */
+  last_run: Type.Optional(
+    Type.Object({
+      ok: Type.Boolean(),
+      status_code: Type.Optional(Type.Integer()),
+      error: Type.Optional(Type.String()),
+      duration_ms: Type.Number(),
+      late_ms: Type.Number(),
+      refire: Type.Boolean(),
+    }),
+  ),
 });
 export type JobState = Static<typeof JobStateSchema>;
+/** A tick's outcome as the run state keeps it and its report carries it. */
+export type TickOutcome = NonNullable<JobState["last_run"]>;
 
 /** Input of the internal `_job_ran` command: a tick's outcome, for the app actor to record. */
 export const JobRanSchema = Type.Object({

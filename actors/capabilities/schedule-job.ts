@@ -181,6 +181,12 @@ export const jobRan: InternalHandler = async (ctx, input) => {
     const previous = seen?.previous ?? (await ctx.state.getResource("ScheduledJob", def.resource_id));
     if (!previous) continue;
     const before = seen?.resource ?? previous;
+    // a tick is recorded once: a report sent again by a new leader (its first one was thought lost)
+    // finds it recorded already
+    if (r.paused === undefined && recordedAlready(before, r.due_at)) {
+      last ??= before;
+      continue;
+    }
     if (r.paused !== undefined) {
       // not fired: the job waits, and says why (no event: nothing ran)
       const resource = { ...before, paused_reason: r.paused, updated_at: ctx.now.toISOString() };
@@ -202,6 +208,11 @@ export const jobRan: InternalHandler = async (ctx, input) => {
   for (const { resource, previous } of written.values()) ctx.putResource(resource, previous);
   return { status: "succeeded", resource: last };
 };
+
+function recordedAlready(job: Resource, dueAt: string): boolean {
+  const at = typeof job.last_fired_at === "string" ? Date.parse(job.last_fired_at) : Number.NaN;
+  return Number.isFinite(at) && Date.parse(dueAt) <= at;
+}
 
 function tickedResource(before: Resource, r: JobRan, iso: string): Resource {
   const s = r.state;
