@@ -309,7 +309,7 @@ export class TickReporter {
     void this.bus.kv.resources
       .get(keys.resource(def.app, "ScheduledJob", def.resource_id))
       .then((e) => {
-        if (!e || e.operation !== "PUT") return;
+        if (e?.operation !== "PUT") return;
         const at = (e.json() as { last_fired_at?: string | null }).last_fired_at;
         if (at && Date.parse(at) >= Date.parse(fired)) return;
         this.log(`scheduler: ${def.app}.${def.name}: the report of tick ${fired} was lost; sending it again`);
