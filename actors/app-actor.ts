@@ -35,6 +35,7 @@ import {
 } from "./context.js";
 import { type Facts, NO_FACTS } from "./facts/types.js";
 import { handlerOf, internalHandlerOf } from "./handlers.js";
+import { interruptedEnd } from "./task-effects.js";
 import { endTask, runningTask, startQueued, taskProgress } from "./task-turns.js";
 import { carryAppEvents, keepAnswer, type OutboxHost, reapplyOutboxes } from "./outbox.js";
 import { workspaceFiles } from "./workspace-files.js";
@@ -174,7 +175,8 @@ export class AppActor {
   }
 
   /**
-   * Long work whose node is gone (or restarted) will never report its end: end it as failed.
+   * Long work whose node is gone (or restarted) will never report its end: end it as interrupted
+   * (failed, or succeeded when its resource records its outside effect: actors/task-effects.ts).
    * Work of another node that still looks alive is checked again later.
    */
   private async interruptOrphans(): Promise<void> {
@@ -187,16 +189,10 @@ export class AppActor {
         continue;
       }
       this.host.log(
-        `actor ${this.app}: ${task.resource_type} ${task.resource_id} was running on ${task.node}, which is gone; ending it as failed`,
+        `actor ${this.app}: ${task.resource_type} ${task.resource_id} was running on ${task.node}, which is gone; ending it as interrupted`,
       );
-      // the closing event says so: data.reason, envelope status "failed" (docs/events.md)
-      const reason = `interrupted: node ${task.node} stopped while it ran`;
-      await this.host.publishTaskDone(this.app, task, {
-        resource_id: task.resource_id,
-        status: "failed",
-        fields: { error: reason, reason },
-        data: { error: "interrupted", reason, node: task.node },
-      });
+      // failed, unless its resource records its outside effect done when the end is applied
+      await this.host.publishTaskDone(this.app, task, interruptedEnd(task));
     }
     if (recheck) this.host.recheckLater(this.app);
   }

@@ -1,3 +1,4 @@
+import type { TaskDone } from "../proto/mod.js";
 import type { ActorHost } from "./app-actor.js";
 import type { CommitHost } from "./group-commit.js";
 import type { SchedulerHooks } from "./scheduler.js";
@@ -23,4 +24,9 @@ export interface NodeInstrumentation {
   onCommit?: CommitHost["onCommit"];
   /** The scheduler is about to call an app. */
   onFire?: SchedulerHooks["onFire"];
+  /**
+   * Long work ended and its end is about to be published (awaited first): a test holds it to
+   * kill the node between a task's last progress and its `_task_done`.
+   */
+  beforeTaskDone?: ((app: string, done: TaskDone) => Promise<void>) | undefined;
 }

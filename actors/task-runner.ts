@@ -8,6 +8,7 @@ import {
   type Resource,
   subjects,
 } from "../proto/mod.js";
+import type { NodeInstrumentation } from "./instrument.js";
 import type { Sealer } from "./sealer.js";
 import { TASK_DONE, TASK_PROGRESS } from "./app-actor.js";
 import type { TaskContext, TaskSpec } from "./tasks/types.js";
@@ -22,6 +23,8 @@ export interface TaskHost {
   log(msg: string): void;
   /** Saves an app's workspace as its bundle after a commit a task made (in the background). */
   saveWorkspace?(app: string, dir: string): void;
+  /** The test seam (actors/instrument.ts). */
+  readonly instrument?: Pick<NodeInstrumentation, "beforeTaskDone">;
 }
 
 /**
@@ -99,6 +102,7 @@ export class TaskRunner {
           data: { error: message },
         };
       }
+      await this.node.instrument?.beforeTaskDone?.(app, result);
       this.running.delete(resource.id);
       return this.publishDone(app, origin, result);
     })();

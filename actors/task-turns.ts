@@ -13,6 +13,7 @@ import {
 import { isTransientBusError } from "../store/mod.js";
 import type { Effect, HandlerContext } from "./context.js";
 import { handlerOf } from "./handlers.js";
+import { effectiveEnd } from "./task-effects.js";
 
 /**
  * What an app's actor does, in a turn, with long work (DESIGN §2): record a
@@ -61,17 +62,24 @@ export async function taskProgress(
   return doc;
 }
 
-/** The end of long work: its resource's last status, the closing event, the app update it carries. */
+/**
+ * The end of long work: its resource's last status, the closing event, the app update it carries.
+ * A failed end of work whose resource records its outside effect done ends it as the work would
+ * have (actors/task-effects.ts).
+ */
 export async function endTask(
   ctx: HandlerContext,
   app: string,
   tasks: RunningTask[],
-  done: TaskDone,
+  reported: TaskDone,
 ): Promise<{ task: RunningTask; effect: Effect } | undefined> {
-  const task = tasks.find((t) => t.resource_id === done.resource_id);
+  const task = tasks.find((t) => t.resource_id === reported.resource_id);
   if (!task) return undefined; // ended before (a replay): nothing to do, nobody waits
   const prev = await ctx.state.getResource(task.resource_type, task.resource_id);
   if (!prev) throw new Error(`task resource ${task.resource_id} is missing`);
+  // decided here, in order, not when the end was published: a takeover publishes the interrupted
+  // end before it has applied the dead node's last progress (still on the stream, ahead of it)
+  const done = effectiveEnd(task, prev, reported);
   const doc: Resource = { ...prev, ...done.fields, status: done.status, updated_at: ctx.now.toISOString() };
   ctx.putResource(doc, prev);
   const closing = done.status === "succeeded" ? task.on_success : task.on_failure;

@@ -3,14 +3,15 @@ import { isSmtpSendError, sendSmtp, SMTP_RETRY } from "../../effects/mod.js";
 import { smtpConfig, type SmtpConfig } from "../mail/config.js";
 import { redactText } from "../mail/redact.js";
 import { smtpSecrets, SmtpUrlError } from "../mail/smtp-url.js";
-import type { TaskSpec } from "./types.js";
+import type { TaskResult, TaskSpec } from "./types.js";
 
 /**
  * send-email's long work (docs/email.md): opens the SMTP URL (the app's sealed
  * `SMTP_URL`, or `SLIPWAY_SMTP_URL` of this node), sends with retries on
  * temporary failures (3 attempts, 0.5 s then 1 s apart), and ends the
  * EmailDelivery `succeeded` with the accepted Message-ID and the server's
- * reply (EmailSent) or `failed` with the reason (EmailFailed). What it keeps
+ * reply (EmailSent) or `failed` with the reason (EmailFailed). The accepted mail is
+ * recorded on the EmailDelivery (`sent_at`) before the end is reported. What it keeps
  * and logs is redacted: no body, no template data, no password, recipients
  * masked.
  */
@@ -27,6 +28,23 @@ export interface SendEmailPlan {
 function configOf(plan: SendEmailPlan, open: (e: VaultEntry) => string): SmtpConfig {
   if (plan.source === "vault" && plan.vaulted) return smtpConfig(open(plan.vaulted), "vault", undefined);
   return smtpConfig(process.env.SLIPWAY_SMTP_URL ?? "", "env", process.env.SLIPWAY_MAIL_FROM);
+}
+
+/**
+ * The end of a send whose EmailDelivery records the mail accepted (`sent_at`, with the Message-ID,
+ * the server's reply and the attempts, recorded through the task's progress as soon as the server
+ * took it): the task's own end, and the one a takeover gives a send whose node stopped before it
+ * reported (actors/task-effects.ts). Undefined when the resource records no accepted mail.
+ */
+export function emailSent(doc: Record<string, unknown>): TaskResult | undefined {
+  if (typeof doc.sent_at !== "string") return undefined;
+  const { message_id, attempts } = doc;
+  return {
+    status: "succeeded",
+    fields: { message_id, provider_response: doc.provider_response, attempts, error: null },
+    // the redacted mail as the EmailDelivery keeps it: masked recipient, template, subject
+    data: { to: doc.to, template: doc.template, subject: doc.subject, message_id, attempts },
+  };
 }
 
 export function sendEmailTask(plan: SendEmailPlan): TaskSpec {
@@ -64,20 +82,19 @@ export function sendEmailTask(plan: SendEmailPlan): TaskSpec {
             },
           },
         );
-        const response = safe(sent.response);
-        await t.log(
-          `sent in ${sent.attempts} attempt(s): message id ${sent.messageId}, server said: ${response}`,
-        );
-        return {
-          status: "succeeded",
-          fields: {
-            message_id: sent.messageId,
-            provider_response: response,
-            attempts: sent.attempts,
-            error: null,
-          },
-          data: { ...plan.redacted, message_id: sent.messageId, attempts: sent.attempts },
+        const accepted = {
+          sent_at: new Date().toISOString(),
+          message_id: sent.messageId,
+          provider_response: safe(sent.response),
+          attempts: sent.attempts,
         };
+        // recorded at once, before anything else: a node that dies from here on leaves the send
+        // `succeeded` at the takeover, and the client does not send it again (actors/task-effects.ts)
+        await t.progress(accepted);
+        await t.log(
+          `sent in ${sent.attempts} attempt(s): message id ${sent.messageId}, server said: ${accepted.provider_response}`,
+        );
+        return emailSent({ ...t.resource, ...accepted })!;
       } catch (e) {
         if (!isSmtpSendError(e)) throw e;
         const code = [e.code, e.responseCode].filter((x) => x !== undefined).join(" ");

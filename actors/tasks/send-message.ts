@@ -25,7 +25,8 @@ import type { TaskContext, TaskResult, TaskSpec } from "./types.js";
  * connector.token_issued; a rotated refresh token is sealed back), the message
  * sent with it once (Gmail: the base64url RFC 822 `raw`; Graph: the message
  * JSON, or its MIME form when threading headers are given), and the token
- * dropped. Ends `succeeded` (MessageSent, message.sent) or `failed`
+ * dropped. The sent message is recorded on the EmailDelivery (`sent_at`) before
+ * anything else. Ends `succeeded` (MessageSent, message.sent) or `failed`
  * (MessageFailed, message.failed with the error). The access token and the
  * refresh token appear in no event, log line, resource or error.
  */
@@ -187,6 +188,28 @@ function newMessageId(resourceId: string, domain: string | undefined): string {
   return `<${resourceId}.${randomBytes(6).toString("hex")}@${domain ?? "slipway.invalid"}>`;
 }
 
+/**
+ * The end of a send whose EmailDelivery records the message sent (`sent_at`, with the Message-ID,
+ * the provider's ids and the size, recorded through the task's progress as soon as the provider
+ * answered): the task's own end, and the one a takeover gives a send whose node stopped before it
+ * reported (actors/task-effects.ts). Undefined when the resource records no sent message.
+ */
+export function messageSent(doc: Record<string, unknown>): TaskResult | undefined {
+  if (typeof doc.sent_at !== "string") return undefined;
+  const ids = { provider_message_id: doc.provider_message_id, provider_thread_id: doc.provider_thread_id };
+  return {
+    status: "succeeded",
+    fields: { message_id: doc.message_id, ...ids, size_bytes: doc.size_bytes, error: null },
+    data: {
+      provider: doc.provider,
+      channel: doc.channel,
+      message_id: doc.message_id,
+      ...ids,
+      owner: doc.owner,
+    },
+  };
+}
+
 export function sendMessageTask(job: SendMessageJob): TaskSpec {
   return {
     onSuccess: "MessageSent",
@@ -196,6 +219,16 @@ export function sendMessageTask(job: SendMessageJob): TaskSpec {
       const base = () => ({ provider: job.provider, channel: job.channel, message_id: p.messageId });
       try {
         const out = await deliver(t, job, p);
+        const sent = {
+          sent_at: new Date().toISOString(),
+          message_id: p.messageId,
+          provider_message_id: out.provider_message_id,
+          provider_thread_id: out.provider_thread_id,
+          size_bytes: p.size,
+        };
+        // recorded at once, before anything else: a node that dies from here on leaves the send
+        // `succeeded` at the takeover, and the client does not send it again (actors/task-effects.ts)
+        await t.progress(sent);
         await t.log(
           `sent through ${job.provider}${out.provider_message_id ? `: id ${out.provider_message_id}` : ""}${out.provider_thread_id ? `, thread ${out.provider_thread_id}` : ""}`,
         );
@@ -203,15 +236,7 @@ export function sendMessageTask(job: SendMessageJob): TaskSpec {
           ...base(),
           provider_message_id: out.provider_message_id,
         });
-        const ids = {
-          provider_message_id: out.provider_message_id,
-          provider_thread_id: out.provider_thread_id,
-        };
-        return {
-          status: "succeeded",
-          fields: { message_id: p.messageId, ...ids, size_bytes: p.size, error: null },
-          data: { ...base(), ...ids, owner: job.owner },
-        };
+        return messageSent({ ...t.resource, ...sent })!;
       } catch (e) {
         // anything unexpected is reported by its class only: its text might hold what must not leak
         const f =
