@@ -48,5 +48,6 @@ export function effectiveEnd(task: RunningTask, doc: Resource, done: TaskDone): 
     status: recorded.status,
     fields: recorded.fields ?? {},
     data: recorded.data ?? {},
+    ...(recorded.app_events ? { app_events: recorded.app_events } : {}),
   };
 }

@@ -88,6 +88,7 @@ export class TaskRunner {
         const r = await spec.run(ctx);
         result = { resource_id: resource.id, status: r.status, fields: r.fields ?? {}, data: r.data ?? {} };
         if (r.app) result.app_update = r.app;
+        if (r.app_events) result.app_events = r.app_events;
       } catch (e) {
         const message = ac.signal.aborted
           ? "stopped: the node shut down"

@@ -12,6 +12,7 @@ import {
 } from "../proto/mod.js";
 import { isTransientBusError } from "../store/mod.js";
 import type { Effect, HandlerContext } from "./context.js";
+import { carryAppEvents } from "./outbox.js";
 import { handlerOf } from "./handlers.js";
 import { effectiveEnd } from "./task-effects.js";
 
@@ -80,6 +81,8 @@ export async function endTask(
   // decided here, in order, not when the end was published: a takeover publishes the interrupted
   // end before it has applied the dead node's last progress (still on the stream, ahead of it)
   const done = effectiveEnd(task, prev, reported);
+  if (done.status === "succeeded")
+    carryAppEvents(ctx.outbox, { app, actor: task.actor }, { app_events: done.app_events }, ctx.now);
   const doc: Resource = { ...prev, ...done.fields, status: done.status, updated_at: ctx.now.toISOString() };
   ctx.putResource(doc, prev);
   const closing = done.status === "succeeded" ? task.on_success : task.on_failure;

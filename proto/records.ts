@@ -242,6 +242,20 @@ export const TaskDoneSchema = Type.Object({
   app_update: Type.Optional(
     Type.Object({ base_url: Type.Optional(Type.Union([Type.String(), Type.Null()])) }),
   ),
+  /**
+   * Application events written with a `succeeded` end, by the end's outbox (`message.sent`): a
+   * takeover that gives the task its recorded end writes them too.
+   */
+  app_events: Type.Optional(
+    Type.Array(
+      Type.Object({
+        owner: Type.String(),
+        type: Type.String(),
+        subject: Type.Optional(Type.String()),
+        data: Type.Record(Type.String(), Type.Unknown()),
+      }),
+    ),
+  ),
 });
 export type TaskDone = Static<typeof TaskDoneSchema>;
 

@@ -207,6 +207,20 @@ export function messageSent(doc: Record<string, unknown>): TaskResult | undefine
       ...ids,
       owner: doc.owner,
     },
+    // written with the end (its outbox), so a send ended at a takeover has it too
+    app_events: [
+      {
+        owner: String(doc.owner),
+        type: "message.sent",
+        subject: String(doc.id),
+        data: {
+          provider: doc.provider,
+          channel: doc.channel,
+          message_id: doc.message_id,
+          provider_message_id: doc.provider_message_id,
+        },
+      },
+    ],
   };
 }
 
@@ -232,10 +246,6 @@ export function sendMessageTask(job: SendMessageJob): TaskSpec {
         await t.log(
           `sent through ${job.provider}${out.provider_message_id ? `: id ${out.provider_message_id}` : ""}${out.provider_thread_id ? `, thread ${out.provider_thread_id}` : ""}`,
         );
-        await appEvent(t, job, "message.sent", t.resource.id, {
-          ...base(),
-          provider_message_id: out.provider_message_id,
-        });
         return messageSent({ ...t.resource, ...sent })!;
       } catch (e) {
         // anything unexpected is reported by its class only: its text might hold what must not leak

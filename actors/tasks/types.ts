@@ -1,5 +1,5 @@
 import type { Bus } from "../../store/mod.js";
-import type { SideEffect, Resource } from "../../proto/mod.js";
+import type { SideEffect, Resource, TaskDone } from "../../proto/mod.js";
 import type { Sealer } from "../sealer.js";
 
 /**
@@ -41,6 +41,8 @@ export interface TaskResult {
   data?: Record<string, unknown>;
   /** Changes to the app record applied with the end (e.g. the dev server's base URL). */
   app?: { base_url?: string | null };
+  /** Application events written with a `succeeded` end (TaskDone `app_events`). */
+  app_events?: TaskDone["app_events"];
 }
 
 export interface TaskSpec {

@@ -119,7 +119,7 @@ const delivery = (fields: Record<string, unknown>): Resource => ({
   ...fields,
 });
 
-test("an interrupted send without a recorded effect stays failed; a recorded send-message ends succeeded with MessageSent's data", (t) => {
+test("an interrupted send without a recorded effect stays failed; a recorded send-message ends succeeded with MessageSent's data and message.sent", (t) => {
   const email = task("EmailSent", "EmailFailed");
   const before = delivery({ to: ["a***@example.com"], template: null, subject: "s", message_id: null });
   const interrupted = interruptedEnd(email);
@@ -156,6 +156,20 @@ test("an interrupted send without a recorded effect stays failed; a recorded sen
       provider_thread_id: "th1",
       owner: "usr_1",
     },
+    // message.sent goes with the end (its outbox): written at the takeover too
+    app_events: [
+      {
+        owner: "usr_1",
+        type: "message.sent",
+        subject: "eml_1",
+        data: {
+          provider: "gmail",
+          channel: "email",
+          message_id: "<eml_1.ab@example.com>",
+          provider_message_id: "g1",
+        },
+      },
+    ],
   });
   // work with no recorded effect of its kind (a build) keeps its end whatever its resource holds
   const build = { ...task("BuildSucceeded", "BuildFailed"), resource_type: "Build", capability: "build" };
