@@ -15,6 +15,7 @@ import {
 import { handlerOf } from "./handlers.js";
 import { INTERNAL_FACTS } from "./capabilities/mod.js";
 import type { PlatformUrls } from "./context.js";
+import { followDevContainers } from "./dev-logs.js";
 import { gatherFacts } from "./facts/gather.js";
 import { NO_FACTS, type FactRequest, type Facts } from "./facts/types.js";
 import type { NodeInstrumentation } from "./instrument.js";
@@ -207,6 +208,7 @@ export class RuntimeNode implements WorkerHost {
       this.workers.set(p, w);
       await w.start();
     }
+    this.followDevContainers(this.instrument.forcePartitions ?? []);
     if (!this.instrument.noLeases) {
       await this.renewLeases();
       await this.tick();
@@ -225,11 +227,31 @@ export class RuntimeNode implements WorkerHost {
     }
   }
 
+  /**
+   * Follows again, in the background, the logs of the running dev containers of partitions this
+   * node has just taken (actors/dev-logs.ts): their followers were the previous owner's.
+   */
+  private followDevContainers(partitions: readonly number[]): void {
+    if (partitions.length === 0 || this.closed) return;
+    void followDevContainers(
+      {
+        bus: this.bus,
+        nodeId: this.nodeId,
+        sideEffects: this.sideEffects,
+        log: this.log,
+        holds: (p) => !this.closed && this.workers.has(p),
+      },
+      partitions,
+    );
+  }
+
   /** Stops a worker whose lease is no longer safe; the next tick takes the partition again from its offset. */
   dropWorker(w: PartitionWorker): void {
     if (this.workers.get(w.partition) !== w) return;
     this.workers.delete(w.partition);
     const p = w.partition;
+    // its dev containers' logs are followed by whoever takes it next (this node again, resuming)
+    this.sideEffects.unfollowPartition(p);
     const done = w
       .stop(false)
       .catch((e) => this.log(`node ${this.nodeId}: partition ${p} stop: ${String(e)}`))
@@ -342,6 +364,7 @@ export class RuntimeNode implements WorkerHost {
       for (const p of mine.sort((a, b) => b - a).slice(0, mine.length - share)) {
         const w = this.workers.get(p)!;
         this.workers.delete(p);
+        this.sideEffects.unfollowPartition(p);
         await w.stop(true);
         await kv.delete(keys.partitionLease(p)).catch(() => {});
         this.log(`node ${this.nodeId}: released partition ${p} (share ${share} of ${nodes.size} nodes)`);
@@ -357,12 +380,15 @@ export class RuntimeNode implements WorkerHost {
       if (!this.workers.has(p)) free.push(p);
     }
     // tried in rounds of `room` at once: a start takes all its share in a few round trips, not 64
+    const took: number[] = [];
     while (room > 0 && free.length > 0 && !this.closed) {
       const round = free.splice(0, room);
-      if (stale()) return;
+      if (stale()) break;
       const taken = await Promise.all(round.map((p) => this.take(p, held.has(p))));
+      took.push(...round.filter((_, i) => taken[i]));
       room -= taken.filter(Boolean).length;
     }
+    this.followDevContainers(took);
   }
 
   /** Takes the lease of partition `p` and starts its worker; false when another node has it. */

@@ -5,12 +5,21 @@ import {
   BUCKETS,
   check,
   isAppName,
+  partitionOf,
   secretAad,
   VaultEntrySchema,
   type SideEffect,
   keys,
 } from "../proto/mod.js";
+import { engineSince, LineIds, noticeId, type Resume, storedResume } from "./container-logs.js";
 import type { Sealer } from "./sealer.js";
+
+/** Where a resumed follower starts, for its notice in the log. */
+function describe(r: Resume): string {
+  if ("after" in r) return `from the last line collected (${r.after.time})`;
+  if ("since" in r) return `from ${new Date(r.since * 1000).toISOString()}`;
+  return "from the container's start";
+}
 
 /**
  * Carries out the side effects a command decided (proto/records.ts
@@ -27,6 +36,7 @@ export class SideEffectRunner {
   /** Saves a workspace after a commit made here (actors/workspace-bundles.ts), in the background. */
   private readonly committed: (app: string, dir: string) => void;
   private readonly followers = new Map<string, { ac: AbortController; containerId: string }>();
+  private closed = false;
 
   constructor(
     bus: Bus,
@@ -77,42 +87,91 @@ export class SideEffectRunner {
     this.followers.delete(app);
   }
 
-  /** Follows a container's log into a resource's log, masked with the app's vault values (once per app). */
+  /**
+   * Follows a container's log into a resource's log, masked with the app's vault values (once per
+   * app). A first follower (the dev server's start) takes the container's lines from its start; a
+   * follower that takes over (`since` set: a takeover, `run-dev-server status`) resumes where the
+   * resource's stored log of the container leaves off (actors/container-logs.ts), or from `since`
+   * when that cannot be read. Each line keeps the engine's time: lines collected late say when
+   * they were printed.
+   */
   private async follow(e: Extract<SideEffect, { kind: "container.follow" }>): Promise<void> {
+    if (this.closed) return;
     const current = this.followers.get(e.app);
     if (current && current.containerId === e.container_id && !current.ac.signal.aborted) return;
     current?.ac.abort();
     const ac = new AbortController();
     const entry = { ac, containerId: e.container_id };
     this.followers.set(e.app, entry);
-    const masker = await this.masker(e.app);
-    if (e.since !== undefined)
-      await appendLog(this.bus, e.resource_id, {
-        ts: new Date().toISOString(),
-        stream: "platform",
-        line: "following the container's log again (lines printed while nobody followed are not collected)",
-      }).catch(() => {});
-    // message ids unique per follower, so a re-attached follower's lines are never taken for replays
-    const tag = `${e.resource_id}/container/${e.container_id.slice(0, 12)}/${Date.now()}`;
-    let n = 0;
-    void ContainerRuntime.fromEnv()
-      .followLogs(
-        e.container_id,
-        (stream, line) => {
-          void appendLog(
-            this.bus,
-            e.resource_id,
-            { ts: new Date().toISOString(), stream, line: masker.mask(line) },
-            `${tag}/${n++}`,
-          ).catch(() => {});
-        },
-        ac.signal,
-        e.since !== undefined ? { since: e.since } : {},
+    const done = () => {
+      if (this.followers.get(e.app) === entry) this.followers.delete(e.app);
+    };
+    let masker: Masker;
+    try {
+      masker = await this.masker(e.app);
+    } catch (err) {
+      done();
+      throw err;
+    }
+    // in the background: the follower runs as long as the container (the side effects after it go on)
+    void this.collect(e, ac.signal, masker)
+      .catch((err) =>
+        this.log(
+          `the log of ${e.app}'s dev container ${e.container_id.slice(0, 12)} is not followed: ${err instanceof Error ? err.message : String(err)}`,
+        ),
       )
-      .catch(() => {})
-      .finally(() => {
-        if (this.followers.get(e.app) === entry) this.followers.delete(e.app);
+      .finally(done);
+  }
+
+  /** Reads a container's lines into its resource's log until it exits or `signal` aborts. */
+  private async collect(
+    e: Extract<SideEffect, { kind: "container.follow" }>,
+    signal: AbortSignal,
+    masker: Masker,
+  ): Promise<void> {
+    let resume: Resume = { start: true };
+    if (e.since !== undefined) {
+      resume = await storedResume(this.bus, e.resource_id, e.container_id).catch((err) => {
+        this.log(`dev container log of ${e.app}: where its collection stopped is unknown (${String(err)})`);
+        return { since: e.since! };
       });
+      if (signal.aborted) return;
+      await appendLog(
+        this.bus,
+        e.resource_id,
+        {
+          ts: new Date().toISOString(),
+          stream: "platform",
+          line: `following the container's log again, ${describe(resume)}`,
+        },
+        noticeId(e.resource_id, e.container_id, resume),
+      ).catch(() => {});
+    }
+    const ids = new LineIds(e.resource_id, e.container_id, resume);
+    const since = engineSince(resume);
+    await ContainerRuntime.fromEnv().followLogs(
+      e.container_id,
+      (stream, line, stamp) => {
+        const { id, time, skip } = ids.next(stamp);
+        if (skip) return;
+        // the engine's time, to the millisecond: a line collected late says when it was printed
+        const ts = new Date(Date.parse(`${time.slice(0, 23)}Z`)).toISOString();
+        void appendLog(this.bus, e.resource_id, { ts, stream, line: masker.mask(line) }, id).catch(() => {});
+      },
+      signal,
+      { timestamps: true, ...(since !== undefined ? { since } : {}) },
+    );
+  }
+
+  /** Stops following the dev containers of a partition's apps (the node no longer holds it; its next owner follows them). */
+  unfollowPartition(partition: number): void {
+    for (const app of [...this.followers.keys()]) if (partitionOf(app) === partition) this.unfollow(app);
+  }
+
+  /** True when this node follows that container of the app. */
+  follows(app: string, containerId: string): boolean {
+    const f = this.followers.get(app);
+    return f !== undefined && f.containerId === containerId && !f.ac.signal.aborted;
   }
 
   /** A masker of the app's vault values (read from the vault bucket, opened in memory only). */
@@ -127,8 +186,9 @@ export class SideEffectRunner {
     return new Masker(values);
   }
 
-  /** Stops every follower (the node shuts down; the containers go on). */
+  /** Stops every follower (the node shuts down; the containers go on; their next node follows them). */
   close(): void {
+    this.closed = true;
     for (const f of this.followers.values()) f.ac.abort();
     this.followers.clear();
   }

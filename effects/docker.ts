@@ -16,7 +16,7 @@ import {
   pingEndpoint,
 } from "./docker/endpoint.js";
 import { waitHealthy } from "./docker/health.js";
-import { demuxLines } from "./docker/logs.js";
+import { demuxLines, splitTimestamp } from "./docker/logs.js";
 import { ProductionEngine } from "./docker/production.js";
 export { ImagePublisher, REVISION_LABEL, runtimeDockerfile } from "./docker/publish.js";
 import { ImagePublisher } from "./docker/publish.js";
@@ -322,12 +322,15 @@ export class ContainerRuntime {
    * stdout and stderr demultiplexed, split into lines (cut at
    * {@link MAX_LOG_LINE}). Resolves when the container exits or `signal`
    * aborts. The lines are the app's own output: mask secrets in `onLine`.
+   * `since`: only lines the engine stamped at or after it (seconds since the
+   * epoch, or `<seconds>.<nanoseconds>`); `timestamps`: each line comes with
+   * the engine's stamp (RFC 3339, nanoseconds), `onLine`'s third argument.
    */
   async followLogs(
     containerId: string,
-    onLine: (stream: "stdout" | "stderr", line: string) => void,
+    onLine: (stream: "stdout" | "stderr", line: string, time?: string) => void,
     signal?: AbortSignal,
-    opts: { tail?: number; since?: number } = {},
+    opts: { tail?: number; since?: number | string; timestamps?: boolean } = {},
   ): Promise<void> {
     if (signal?.aborted) return;
     await this.require();
@@ -340,12 +343,19 @@ export class ContainerRuntime {
         stderr: true,
         ...(opts.tail !== undefined ? { tail: opts.tail } : {}),
         ...(opts.since !== undefined ? { since: opts.since } : {}),
+        ...(opts.timestamps ? { timestamps: true } : {}),
       });
     } catch (e) {
       if (signal?.aborted) return;
       this.fail(e, `following the logs of ${containerId}`);
     }
-    await demuxLines(docker.modem, stream, onLine, signal);
+    const lines = opts.timestamps
+      ? (s: "stdout" | "stderr", l: string) => {
+          const { time, line } = splitTimestamp(l);
+          onLine(s, line, time);
+        }
+      : onLine;
+    await demuxLines(docker.modem, stream, lines, signal);
   }
 
   /** For `inspect docker`: the engine, this app's containers, the base image. Never env values. */

@@ -145,7 +145,11 @@ export const SideEffectSchema = Type.Union([
     app: Type.String(),
     resource_id: Type.String(),
     container_id: Type.String(),
-    /** Only lines from this time on (seconds since the epoch): a re-attached follower. */
+    /**
+     * Set for a follower that takes over (a takeover, `run-dev-server status`): it resumes where the
+     * resource's stored log of the container stops; from this time (seconds since the epoch) only
+     * when that cannot be read.
+     */
     since: Type.Optional(Type.Integer()),
   }),
   /** Stop following an app's dev container. */

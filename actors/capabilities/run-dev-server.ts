@@ -140,7 +140,9 @@ async function status(ctx: HandlerContext): Promise<Effect> {
   if (existing.status === "running") return { status: "running", resource: existing };
   const st = ctx.facts.containers[devContainerName(ctx.app)];
   if (st?.running) {
-    // a dev server started by a node that has stopped since: its log is followed again from now
+    // a dev server whose log this node does not follow (a node that took the app over follows it
+    // already): followed from where its collection stopped (actors/container-logs.ts); `since`, the
+    // turn's time, only when that cannot be read
     ctx.after({
       kind: "container.follow",
       app: ctx.app,

@@ -76,3 +76,17 @@ export function lineSplitter(onLine: (line: string) => void): Sink {
     },
   };
 }
+
+/** The engine's stamp in front of a line of `logs({ timestamps: true })`: RFC 3339, UTC, nanoseconds. */
+const STAMP = /^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?Z) /;
+
+/**
+ * Splits the engine's stamp off a line: `time` with nine digits of fraction (so stamps compare as
+ * strings), or undefined for a line without one (the rest of a line cut for its length).
+ */
+export function splitTimestamp(raw: string): { time?: string; line: string } {
+  const m = STAMP.exec(raw);
+  if (!m) return { line: raw };
+  const [whole, fraction = ""] = m[1]!.slice(0, -1).split(".");
+  return { time: `${whole}.${fraction.padEnd(9, "0")}Z`, line: raw.slice(m[0].length) };
+}
