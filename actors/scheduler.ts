@@ -16,6 +16,7 @@ import {
   LEASE_TTL_MS,
 } from "../proto/mod.js";
 import { NO_BASE_URL } from "./capabilities/mod.js";
+import { blankJobState, StaleLease } from "./scheduler-lease.js";
 import {
   AppDirectory,
   MarkPacer,
@@ -76,6 +77,8 @@ class Scheduler {
   /** The lease revision this leadership began with: a tick marked under an earlier one is over. */
   private leadRev = 0;
   private leaseValidUntil = 0;
+  /** A lease taken over from a holder that stopped renewing it: its ticks in doubt wait until then. */
+  private refireAfter = 0;
   /** Aborted when this leadership ends: every call it made ends with it (DESIGN §6, docs/scheduler.md). */
   private leadership = new AbortController();
   /** How far ahead of its moment a tick is marked, from the recent marks. */
@@ -89,6 +92,7 @@ class Scheduler {
   private readonly apps: AppDirectory;
   private readonly caller: TickCaller;
   private readonly reporter: TickReporter;
+  private readonly stale: StaleLease;
 
   constructor(opts: SchedulerOptions, hooks: SchedulerHooks) {
     this.hooks = hooks;
@@ -99,6 +103,7 @@ class Scheduler {
       ...opts,
     };
     this.apps = new AppDirectory(this.o.bus, this.o.vault);
+    this.stale = new StaleLease(this.o.leaseTtlMs);
     this.caller = new TickCaller(this.apps, this.o.tickTimeoutMs);
     this.reporter = new TickReporter(this.o.bus, this.o.nodeId, this.o.log);
   }
@@ -131,7 +136,9 @@ class Scheduler {
     const kv = this.o.bus.kv.leases;
     const sent = now();
     if (this.leading) {
-      if (sent - (this.leaseValidUntil - this.o.leaseTtlMs + this.margin()) < this.o.leaseTtlMs / 3) return;
+      // renewed every step (a second; a third of a short TTL): a holder that stops is seen soon (StaleLease)
+      const renewMs = Math.min(900, this.o.leaseTtlMs / 3);
+      if (sent - (this.leaseValidUntil - this.o.leaseTtlMs + this.margin()) < renewMs) return;
       try {
         this.leaseRev = await kv.update(keys.schedulerLease, this.o.nodeId, this.leaseRev);
         this.leaseValidUntil = sent + this.o.leaseTtlMs - this.margin();
@@ -142,16 +149,22 @@ class Scheduler {
     }
     try {
       this.leaseRev = await kv.create(keys.schedulerLease, this.o.nodeId);
+      this.refireAfter = 0; // expired: its holder's leadership is over
     } catch {
-      // held: by another node (it leads), or by this node's previous life under the same id (a
-      // restarted `slipwayd up`), which is taken back on its revision instead of waiting for the TTL
+      // held: by this node's previous life under the same id (a restarted `slipwayd up`), taken back
+      // on its revision; by another node, taken over on its revision once it stopped renewing it
       const cur = await kv.get(keys.schedulerLease).catch(() => null);
-      if (cur?.operation !== "PUT" || cur.string() !== this.o.nodeId) return;
+      if (cur?.operation !== "PUT") return;
+      const mine = cur.string() === this.o.nodeId;
+      if (!mine && !this.stale.observe(cur.revision, sent)) return;
       try {
         this.leaseRev = await kv.update(keys.schedulerLease, this.o.nodeId, cur.revision);
       } catch {
         return;
       }
+      // the ticks it left in doubt wait until its own leadership has certainly ended
+      this.refireAfter = mine ? 0 : this.stale.holderValidUntil();
+      if (!mine) this.o.log(`scheduler: ${cur.string()} stopped renewing the lease; taken over`);
     }
     this.leaseValidUntil = sent + this.o.leaseTtlMs - this.margin();
     this.leadRev = this.leaseRev;
@@ -258,7 +271,7 @@ class Scheduler {
     if (s?.running) {
       // in doubt: a tick started and never ended. Marked under an earlier leadership, its call is
       // over (a leadership's calls end with it): fire it again now; else look again at its deadline
-      due = this.ownsRunning(s.running) ? Date.parse(s.running.deadline) : now();
+      due = this.ownsRunning(s.running) ? Date.parse(s.running.deadline) : Math.max(now(), this.refireAfter);
     } else if (s && s.generation === job.def.generation) {
       due = s.next_due === null ? null : Date.parse(s.next_due);
     } else {
@@ -316,20 +329,6 @@ class Scheduler {
     }
   }
 
-  private blankState(job: Job): JobState {
-    return {
-      generation: job.def.generation,
-      next_due: null,
-      last_fired: null,
-      running: null,
-      runs: 0,
-      failures: 0,
-      skipped_overlap: 0,
-      missed: 0,
-      last_status: null,
-    };
-  }
-
   /** The jobs of an app that waited for its base URL fire again (missed ticks caught up as after downtime). */
   private resume(app: string): void {
     for (const job of this.jobs.values()) {
@@ -350,7 +349,7 @@ class Scheduler {
     if (job.parked) return true;
     job.parked = true;
     this.o.log(`scheduler: ${job.key}: ${NO_BASE_URL}`);
-    const state = job.state ?? this.blankState(job);
+    const state = job.state ?? blankJobState(job.def.generation);
     this.reporter.add(job.def.app, {
       name: job.def.name,
       ok: false,
@@ -368,12 +367,15 @@ class Scheduler {
     if (await this.parkWithoutBaseUrl(job)) return;
     const t = now();
     const anchor = Date.parse(job.def.anchor);
-    let state: JobState = job.state ? { ...job.state } : this.blankState(job);
+    let state: JobState = job.state ? { ...job.state } : blankJobState(job.def.generation);
     let refire = false;
     let tick: number;
     if (state.running) {
       // still running under this leadership (its after-write failed): look again at the deadline
       if (this.ownsRunning(state.running) && t < Date.parse(state.running.deadline)) return;
+      // marked by a later leadership: this one is over (its lease was taken over)
+      if (state.running.leader_rev > this.leaseRev) return this.stopLeading("a later leader marks ticks");
+      if (!this.ownsRunning(state.running) && t < this.refireAfter) return;
       // a tick left in doubt by a dead leader: fire it again, once, with the same idempotency key;
       // the ticks that fell due meanwhile are missed (counted, not fired)
       tick = Date.parse(state.running.tick);
