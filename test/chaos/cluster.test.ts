@@ -401,9 +401,21 @@ function audit(
   const duplicated: string[] = [];
   const outOfOrder: string[] = [];
   const ackedIds = new Map(acked.map((w) => [w.eventId!, w]));
+  const ackedSet = new Set(acked);
+  // each lane's writes, grouped once: the audit runs every second of a phase's end over every write
+  // made so far, so a scan of all writes per lane (or per write) grows with the square of the load
+  const laneKey = (app: string, lane: number) => `${app}/${lane}`;
+  const writesOf = new Map<string, Write[]>();
+  for (const w of load.writes) {
+    const k = laneKey(w.app, w.lane);
+    const list = writesOf.get(k);
+    if (list) list.push(w);
+    else writesOf.set(k, [w]);
+  }
   for (const l of load.lanes) {
+    const laneWrites = writesOf.get(laneKey(l.app, l.lane)) ?? [];
     const events = (reader.events.get(l.app) ?? []).filter((e) => e.name === `l${l.lane}`);
-    const mine = acked.filter((w) => w.app === l.app && w.lane === l.lane).sort((a, b) => a.n - b.n);
+    const mine = laneWrites.filter((w) => ackedSet.has(w)).sort((a, b) => a.n - b.n);
     const ids = events.map((e) => e.id);
     const once = new Set<string>();
     for (const id of ids) {
@@ -414,9 +426,7 @@ function audit(
     // events no acknowledged write of this audit explains: the write in flight (or acknowledged
     // after the audit's cut) may have one, anything more is a duplicate
     const unexplained = events.filter((e) => !ackedIds.has(e.id));
-    const pending = load.writes.filter(
-      (w) => w.app === l.app && w.lane === l.lane && !acked.includes(w) && !w.rejected,
-    ).length;
+    const pending = laneWrites.filter((w) => !ackedSet.has(w) && !w.rejected).length;
     if (unexplained.length > pending)
       duplicated.push(
         `${l.app}/l${l.lane}: ${unexplained.length} event(s) of no acknowledged write (${pending} write(s) not yet acknowledged): versions ${unexplained
@@ -424,18 +434,19 @@ function audit(
           .join(",")}`,
       );
     // order: the acknowledged writes' events in the order of n, each version n
-    const positions = mine.map((w) => ids.indexOf(w.eventId!)).filter((p) => p >= 0);
+    const position = new Map(ids.map((id, i) => [id, i]));
+    const byId = new Map(events.map((e) => [e.id, e]));
+    const positions = mine.map((w) => position.get(w.eventId!) ?? -1).filter((p) => p >= 0);
     for (let i = 1; i < positions.length; i++)
       if (positions[i]! <= positions[i - 1]!) {
         outOfOrder.push(`${l.app}/l${l.lane}: write ${mine[i]!.n} before write ${mine[i - 1]!.n}`);
         break;
       }
+    const gaveUpNs = laneWrites.filter((x) => x.gaveUp).map((x) => x.n);
     for (const w of mine) {
-      const e = events.find((x) => x.id === w.eventId);
+      const e = byId.get(w.eventId!);
       // a write the client gave up on may have taken effect after all: each moves later versions by one
-      const gaveUp = load.writes.filter(
-        (x) => x.app === l.app && x.lane === l.lane && x.gaveUp && x.n < w.n,
-      ).length;
+      const gaveUp = gaveUpNs.filter((n) => n < w.n).length;
       if (e && (e.version < w.n || e.version > w.n + gaveUp)) {
         outOfOrder.push(`${l.app}/l${l.lane}: write ${w.n} has version ${e.version}`);
         break;
