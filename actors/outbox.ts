@@ -10,15 +10,13 @@ import {
   type LogLine,
   type Outbox,
   type Command,
-  newId,
   type Outcome,
   PlatformError,
   type SideEffect,
   STREAMS,
   subjects,
-  validateAppEvent,
 } from "../proto/mod.js";
-import { appendLog, type Bus, readStream, storeAppEvent } from "../store/mod.js";
+import { appendLog, type Bus, makeAppEvent, readStream, storeAppEvent } from "../store/mod.js";
 import type { Sealer } from "./sealer.js";
 import { writeNoFollow } from "./workspace-files.js";
 
@@ -163,19 +161,9 @@ export function carryAppEvents(
 ): void {
   const list = result?.app_events;
   if (!Array.isArray(list) || list.length === 0) return;
-  outbox.app_events = (list as ListedAppEvent[]).map((ev) => {
-    const valid = validateAppEvent({ app: cmd.app, ...ev });
-    return {
-      id: newId("aev"),
-      app: valid.app,
-      owner: valid.owner,
-      type: valid.type,
-      subject: valid.subject ?? null,
-      data: valid.data,
-      actor: cmd.actor,
-      at: at.toISOString(),
-    };
-  });
+  outbox.app_events = (list as ListedAppEvent[]).map((ev) =>
+    makeAppEvent({ app: cmd.app, ...ev, actor: cmd.actor }, at),
+  );
 }
 
 /**

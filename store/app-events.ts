@@ -69,9 +69,22 @@ export async function publishAppEvent(
   ev: AppEventInput & { actor?: Actor },
   opts: PublishAppEventOptions = {},
 ): Promise<PublishedAppEvent> {
+  const stored = makeAppEvent(ev);
+  const ack = await storeAppEvent(bus, stored, opts.msgId);
+  if (!ack.duplicate) return { ...stored, seq: ack.seq, duplicate: false };
+  const first = await getAppEvent(bus, ack.seq);
+  if (!first) throw new PlatformError("conflict", "the first event of this write is no longer stored");
+  return { ...first, duplicate: true };
+}
+
+/**
+ * An application event as it is stored: validated (docs/app-events.md), with a new id, its time
+ * (now by default) and its actor (the platform by default). Throws `400 invalid_input` when invalid.
+ */
+export function makeAppEvent(ev: AppEventInput & { actor?: Actor }, at = new Date()): StoredAppEvent {
   const { actor, ...input } = ev;
   const valid = validateAppEvent(input);
-  const stored: StoredAppEvent = {
+  return {
     id: newId("aev"),
     app: valid.app,
     owner: valid.owner,
@@ -79,13 +92,8 @@ export async function publishAppEvent(
     subject: valid.subject ?? null,
     data: valid.data,
     actor: actor ?? { ...PLATFORM_APP_EVENT_ACTOR },
-    at: new Date().toISOString(),
+    at: at.toISOString(),
   };
-  const ack = await storeAppEvent(bus, stored, opts.msgId);
-  if (!ack.duplicate) return { ...stored, seq: ack.seq, duplicate: false };
-  const first = await getAppEvent(bus, ack.seq);
-  if (!first) throw new PlatformError("conflict", "the first event of this write is no longer stored");
-  return { ...first, duplicate: true };
 }
 
 /**

@@ -1,10 +1,9 @@
 import { randomUUID } from "node:crypto";
-import { createServer } from "node:http";
 import test from "ava";
 import type { KV } from "@nats-io/kv";
 import { startInstrumentedScheduler } from "../../actors/testing.js";
 import type { Bus } from "../../store/bus.js";
-import { clusterFor } from "../helpers/cluster.js";
+import { clusterFor, jobTarget } from "../helpers/cluster.js";
 import { call, eventually } from "../helpers/infra.js";
 
 /**
@@ -17,17 +16,11 @@ test("a scheduler that leads but cannot start its jobs watch steps down and trie
   const { gw, bus, vault } = c;
   await c.addNode("applier", { tickMs: 200, scheduler: false });
   let hits = 0;
-  const server = createServer((_req, res) => {
+  const base_url = await jobTarget(c, (_req, res) => {
     hits++;
     res.writeHead(200).end("ok");
   });
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  c.onClose(() => {
-    server.closeAllConnections();
-    server.close();
-  });
   const app = `s${randomUUID().slice(0, 8)}`;
-  const base_url = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
   t.is((await call(gw.controlUrl, "initialize-app", { name: app, base_url })).status, 200);
   t.is(
     (await call(gw.controlUrl, "schedule-job", { app, name: "tick", target_path: "/tick", every: "1s" }))

@@ -1,5 +1,4 @@
 import { randomUUID } from "node:crypto";
-import { createServer } from "node:http";
 import test from "ava";
 import { startInstrumentedScheduler } from "../../actors/testing.js";
 import {
@@ -11,7 +10,7 @@ import {
   NO_GATEWAY,
   subjects,
 } from "../../proto/mod.js";
-import { clusterFor } from "../helpers/cluster.js";
+import { clusterFor, jobTarget } from "../helpers/cluster.js";
 import { call, eventually, get, sleep } from "../helpers/infra.js";
 
 /**
@@ -25,14 +24,8 @@ test("a tick whose report died with its leader is reported by the next leader, a
   const c = await clusterFor(t, { observer: "report-test" });
   const { gw, bus, vault } = c;
   await c.addNode("applier", { tickMs: 200, scheduler: false });
-  const server = createServer((_req, res) => res.writeHead(200).end("ok"));
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  c.onClose(() => {
-    server.closeAllConnections();
-    server.close();
-  });
+  const base_url = await jobTarget(c, (_req, res) => res.writeHead(200).end("ok"));
   const app = `r${randomUUID().slice(0, 8)}`;
-  const base_url = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
   t.is((await call(gw.controlUrl, "initialize-app", { name: app, base_url })).status, 200);
   // hourly: no tick of its own falls due during the test
   const job = await call(gw.controlUrl, "schedule-job", {

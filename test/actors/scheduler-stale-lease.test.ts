@@ -1,10 +1,9 @@
 import { randomUUID } from "node:crypto";
-import { createServer } from "node:http";
 import test from "ava";
 import { StaleLease } from "../../actors/scheduler-lease.js";
 import { startInstrumentedScheduler } from "../../actors/testing.js";
 import { encode, type JobDefinition, type JobState, keys, LEASE_TTL_MS } from "../../proto/mod.js";
-import { clusterFor } from "../helpers/cluster.js";
+import { clusterFor, jobTarget } from "../helpers/cluster.js";
 import { call, eventually } from "../helpers/infra.js";
 
 test("StaleLease: a revision is stale after half the TTL of unchanged sightings; a new revision starts again", (t) => {
@@ -31,17 +30,11 @@ test("a lease whose holder stopped renewing it is taken over in about half the T
   const { gw, bus, vault } = c;
   await c.addNode("applier", { tickMs: 200, scheduler: false });
   const hits: { idem: string; at: number }[] = [];
-  const server = createServer((req, res) => {
+  const base_url = await jobTarget(c, (req, res) => {
     hits.push({ idem: String(req.headers["idempotency-key"]), at: Date.now() });
     res.writeHead(200).end("ok");
   });
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  c.onClose(() => {
-    server.closeAllConnections();
-    server.close();
-  });
   const app = `l${randomUUID().slice(0, 8)}`;
-  const base_url = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
   t.is((await call(gw.controlUrl, "initialize-app", { name: app, base_url })).status, 200);
   // a ghost leader holds the lease and never renews it (the bucket would expire it 10 s from now)
   const ghostRev = await bus.kv.leases.put(keys.schedulerLease, "ghost");

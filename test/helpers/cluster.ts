@@ -230,6 +230,23 @@ function assemble(s: {
 }
 
 /** A {@link Cluster} for one test: closed at the test's teardown. */
+/**
+ * An app's loopback HTTP server for jobs to call (`handler` answers each call), closed with the
+ * cluster: its base URL.
+ */
+export async function jobTarget(
+  c: Pick<Cluster, "onClose">,
+  handler: Parameters<typeof createServer>[1],
+): Promise<string> {
+  const server = createServer(handler);
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  c.onClose(() => {
+    server.closeAllConnections();
+    server.close();
+  });
+  return `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+}
+
 export async function clusterFor(t: ExecutionContext<unknown>, opts: ClusterOptions = {}): Promise<Cluster> {
   const c = await startCluster(opts);
   t.teardown(() => c.close());
