@@ -2,8 +2,8 @@
 // Makes a fresh clone ready: installs npm dependencies (npm install), makes sure
 // nats-server is installed (apt-get on Debian-like systems), installs the
 // container engine and busybox for run-dev-server when it can (optional: without
-// them run-dev-server answers 503), git, and pebble and docker-registry for the
-// tests, and with --build compiles the TypeScript into dist/ and bundles the client, unless nothing the build reads changed since
+// them run-dev-server answers 503), git, and pebble, docker-registry and openssh-server (its
+// service kept from starting) for the tests, and with --build compiles the TypeScript into dist/ and bundles the client, unless nothing the build reads changed since
 // the last successful build (scripts/build-stamp.mjs; --force-build or
 // SLIPWAY_FORCE_BUILD=1 builds anyway). Says plainly what to do when it cannot.
 import { execFileSync, spawnSync } from "node:child_process";
@@ -203,6 +203,50 @@ for (const tool of [
     }
   } else {
     say(`note: ${tool.pkg} is missing: ${tool.why} need it; fix: as root, apt-get install -y ${tool.pkg}`);
+  }
+}
+
+// 4c. Debian's sshd for the infra tests' hosts (test/helpers/infra-hosts.ts runs one per network
+// namespace, each with its own config and key). This host's own ssh service must not run from it:
+// /etc/ssh/sshd_not_to_be_run keeps the package's service from starting (its init script and
+// systemd units honour the file), at the install and at every boot, and where no policy-rc.d
+// exists one that refuses every start covers the install itself. An sshd installed before is left
+// as it is.
+if (!onPath("/usr/sbin/sshd")) {
+  const why = "the infra tests' hosts (test/helpers/infra-hosts.ts)";
+  const isRoot = typeof process.getuid === "function" && process.getuid() === 0;
+  if (isRoot && has("apt-get")) {
+    say(`installing openssh-server with apt-get (${why}); its ssh service is kept from starting`);
+    mkdirSync("/etc/ssh", { recursive: true });
+    writeFileSync(
+      "/etc/ssh/sshd_not_to_be_run",
+      "Slipway's setup installed openssh-server for its test hosts only: this host runs no sshd of its own.\nRemove this file to let the ssh service start.\n",
+    );
+    const policy = "/usr/sbin/policy-rc.d";
+    const ownPolicy = !existsSync(policy);
+    if (ownPolicy)
+      writeFileSync(
+        policy,
+        "#!/bin/sh\n# Slipway setup: no service starts while openssh-server installs\nexit 101\n",
+        {
+          mode: 0o755,
+        },
+      );
+    try {
+      const aptEnv = { ...process.env, DEBIAN_FRONTEND: "noninteractive" };
+      const apt = (a) => run("apt-get", a, { env: aptEnv });
+      if (!apt(["install", "-y", "--no-install-recommends", "openssh-server"])) {
+        apt(["update"]);
+        if (!apt(["install", "-y", "--no-install-recommends", "openssh-server"]))
+          say(`warning: apt-get could not install openssh-server; ${why} need it`);
+      }
+    } finally {
+      if (ownPolicy) rmSync(policy, { force: true });
+    }
+  } else {
+    say(
+      `note: openssh-server is missing: ${why} need it; fix: as root, touch /etc/ssh/sshd_not_to_be_run (this host then runs no sshd service) and apt-get install -y openssh-server`,
+    );
   }
 }
 

@@ -1,5 +1,14 @@
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
-import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import {
+  closeSync,
+  existsSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { request } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -88,9 +97,94 @@ export async function startTestDockerd(): Promise<TestDockerd | undefined> {
     rmSync(dir, { recursive: true, force: true });
     throw e;
   }
+  const release = () => {
+    killAll(ns.pids());
+    ns.release();
+    rmSync(dir, { recursive: true, force: true });
+  };
+  let engine: EngineProcess;
+  try {
+    engine = await runEngine({
+      netnsPath: ns.path,
+      dir,
+      bip: ns.bridgeCidr,
+      pool: ns.subnet,
+      ipMasq: false,
+      insecureRegistry: `${ns.hostAddress}/32`,
+    });
+  } catch (e) {
+    release();
+    throw e;
+  }
+  let stopped = false;
+  const stop = async () => {
+    if (stopped) return;
+    stopped = true;
+    await engine.stop();
+    release();
+  };
+  ensureHostToContainers(ns);
+  return {
+    host: `unix://${engine.sock}`,
+    dir,
+    pid: engine.pid,
+    netns: ns.name,
+    hostAddress: ns.hostAddress,
+    subnet: ns.subnet,
+    log: engine.log,
+    stop,
+  };
+}
+
+/** Where and how {@link runEngine} starts a dockerd. */
+export interface EngineSpec {
+  /** The network namespace's file (`/var/run/netns/<name>`), for `nsenter --net=`. */
+  readonly netnsPath: string;
+  /** More namespaces to enter (e.g. `--uts=/proc/<pid>/ns/uts`). */
+  readonly nsenter?: string[];
+  /** The engine's temp dir: data root, exec root, pid file, socket and log under it. */
+  readonly dir: string;
+  /** The default bridge's address (`--bip`). */
+  readonly bip: string;
+  /** The default address pool's base; every network it creates is a /24 of it. */
+  readonly pool: string;
+  /** `--ip-masq`: a test engine seen from the host wants false, a test host (a real server's stand-in) true. */
+  readonly ipMasq: boolean;
+  /** `--insecure-registry`: where a test registry may answer over plain HTTP. */
+  readonly insecureRegistry: string;
+  /**
+   * An engine ID of its own (`docker info`'s ID): dockerd before 23 derives it
+   * from /etc/docker/key.json, shared by every engine of the machine, so it
+   * gets a key file in its dir (`deprecated-key-path`); later ones keep an
+   * ID per data root anyway.
+   */
+  readonly ownId?: boolean;
+}
+
+/** A dockerd process that {@link runEngine} started and that answers. */
+export interface EngineProcess {
+  readonly pid: number;
+  /** The unix socket's path (`<dir>/docker.sock`). */
+  readonly sock: string;
+  /** The last part of dockerd's own log (appended to across restarts). */
+  log(): string;
+  /**
+   * Stops dockerd (SIGTERM, SIGKILL after a bound) and kills and unmounts
+   * what is left of it; keeps its dir (a new {@link runEngine} on the same
+   * dir finds its images and containers again).
+   */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts dockerd in a network namespace and waits (bounded) until it answers
+ * `/_ping`; when it does not, stops it and throws with its log's tail.
+ */
+export async function runEngine(spec: EngineSpec): Promise<EngineProcess> {
+  const { dir } = spec;
   const sock = join(dir, "docker.sock");
   const logPath = join(dir, "dockerd.log");
-  const child = spawnEngine(ns, dir, sock, logPath);
+  const child = spawnEngine(spec, sock, logPath);
   let exited = child.exitCode !== null;
   const exitedP = new Promise<void>((resolve) => {
     const done = () => {
@@ -121,9 +215,6 @@ export async function startTestDockerd(): Promise<TestDockerd | undefined> {
       clearTimeout(t);
     }
     cleanupLeftovers(dir);
-    killAll(ns.pids());
-    ns.release();
-    rmSync(dir, { recursive: true, force: true });
   };
 
   const deadline = Date.now() + START_TIMEOUT_MS;
@@ -136,17 +227,7 @@ export async function startTestDockerd(): Promise<TestDockerd | undefined> {
     }
     await new Promise((r) => setTimeout(r, 100));
   }
-  ensureHostToContainers(ns);
-  return {
-    host: `unix://${sock}`,
-    dir,
-    pid: child.pid ?? 0,
-    netns: ns.name,
-    hostAddress: ns.hostAddress,
-    subnet: ns.subnet,
-    log,
-    stop,
-  };
+  return { pid: child.pid ?? 0, sock, log, stop };
 }
 
 /**
@@ -154,19 +235,21 @@ export async function startTestDockerd(): Promise<TestDockerd | undefined> {
  * finds no cgroup mounts) execs dockerd in the namespace: the child's pid is
  * dockerd's.
  */
-function spawnEngine(ns: TestNetns, dir: string, sock: string, logPath: string): ChildProcess {
+function spawnEngine(spec: EngineSpec, sock: string, logPath: string): ChildProcess {
+  const { dir } = spec;
   const logFd = openSync(logPath, "a");
   const args = [
-    `--net=${ns.path}`,
+    `--net=${spec.netnsPath}`,
+    ...(spec.nsenter ?? []),
     "dockerd",
     "--bip",
-    ns.bridgeCidr,
+    spec.bip,
     "--default-address-pool",
-    `base=${ns.subnet},size=24`,
-    "--ip-masq=false",
+    `base=${spec.pool},size=24`,
+    `--ip-masq=${spec.ipMasq}`,
     "--ip6tables=false",
     "--insecure-registry",
-    `${ns.hostAddress}/32`,
+    spec.insecureRegistry,
     "--data-root",
     join(dir, "data"),
     "--exec-root",
@@ -179,12 +262,35 @@ function spawnEngine(ns: TestNetns, dir: string, sock: string, logPath: string):
     "2",
     "--log-level",
     "warn",
+    ...ownIdArgs(spec),
   ];
   try {
     return spawn("nsenter", args, { stdio: ["ignore", logFd, logFd] });
   } finally {
     closeSync(logFd);
   }
+}
+
+/**
+ * dockerd before 23 takes its ID from its trust key, /etc/docker/key.json
+ * unless its config file's `deprecated-key-path` (no flag) says otherwise.
+ */
+function ownIdArgs(spec: EngineSpec): string[] {
+  if (!spec.ownId || dockerdMajor() >= 23) return [];
+  const config = join(spec.dir, "daemon.json");
+  writeFileSync(config, JSON.stringify({ "deprecated-key-path": join(spec.dir, "key.json") }));
+  return ["--config-file", config];
+}
+
+let major: number | undefined;
+
+/** dockerd's major version (`Docker version 20.10.24+dfsg1, ...`), asked once. */
+function dockerdMajor(): number {
+  if (major === undefined) {
+    const r = spawnSync("dockerd", ["--version"], { encoding: "utf8" });
+    major = Number(/version (\d+)\./.exec(r.stdout ?? "")?.[1] ?? 0);
+  }
+  return major;
 }
 
 function ping(socketPath: string): Promise<boolean> {
@@ -213,7 +319,7 @@ function reapEngine(dir: string): void {
  * unmounted deepest first. Processes in the engine's network namespace are
  * the caller's (`ip netns pids`).
  */
-function cleanupLeftovers(dir: string): void {
+export function cleanupLeftovers(dir: string): void {
   let ids: string[] = [];
   try {
     ids = readdirSync(join(dir, "data", "containers")).filter((d) => /^[0-9a-f]{64}$/.test(d));

@@ -21,8 +21,9 @@ import { join } from "node:path";
  * processes, route, veth, namespace, temp dir and owner file. A live owner's
  * slot (a sibling test file's engine) is never touched. The names `sw-t<k>`,
  * `swh<k>` and `swn<k>` are this module's: anything else making namespaces
- * for tests (the test hosts of DESIGN §12) takes other names or claims its
- * slots here.
+ * for tests takes other names and claims under the same lock (the test hosts
+ * of DESIGN §12, test/helpers/infra-hosts.ts: `sw-h<g>-<i>`, `swbr<g>`,
+ * `swv<g>-<i>`, 10.250.<g>.0/24, with the exported primitives below).
  */
 
 /** Owner files and the lock; tmpfs, so it goes with the namespaces at reboot. */
@@ -57,7 +58,8 @@ export interface TestNetns {
   release(): void;
 }
 
-interface Owner {
+/** Who holds a slot: written in an owner file under {@link STATE_DIR} while the slot is claimed. */
+export interface Owner {
   pid: number;
   /** The owner's start time (field 22 of /proc/<pid>/stat): a reused pid is not the owner. */
   start: string;
@@ -91,7 +93,7 @@ export async function claimTestNetns(dir: string, reapEngine: (dir: string) => v
     const host = reapDeadSlots(reapEngine);
     for (let k = 0; k < SLOTS; k++) {
       if (slotInUse(k, host)) continue;
-      writeOwner(k, { pid: process.pid, start: procStart(process.pid) ?? "", dir });
+      writeOwner(k, thisOwner(dir));
       const ns = netnsOf(k);
       try {
         setUp(ns);
@@ -267,7 +269,7 @@ export function killAll(pids: number[]): void {
   while (pids.some(isRunning) && Date.now() < deadline) Atomics.wait(tick, 0, 0, 50);
 }
 
-function isRunning(pid: number): boolean {
+export function isRunning(pid: number): boolean {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
     return !/^\d+ \(.*\) [ZX] /s.test(stat);
@@ -276,7 +278,8 @@ function isRunning(pid: number): boolean {
   }
 }
 
-function netnsPids(name: string): number[] {
+/** Pids of the processes in a named namespace (`ip netns pids`), this process left out. */
+export function netnsPids(name: string): number[] {
   const r = spawnSync("ip", ["netns", "pids", name], { encoding: "utf8" });
   if (r.status !== 0) return [];
   return r.stdout
@@ -286,7 +289,8 @@ function netnsPids(name: string): number[] {
     .filter((p) => p !== process.pid);
 }
 
-function listNetns(): string[] {
+/** The names of the host's named network namespaces (`ip netns list`). */
+export function listNetns(): string[] {
   const r = spawnSync("ip", ["netns", "list"], { encoding: "utf8" });
   return (r.stdout ?? "")
     .split("\n")
@@ -302,7 +306,7 @@ function hostVeths(): number[] {
 }
 
 /** The destinations of the host's IPv4 routes (every table) and its addresses' networks. */
-function hostCidrs(): string[] {
+export function hostCidrs(): string[] {
   const host: string[] = [];
   const routes = spawnSync("ip", ["-4", "-o", "route", "show", "table", "all"], { encoding: "utf8" });
   for (const l of (routes.stdout ?? "").split("\n")) {
@@ -314,7 +318,8 @@ function hostCidrs(): string[] {
   return host;
 }
 
-function cidrOverlap(a: string, b: string): boolean {
+/** True when two CIDRs share an address. */
+export function cidrOverlap(a: string, b: string): boolean {
   const [an, al] = parseCidr(a);
   const [bn, bl] = parseCidr(b);
   const len = Math.min(al, bl);
@@ -333,7 +338,21 @@ function ownerPath(k: number): string {
 }
 
 function writeOwner(k: number, owner: Owner): void {
-  const fd = openSync(ownerPath(k), "wx", 0o600);
+  writeOwnerFile(ownerPath(k), owner);
+}
+
+function readOwner(k: number): Owner | undefined {
+  return readOwnerFile(ownerPath(k));
+}
+
+/** This process as the owner of a slot whose temp dir is `dir`. */
+export function thisOwner(dir: string): Owner {
+  return { pid: process.pid, start: procStart(process.pid) ?? "", dir };
+}
+
+/** Writes an owner file; fails when it exists (call under {@link withHostLock}). */
+export function writeOwnerFile(path: string, owner: Owner): void {
+  const fd = openSync(path, "wx", 0o600);
   try {
     writeSync(fd, JSON.stringify(owner));
   } finally {
@@ -341,9 +360,9 @@ function writeOwner(k: number, owner: Owner): void {
   }
 }
 
-function readOwner(k: number): Owner | undefined {
+export function readOwnerFile(path: string): Owner | undefined {
   try {
-    const o = JSON.parse(readFileSync(ownerPath(k), "utf8")) as Partial<Owner>;
+    const o = JSON.parse(readFileSync(path, "utf8")) as Partial<Owner>;
     if (typeof o.pid === "number" && typeof o.start === "string" && typeof o.dir === "string")
       return { pid: o.pid, start: o.start, dir: o.dir };
   } catch {
@@ -352,7 +371,8 @@ function readOwner(k: number): Owner | undefined {
   return undefined;
 }
 
-function ownerAlive(o: Owner): boolean {
+/** The owner's process still runs (the same process: its start time matches, not a reused pid). */
+export function ownerAlive(o: Owner): boolean {
   return isRunning(o.pid) && procStart(o.pid) === o.start;
 }
 
@@ -366,7 +386,7 @@ function procStart(pid: number): string | undefined {
   }
 }
 
-function safeReaddir(d: string): string[] {
+export function safeReaddir(d: string): string[] {
   try {
     return readdirSync(d);
   } catch {
@@ -376,9 +396,11 @@ function safeReaddir(d: string): string[] {
 
 /**
  * Runs `fn` holding the host-wide lock: a `flock` child that holds it until
- * its stdin closes, which also happens when this process dies.
+ * its stdin closes, which also happens when this process dies. Every claim of
+ * test network resources on this host (these slots, the test hosts'
+ * groups of test/helpers/infra-hosts.ts) is made under it.
  */
-async function withHostLock<T>(fn: () => T): Promise<T> {
+export async function withHostLock<T>(fn: () => T): Promise<T> {
   mkdirSync(STATE_DIR, { recursive: true, mode: 0o700 });
   const holder = spawn(
     "flock",
@@ -403,18 +425,20 @@ async function withHostLock<T>(fn: () => T): Promise<T> {
   }
 }
 
-function must(cmd: string, args: string[]): string {
+/** Runs a command; its stdout; throws with its stderr when it fails. */
+export function must(cmd: string, args: string[]): string {
   return mustWith(cmd, args, []);
 }
 
 /** Runs a command with `lines` on its stdin; throws with its stderr when it fails. */
-function mustWith(cmd: string, args: string[], lines: string[]): string {
+export function mustWith(cmd: string, args: string[], lines: string[]): string {
   const r = spawnSync(cmd, args, { encoding: "utf8", input: lines.length ? `${lines.join("\n")}\n` : "" });
   if (r.error || r.status !== 0)
     throw new Error(`${cmd} ${args.join(" ")} failed: ${r.error?.message ?? r.stderr.trim()}`);
   return r.stdout;
 }
 
-function quiet(cmd: string, args: string[]): void {
+/** Runs a command, whatever its outcome (cleanup of what may already be gone). */
+export function quiet(cmd: string, args: string[]): void {
   spawnSync(cmd, args, { stdio: "ignore" });
 }
