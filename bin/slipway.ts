@@ -1,5 +1,6 @@
 #!/usr/bin/env node
 /** `slipway`: the command-line client. All behaviour lives in cli/; this only wires it to the process. */
+import { createInterface } from "node:readline/promises";
 import { runCli } from "../cli/mod.js";
 
 /** Exit code of an unexpected client error (a bug in the client, not an answer of the platform). */
@@ -11,11 +12,23 @@ process.stdout.on("error", (e: NodeJS.ErrnoException) => {
   throw e;
 });
 
+/** One line typed on the terminal (`infra destroy` asks for the environment's name); none off a terminal. */
+async function prompt(question: string): Promise<string | undefined> {
+  if (!process.stdin.isTTY) return undefined;
+  const rl = createInterface({ input: process.stdin, output: process.stderr });
+  try {
+    return await rl.question(question);
+  } finally {
+    rl.close();
+  }
+}
+
 runCli(process.argv.slice(2), {
   env: process.env,
   stdout: process.stdout,
   stderr: process.stderr,
   cwd: process.cwd(),
+  prompt,
 }).then(
   (code) => {
     process.exitCode = code;

@@ -24,6 +24,11 @@ export interface CliIo {
    * (cli/config.ts). Absent (tests), it looks only where SLIPWAY_DATA_DIR points.
    */
   readonly cwd?: string;
+  /**
+   * Asks a question on the terminal and resolves with the line typed; absent, or resolving
+   * undefined, when there is no terminal to ask on (`infra destroy` then needs --yes).
+   */
+  readonly prompt?: (question: string) => Promise<string | undefined>;
 }
 
 /** Writes a chunk and waits for `drain` when the writer asks for it (long log streams). */

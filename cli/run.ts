@@ -22,7 +22,7 @@ function help(io: CliIo, text: string): number {
 
 async function callVerb(verb: VerbSpec, rest: readonly string[], io: CliIo): Promise<number> {
   const inv = parseVerbArgs(verb, rest, io.env);
-  if (verb.local) return runLocalVerb(inv, io);
+  if (verb.local) return await runLocalVerb(inv, io);
   const { mode } = inv.globals;
   if (verb.output === "text" && mode === "json" && inv.values.follow !== undefined) {
     throw new UsageError(

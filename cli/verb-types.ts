@@ -1,4 +1,6 @@
 import type { Plane, CapabilityName } from "../proto/mod.js";
+import type { CliIo } from "./io.js";
+import type { Invocation } from "./parse-verb-args.js";
 
 /** How the text of a flag becomes the value of its field. */
 export const FlagKind = {
@@ -96,8 +98,10 @@ export interface LocalAction {
   /** What the verb runs, shown in the help in place of a route. */
   readonly runs: string;
   readonly checks: readonly LocalCheck[];
+  /** Runs the verb after the checks passed and returns its exit code; absent while it is not built. */
+  readonly run?: (inv: Invocation, io: CliIo) => Promise<number>;
   /**
-   * Why the verb cannot run in this client yet: reported as a
+   * Why the verb cannot run in this client yet (no `run`): reported as a
    * `not_implemented` error (exit 4, like a 501), after the checks passed.
    */
   readonly notBuilt: string;

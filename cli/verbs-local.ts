@@ -1,3 +1,4 @@
+import { runInfraVerb } from "./infra-verbs.js";
 import { localVerb } from "./local-verbs.js";
 import { fieldFlag } from "./route-verbs.js";
 import {
@@ -61,14 +62,28 @@ const CI_ONLY: LocalCheck = {
 
 const ENV_FLAG = fieldFlag("env", "environment (stack) to act on; default production");
 
+/** `--env` of the built verbs: the file names its environment; the flag only double-checks it. */
+const BUILT_ENV_FLAG = fieldFlag(
+  "env",
+  "environment to act on: must be the file's environment.name (default: the file's)",
+);
+
+/** `--file`: the infrastructure file (DESIGN §12), default slipway.infra.yaml in the working directory. */
+const FILE_FLAG = fieldFlag(
+  "file",
+  "the infrastructure file (default slipway.infra.yaml here); state and secrets go to .slipway/infra/ next to it",
+);
+
 /** What one infrastructure verb adds to `--env`. */
 interface InfraVerbOptions {
   readonly flags?: readonly FlagSpec[];
   readonly positionals?: readonly PositionalSpec[];
   readonly checks?: readonly LocalCheck[];
+  /** Built verbs: `--env` defaults to production (destroy's refusal), not to the file's environment. */
+  readonly envDefaultsToProduction?: boolean;
 }
 
-/** One infrastructure verb: none is built in this client. */
+/** One infrastructure verb that is not built in this client: it checks its flags, then answers not_implemented. */
 function infraVerb(name: string, summary: string, opts: InfraVerbOptions = {}): VerbSpec {
   return localVerb(`infra ${name}`, {
     summary,
@@ -83,12 +98,29 @@ function infraVerb(name: string, summary: string, opts: InfraVerbOptions = {}): 
   });
 }
 
+/** One built infrastructure verb (infra/, docs/infra.md): it runs in this process, never through the platform. */
+function builtInfraVerb(name: string, summary: string, runs: string, opts: InfraVerbOptions = {}): VerbSpec {
+  return localVerb(`infra ${name}`, {
+    summary,
+    flags: [opts.envDefaultsToProduction ? ENV_FLAG : BUILT_ENV_FLAG, FILE_FLAG, ...(opts.flags ?? [])],
+    positionals: opts.positionals ?? [],
+    ...(opts.envDefaultsToProduction ? { defaults: { env: "production" } } : {}),
+    local: {
+      runs,
+      checks: opts.checks ?? [],
+      run: runInfraVerb,
+      notBuilt: "",
+    },
+  });
+}
+
 /**
  * The verbs that call no platform route (spec 1.3): `storage migrate`, and the
  * ten infrastructure verbs under `infra` (so that `infra lint`, `infra plan`,
  * `infra verify` and `infra status` do not collide with `lint`, `plan`,
- * `verify` and `status incident`). None is built yet: each checks its flags,
- * then reports `not_implemented` (exit 4).
+ * `verify` and `status incident`). Built: `infra lint`, `bootstrap`, `status`,
+ * `outputs`, `untaint`, `plan` (infra/, docs/infra.md). The others check their flags,
+ * then report `not_implemented` (exit 4).
  */
 export const LOCAL_VERBS: readonly VerbSpec[] = [
   localVerb("storage migrate", {
@@ -101,29 +133,62 @@ export const LOCAL_VERBS: readonly VerbSpec[] = [
         "storage migrate is not built yet: it will backfill file storage into the relational database at --store, locally inside the container; nothing was migrated",
     },
   }),
-  infraVerb("bootstrap", "create the state backend and base infrastructure of an environment (not built)"),
-  infraVerb("lint", "check the infrastructure definition (not built)"),
-  infraVerb("plan", "show what apply would change (not built)"),
+  builtInfraVerb(
+    "bootstrap",
+    "reach every host over SSH, pin its host key, check (install) its container engine, make the secrets",
+    "infra bootstrap on this machine: SSH to every host of slipway.infra.yaml with the operator's agent or key file; state and secrets in .slipway/infra/",
+  ),
+  builtInfraVerb(
+    "lint",
+    "check slipway.infra.yaml alone (schema, roles, nats hosts, pinned image); no network",
+    "infra lint on this machine: reads slipway.infra.yaml only",
+  ),
+  builtInfraVerb(
+    "plan",
+    "each host's containers against the wanted ones: create, replace, remove, keep; exit 0 nothing to do, 2 changes, 1 error",
+    "infra plan on this machine: lists each host's containers over SSH (docker ps), changes nothing",
+  ),
   infraVerb("apply", "apply the infrastructure change; CI only (not built)", { checks: [CI_ONLY] }),
-  infraVerb("status", "show the state of an environment's infrastructure (not built)"),
-  infraVerb("outputs", "print the outputs of an environment's infrastructure (not built)"),
+  builtInfraVerb(
+    "status",
+    "each host as the state knows it: pinned key, engine, taint, containers applied",
+    "infra status on this machine: reads slipway.infra.yaml and .slipway/infra/<env>.json; no network",
+  ),
+  builtInfraVerb(
+    "outputs",
+    "where the environment answers (control, data, proxy and NATS URLs) and where its secrets are",
+    "infra outputs on this machine: reads .slipway/infra/<env>.json; no network",
+  ),
   infraVerb("verify", "check the deployed infrastructure against its definition (not built)"),
   infraVerb("release-image", "build and publish the platform's release image (not built)"),
-  infraVerb("untaint", "clear the taint of one infrastructure resource (not built)", {
-    positionals: [
-      { name: "address", field: "address", required: true, description: "address of the resource" },
-    ],
-  }),
-  infraVerb(
+  builtInfraVerb(
+    "untaint",
+    "clear the taint of one host (apply then treats it like the others)",
+    "infra untaint on this machine: changes .slipway/infra/<env>.json only",
+    {
+      positionals: [
+        {
+          name: "host",
+          field: "host",
+          required: true,
+          description: "name of the host in slipway.infra.yaml",
+        },
+      ],
+    },
+  ),
+  builtInfraVerb(
     "destroy",
-    "destroy an environment's infrastructure; production needs --i-know-this-is-prod (not built)",
+    "destroy an environment's infrastructure (not built: its refusals run, then nothing is done)",
+    "infra destroy on this machine: refusals only (production, confirmation); removing containers is not built",
     {
       flags: [
         fieldFlag("i_know_this_is_prod", "confirm that production may be destroyed", {
           kind: FlagKind.boolean,
         }),
+        fieldFlag("yes", "do not ask for the environment's name", { kind: FlagKind.boolean }),
       ],
       checks: [PROD_CONFIRMED],
+      envDefaultsToProduction: true,
     },
   ),
 ];

@@ -52,22 +52,14 @@ test("cli: storage migrate refuses a missing, malformed or non-relational --stor
   t.is(p.requests.length, 0);
 });
 
-/** Each infrastructure verb with what it needs to get past its checks. */
+/** Each infrastructure verb not built yet, with what it needs to get past its checks. */
 const INFRA: readonly { argv: string[]; env?: Record<string, string> }[] = [
-  { argv: ["infra", "bootstrap"] },
-  { argv: ["infra", "lint"] },
-  { argv: ["infra", "plan", "--env", "staging"] },
   { argv: ["infra", "apply"], env: { CI: "true" } },
-  { argv: ["infra", "status"] },
-  { argv: ["infra", "outputs"] },
   { argv: ["infra", "verify"] },
   { argv: ["infra", "release-image"] },
-  { argv: ["infra", "untaint", "module.db.aws_db_instance.main"] },
-  { argv: ["infra", "destroy", "--env", "staging"] },
-  { argv: ["infra", "destroy", "--i-know-this-is-prod"] },
 ];
 
-test("cli: every infra verb fails clearly with exit 4 (not built) and sends nothing", async (t) => {
+test("cli: every infra verb not built yet fails clearly with exit 4 and sends nothing", async (t) => {
   const p = await platform(t);
   for (const { argv, env } of INFRA) {
     const name = argv.join(" ");
@@ -84,6 +76,26 @@ test("cli: every infra verb fails clearly with exit 4 (not built) and sends noth
     const json = await runAgainst(p, [...argv, "--json"], env);
     t.is(json.code, 4, name);
     assertNotImplementedBody(t, json.stdout, `${verb} is not built in this client`, name);
+  }
+  t.is(p.requests.length, 0);
+});
+
+test("cli: the built infra verbs run locally: without an infrastructure file they say so (exit 1) and send nothing", async (t) => {
+  const p = await platform(t);
+  for (const argv of [
+    ["infra", "bootstrap"],
+    ["infra", "lint"],
+    ["infra", "status"],
+    ["infra", "outputs"],
+    ["infra", "untaint", "web-1"],
+    ["infra", "plan"],
+  ]) {
+    const name = argv.join(" ");
+    const r = await runAgainst(p, [...argv, "--file", "/nonexistent/slipway.infra.yaml", "--json"]);
+    t.is(r.code, 1, name);
+    const body = JSON.parse(r.stdout) as { status: string; error: { code: string; message: string } };
+    t.is(body.error.code, "infra_file_missing", name);
+    t.regex(body.error.message, /slipway\.infra\.yaml does not exist/, name);
   }
   t.is(p.requests.length, 0);
 });
@@ -131,7 +143,7 @@ test("cli: local verbs refuse --plane and unknown flags", async (t) => {
   t.regex(unknown.stderr, /unknown flag --app/);
   const untaint = await runAgainst(p, ["infra", "untaint"]);
   t.is(untaint.code, 2);
-  t.regex(untaint.stderr, /missing <address>/);
+  t.regex(untaint.stderr, /missing <host>/);
   t.is(p.requests.length, 0);
 });
 
@@ -144,8 +156,15 @@ test("cli: infra lint, plan, verify and status do not collide with lint, plan, v
     p.requests.map((r) => r.path),
     ["/capabilities/lint", "/capabilities/generate-feature-plan", "/capabilities/verify"],
   );
-  for (const v of ["lint", "plan", "verify", "status"]) {
-    t.is((await runAgainst(p, ["infra", v])).code, 4, v);
+  // lint, plan and status are built: they read the (missing) infrastructure file; verify is not built
+  const file = ["--file", "/nonexistent/slipway.infra.yaml"];
+  for (const [v, code] of [
+    ["lint", 1],
+    ["plan", 1],
+    ["verify", 4],
+    ["status", 1],
+  ] as const) {
+    t.is((await runAgainst(p, ["infra", v, ...(code === 1 ? file : [])])).code, code, v);
   }
   t.is(p.requests.length, 3);
 });

@@ -1,0 +1,198 @@
+/**
+ * The platform's containers an environment wants on each host (DESIGN §12): one per platform role
+ * the host carries (`nats`, `node`, `control`, `data`, `proxy`; `apps` hosts run the apps'
+ * production containers, which the platform makes, not the infra). Each is described whole
+ * (image, command, environment, ports, files) and summed up by a config hash; the labels
+ * `slipway.infra.*` carry the environment, host, role and hash, so `plan` compares what runs on a
+ * host with what is wanted without reading anything else. Secret values enter the hash only as
+ * their own SHA-256: the hash changes when a secret does, and says nothing about it.
+ */
+import { createHash } from "node:crypto";
+import { canonicalJson } from "../proto/mod.js";
+import { NATS_ROLES, type NatsRole, authorizationConfig } from "../store/mod.js";
+import { type InfraFile, type InfraHost, hostsWithRole, privateAddress } from "./config.js";
+import { INFRA_PORTS, urlHost } from "./layout.js";
+import type { InfraSecrets } from "./secrets.js";
+
+/** The platform roles that run as a container of their own. */
+export const CONTAINER_ROLES = ["nats", "node", "control", "data", "proxy"] as const;
+export type ContainerRole = (typeof CONTAINER_ROLES)[number];
+
+export const LABELS = {
+  env: "slipway.infra.env",
+  host: "slipway.infra.host",
+  role: "slipway.infra.role",
+  configHash: "slipway.infra.config-hash",
+} as const;
+
+/** Where secrets and configs are mounted inside the containers. */
+const RUN_DIR = "/run/slipway";
+
+export interface WantedContainer {
+  readonly name: string;
+  readonly host: string;
+  readonly role: ContainerRole;
+  readonly image: string;
+  readonly command: readonly string[];
+  /** Environment; values of {@link WantedContainer.secretEnv} names are secrets. */
+  readonly env: Readonly<Record<string, string>>;
+  readonly secretEnv: readonly string[];
+  /** `<address>:<host port>:<container port>`. */
+  readonly ports: readonly string[];
+  /** Files apply writes for the container (path inside the container -> text). */
+  readonly files: Readonly<Record<string, string>>;
+  readonly configHash: string;
+  readonly labels: Readonly<Record<string, string>>;
+}
+
+const sha = (text: string) => createHash("sha256").update(text).digest("hex");
+
+/** The container's name on its host. */
+export function containerName(env: string, role: ContainerRole): string {
+  return `slipway-${env}-${role}`;
+}
+
+/** nats.conf of a `nats` host: JetStream, the cluster routes to the other `nats` hosts, the roles' users. */
+function natsConfig(file: InfraFile, host: InfraHost, secrets: InfraSecrets): string {
+  const peers = hostsWithRole(file, "nats").filter((h) => h.name !== host.name);
+  const { user, password } = secrets.nats_cluster;
+  const cred = `${encodeURIComponent(user)}:${encodeURIComponent(password)}`;
+  const keys = Object.fromEntries(NATS_ROLES.map((r) => [r, secrets.nats_roles[r].public_key])) as Record<
+    NatsRole,
+    string
+  >;
+  return [
+    `server_name: ${JSON.stringify(host.name)}`,
+    `listen: 0.0.0.0:${INFRA_PORTS.nats}`,
+    'jetstream { store_dir: "/data/nats" }',
+    "cluster {",
+    `  name: ${JSON.stringify(`slipway-${file.environment.name}`)}`,
+    `  listen: 0.0.0.0:${INFRA_PORTS.natsCluster}`,
+    `  authorization { user: ${JSON.stringify(user)}, password: ${JSON.stringify(password)} }`,
+    `  routes: [${peers
+      .map((p) =>
+        JSON.stringify(`nats-route://${cred}@${urlHost(privateAddress(p))}:${INFRA_PORTS.natsCluster}`),
+      )
+      .join(", ")}]`,
+    "}",
+    authorizationConfig(keys),
+    "",
+  ].join("\n");
+}
+
+function wanted(
+  file: InfraFile,
+  host: InfraHost,
+  role: ContainerRole,
+  spec: Omit<WantedContainer, "name" | "host" | "role" | "image" | "configHash" | "labels">,
+): WantedContainer {
+  const env = file.environment.name;
+  const hashed = {
+    image: file.image,
+    command: spec.command,
+    env: Object.fromEntries(
+      Object.entries(spec.env).map(([k, v]) => [k, spec.secretEnv.includes(k) ? `sha256:${sha(v)}` : v]),
+    ),
+    ports: spec.ports,
+    files: Object.fromEntries(Object.entries(spec.files).map(([k, v]) => [k, sha(v)])),
+  };
+  const configHash = sha(canonicalJson(hashed)).slice(0, 32);
+  return {
+    ...spec,
+    name: containerName(env, role),
+    host: host.name,
+    role,
+    image: file.image,
+    configHash,
+    labels: {
+      [LABELS.env]: env,
+      [LABELS.host]: host.name,
+      [LABELS.role]: role,
+      [LABELS.configHash]: configHash,
+    },
+  };
+}
+
+/** The platform's processes' common environment: NATS (every `nats` host), replicas, their role's seed. */
+function platformEnv(file: InfraFile, natsRole: NatsRole, secrets: InfraSecrets): Record<string, string> {
+  const natsUrl = hostsWithRole(file, "nats")
+    .map((h) => `nats://${urlHost(privateAddress(h))}:${INFRA_PORTS.nats}`)
+    .join(",");
+  return {
+    NATS_URL: natsUrl,
+    SLIPWAY_NATS_CREDS: `${RUN_DIR}/nats-${natsRole}.nk`,
+    SLIPWAY_REPLICAS: String(file.replicas),
+    SLIPWAY_VAULT_KEY: secrets.env.SLIPWAY_VAULT_KEY,
+    SLIPWAY_DATA_DIR: "/data/slipway",
+  };
+}
+
+const seedFile = (role: NatsRole, secrets: InfraSecrets) => ({
+  [`${RUN_DIR}/nats-${role}.nk`]: `${secrets.nats_roles[role].seed}\n`,
+});
+
+/** What a host runs, by role, in the order apply makes them (NATS first, then nodes, gateways, proxies). */
+export function wantedOnHost(file: InfraFile, host: InfraHost, secrets: InfraSecrets): WantedContainer[] {
+  const roles = host.roles as readonly string[];
+  const out: WantedContainer[] = [];
+  const pub = urlHost(host.address);
+  if (roles.includes("nats"))
+    out.push(
+      wanted(file, host, "nats", {
+        command: ["nats-server", "-c", `${RUN_DIR}/nats.conf`],
+        env: {},
+        secretEnv: [],
+        ports: [
+          `${privateAddress(host)}:${INFRA_PORTS.nats}:${INFRA_PORTS.nats}`,
+          `${privateAddress(host)}:${INFRA_PORTS.natsCluster}:${INFRA_PORTS.natsCluster}`,
+        ],
+        files: { [`${RUN_DIR}/nats.conf`]: natsConfig(file, host, secrets) },
+      }),
+    );
+  if (roles.includes("node"))
+    out.push(
+      wanted(file, host, "node", {
+        command: ["slipwayd", "node"],
+        env: { ...platformEnv(file, "node", secrets), SLIPWAY_NODE_ID: host.name },
+        secretEnv: ["SLIPWAY_VAULT_KEY"],
+        ports: [],
+        files: seedFile("node", secrets),
+      }),
+    );
+  for (const plane of ["control", "data"] as const) {
+    if (!roles.includes(plane)) continue;
+    const port = INFRA_PORTS[plane];
+    const upper = plane.toUpperCase();
+    out.push(
+      wanted(file, host, plane, {
+        command: ["slipwayd", "gateway", "--plane", plane],
+        env: {
+          ...platformEnv(file, "gateway", secrets),
+          [`SLIPWAY_${upper}_HOST`]: "0.0.0.0",
+          [`SLIPWAY_${upper}_PORT`]: String(port),
+          SLIPWAY_CONTROL_TOKEN: secrets.env.SLIPWAY_CONTROL_TOKEN,
+        },
+        secretEnv: ["SLIPWAY_VAULT_KEY", "SLIPWAY_CONTROL_TOKEN"],
+        ports: [`${pub}:${port}:${port}`],
+        files: seedFile("gateway", secrets),
+      }),
+    );
+  }
+  if (roles.includes("proxy"))
+    out.push(
+      wanted(file, host, "proxy", {
+        command: ["slipwayd", "proxy"],
+        env: {
+          ...platformEnv(file, "proxy", secrets),
+          SLIPWAY_PROXY_HOST: "0.0.0.0",
+          SLIPWAY_HTTP_PORT: "8080",
+          SLIPWAY_HTTPS_PORT: "8443",
+          SLIPWAY_PROXY_ID: host.name,
+        },
+        secretEnv: ["SLIPWAY_VAULT_KEY"],
+        ports: [`${pub}:${INFRA_PORTS.proxyHttp}:8080`, `${pub}:${INFRA_PORTS.proxyHttps}:8443`],
+        files: seedFile("proxy", secrets),
+      }),
+    );
+  return out;
+}

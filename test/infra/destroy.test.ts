@@ -1,0 +1,76 @@
+import test from "ava";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { type CliIo, runCli } from "../../cli/mod.js";
+import { collectingIo } from "../cli/fake-platform.js";
+import { clusterYaml, writeInfra } from "./fixtures.js";
+
+/** `infra destroy` is not built: its refusals run (production, confirmation), then not_implemented (exit 4). */
+
+async function cli(argv: string[], prompt?: CliIo["prompt"]) {
+  const c = collectingIo({});
+  const io: CliIo = prompt ? { ...c.io, prompt } : c.io;
+  const code = await runCli(argv, io);
+  return { code, stdout: c.stdout(), stderr: c.stderr() };
+}
+
+function files(t: { teardown(fn: () => void): void }) {
+  const dir = mkdtempSync(join(tmpdir(), "slipway-infra-destroy-"));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  return {
+    staging: writeInfra(dir, clusterYaml({ env: "staging" }), "staging.yaml"),
+    prodFlagged: writeInfra(dir, clusterYaml({ env: "eu-live", production: true }), "live.yaml"),
+  };
+}
+
+test("destroy: production: true in the file is refused without --i-know-this-is-prod, whatever its name", async (t) => {
+  const f = files(t);
+  const r = await cli(["infra", "destroy", "--env", "eu-live", "--file", f.prodFlagged, "--yes", "--json"]);
+  t.is(r.code, 2);
+  t.regex(
+    r.stderr,
+    /refuses to act on production \(environment 'eu-live' has production: true in .*live\.yaml\) unless --i-know-this-is-prod/,
+  );
+  const ok = await cli([
+    "infra",
+    "destroy",
+    "--env",
+    "eu-live",
+    "--file",
+    f.prodFlagged,
+    "--yes",
+    "--i-know-this-is-prod",
+  ]);
+  t.is(ok.code, 4);
+  t.regex(
+    ok.stderr,
+    /^slipway: not_implemented: infra destroy is not built in this client: .*nothing was done/m,
+  );
+  // the --env rule comes first and needs no file
+  const env = await cli(["infra", "destroy", "--file", f.staging, "--yes"]);
+  t.is(env.code, 2);
+  t.regex(env.stderr, /refuses to act on production \(--env production\)/);
+});
+
+test("destroy: asks for the environment's name unless --yes; off a terminal it needs --yes", async (t) => {
+  const f = files(t);
+  const base = ["infra", "destroy", "--env", "staging", "--file", f.staging];
+  const noTty = await cli(base);
+  t.is(noTty.code, 2);
+  t.regex(noTty.stderr, /asks for the environment's name \(staging\) on a terminal; without one, pass --yes/);
+  const asked: string[] = [];
+  const wrong = await cli(base, async (q) => {
+    asked.push(q);
+    return "production";
+  });
+  t.is(wrong.code, 2);
+  t.regex(wrong.stderr, /not confirmed \(typed 'production', not 'staging'\)/);
+  t.deepEqual(asked, ["Type the environment's name (staging) to destroy it: "]);
+  const right = await cli(base, async () => "staging\n");
+  t.is(right.code, 4, right.stderr);
+  t.regex(right.stderr, /not_implemented: infra destroy is not built/);
+  const yes = await cli([...base, "--yes", "--json"]);
+  t.is(yes.code, 4);
+  t.like(JSON.parse(yes.stdout), { status: "error", error: { code: "not_implemented" } });
+});
