@@ -160,7 +160,14 @@ export const LOCAL_VERBS: readonly VerbSpec[] = [
     "infra outputs on this machine: reads .slipway/infra/<env>.json; no network",
   ),
   infraVerb("verify", "check the deployed infrastructure against its definition (not built)"),
-  infraVerb("release-image", "build and publish the platform's release image (not built)"),
+  builtInfraVerb(
+    "release-image",
+    "build the platform's own image from this checkout, pinned by its id; --push <registry> pushes it and pulls it back by digest",
+    "infra release-image on this machine: builds into the engine of DOCKER_HOST (else /var/run/docker.sock)",
+    {
+      flags: [fieldFlag("push", "registry (host[:port]) to push the image to, then pull it back by digest")],
+    },
+  ),
   builtInfraVerb(
     "untaint",
     "clear the taint of one host (apply then treats it like the others)",

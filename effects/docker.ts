@@ -101,6 +101,11 @@ export class ContainerRuntime {
     return this.client;
   }
 
+  /** The engine's dockerode client (work this class does not wrap: building the platform's image). */
+  dockerode(): Promise<Docker> {
+    return this.docker();
+  }
+
   /** On DOCKER_HOST, or /var/run/docker.sock when it is not set. */
   static fromEnv(env: NodeJS.ProcessEnv = process.env): ContainerRuntime {
     return new ContainerRuntime({ host: env.DOCKER_HOST });

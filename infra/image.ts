@@ -6,7 +6,7 @@ import { join } from "node:path";
 import type Docker from "dockerode";
 import tar from "tar-stream";
 import { DEFAULT_PORTS, PLATFORM_MODEL } from "../proto/mod.js";
-import { natsServerBinary } from "../store/embedded-nats.js";
+import { natsServerBinary } from "../store/mod.js";
 import {
   APP_DIR,
   DATA_DIR,

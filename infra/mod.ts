@@ -8,6 +8,7 @@ import { runBootstrap } from "./bootstrap.js";
 import { runDestroy } from "./destroy.js";
 import { runLint } from "./lint-verb.js";
 import { runPlan } from "./plan.js";
+import { runReleaseImage } from "./release-image-verb.js";
 import type { InfraContext, InfraOutcome } from "./outcome.js";
 import { runOutputs, runStatus, runUntaint } from "./state-verbs.js";
 
@@ -34,6 +35,7 @@ export const INFRA_VERBS: Readonly<
   outputs: runOutputs,
   untaint: runUntaint,
   destroy: runDestroy,
+  "release-image": runReleaseImage,
 };
 
 /** Runs one built infrastructure verb. */

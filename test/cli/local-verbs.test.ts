@@ -56,7 +56,6 @@ test("cli: storage migrate refuses a missing, malformed or non-relational --stor
 const INFRA: readonly { argv: string[]; env?: Record<string, string> }[] = [
   { argv: ["infra", "apply"], env: { CI: "true" } },
   { argv: ["infra", "verify"] },
-  { argv: ["infra", "release-image"] },
 ];
 
 test("cli: every infra verb not built yet fails clearly with exit 4 and sends nothing", async (t) => {
