@@ -183,8 +183,12 @@ function planTag(entries: RootfsEntry[]): { tag: string; bytes: number } {
   return { tag, bytes };
 }
 
-/** Absolute paths of a binary's shared libraries and dynamic loader (none for a static binary). */
-async function sharedLibraries(bin: string): Promise<string[]> {
+/**
+ * Absolute paths of a binary's shared libraries and dynamic loader, from ldd (none for a static
+ * binary). With `lenient` (native addons), what ldd cannot resolve is left out instead of failing:
+ * prebuilt addons for another libc (musl) ship beside the one node loads.
+ */
+export async function sharedLibraries(bin: string, lenient = false): Promise<string[]> {
   const r = await new Promise<{ out: string; error?: NodeJS.ErrnoException }>((resolve) =>
     execFile("ldd", [bin], { encoding: "utf8" }, (error, stdout, stderr) =>
       resolve({ out: `${stdout}${stderr}`, ...(error ? { error: error as NodeJS.ErrnoException } : {}) }),
@@ -195,14 +199,17 @@ async function sharedLibraries(bin: string): Promise<string[]> {
   if (r.error) {
     if (r.error.code === "ENOENT")
       throw new Error(
-        "building the base image needs ldd (Debian package libc-bin) to find node's shared libraries",
+        `building an image needs ldd (Debian package libc-bin) to find the shared libraries of ${bin}`,
       );
+    if (lenient) return [];
     throw new Error(`ldd ${bin} failed: ${r.out.trim() || r.error.message}`);
   }
-  const out = r.out;
   const libs: string[] = [];
-  for (const line of out.split("\n")) {
-    if (/not found/.test(line)) throw new Error(`${bin} needs a library the host lacks: ${line.trim()}`);
+  for (const line of r.out.split("\n")) {
+    if (/not found/.test(line)) {
+      if (lenient) continue;
+      throw new Error(`${bin} needs a library the host lacks: ${line.trim()}`);
+    }
     const m = /=>\s*(\/\S+)/.exec(line) ?? /^\s*(\/\S+)\s+\(0x/.exec(line);
     if (m?.[1]) libs.push(m[1]);
   }

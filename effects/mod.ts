@@ -7,6 +7,7 @@
  */
 export * from "./agent-run.js";
 export * from "./connectors/mod.js";
+export { sharedLibraries } from "./base-image-rootfs.js";
 export * from "./docker.js";
 export * from "./git.js";
 export * from "./model.js";

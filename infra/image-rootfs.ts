@@ -1,4 +1,4 @@
-import { execFile } from "node:child_process";
+
 import { createHash } from "node:crypto";
 import {
   accessSync,
@@ -14,6 +14,7 @@ import { delimiter, join } from "node:path";
 import { Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import tar, { type Pack, type Header as TarHeader } from "tar-stream";
+import { sharedLibraries } from "../effects/mod.js";
 import { planModules } from "./image-modules.js";
 
 /**
@@ -79,37 +80,6 @@ export function findExecutable(cmd: string, env: NodeJS.ProcessEnv = process.env
   if (cmd.includes("/")) return ok(cmd) ? cmd : undefined;
   for (const dir of (env.PATH ?? "").split(delimiter)) if (dir && ok(join(dir, cmd))) return join(dir, cmd);
   return undefined;
-}
-
-/**
- * Absolute paths of a binary's shared libraries and loader, from ldd (none for
- * a static binary). With `lenient` (native addons), what ldd cannot resolve
- * is left out instead of failing: prebuilt addons for another libc (musl)
- * ship beside the one node loads.
- */
-export async function sharedLibraries(bin: string, lenient = false): Promise<string[]> {
-  const r = await new Promise<{ out: string; error?: NodeJS.ErrnoException }>((resolve) =>
-    execFile("ldd", [bin], { encoding: "utf8" }, (error, stdout, stderr) =>
-      resolve({ out: `${stdout}${stderr}`, ...(error ? { error: error as NodeJS.ErrnoException } : {}) }),
-    ),
-  );
-  if (/not a dynamic executable|statically linked/.test(r.out)) return [];
-  if (r.error) {
-    if (r.error.code === "ENOENT")
-      throw new Error("building the platform image needs ldd (Debian package libc-bin)");
-    if (lenient) return [];
-    throw new Error(`ldd ${bin} failed: ${r.out.trim() || r.error.message}`);
-  }
-  const libs: string[] = [];
-  for (const line of r.out.split("\n")) {
-    if (/not found/.test(line)) {
-      if (lenient) continue;
-      throw new Error(`${bin} needs a library this machine lacks: ${line.trim()}`);
-    }
-    const m = /=>\s*(\/\S+)/.exec(line) ?? /^\s*(\/\S+)\s+\(0x/.exec(line);
-    if (m?.[1]) libs.push(m[1]);
-  }
-  return libs;
 }
 
 /** Plans the layer from the checkout (built) and this machine's binaries. */
