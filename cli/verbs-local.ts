@@ -119,8 +119,8 @@ function builtInfraVerb(name: string, summary: string, runs: string, opts: Infra
  * ten infrastructure verbs under `infra` (so that `infra lint`, `infra plan`,
  * `infra verify` and `infra status` do not collide with `lint`, `plan`,
  * `verify` and `status incident`). Built: `infra lint`, `bootstrap`, `status`,
- * `outputs`, `untaint`, `plan` (infra/, docs/infra.md). The others check their flags,
- * then report `not_implemented` (exit 4).
+ * `outputs`, `untaint`, `plan`, `release-image`, `destroy` (infra/, docs/infra.md). The
+ * others (`apply`, `verify`) check their flags, then report `not_implemented` (exit 4).
  */
 export const LOCAL_VERBS: readonly VerbSpec[] = [
   localVerb("storage migrate", {
@@ -185,8 +185,8 @@ export const LOCAL_VERBS: readonly VerbSpec[] = [
   ),
   builtInfraVerb(
     "destroy",
-    "destroy an environment's infrastructure (not built: its refusals run, then nothing is done)",
-    "infra destroy on this machine: refusals only (production, confirmation); removing containers is not built",
+    "remove every container, volume and network of the environment from its hosts; production needs --i-know-this-is-prod",
+    "infra destroy on this machine: after its refusals (production, confirmation), removes over SSH what carries the environment's label",
     {
       flags: [
         fieldFlag("i_know_this_is_prod", "confirm that production may be destroyed", {

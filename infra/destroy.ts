@@ -1,11 +1,86 @@
 /**
- * `infra destroy`: not built (removing every container and volume the infra made comes with
- * apply). Its refusals are: production (the file's `environment.production: true`, or an
- * `--env` named production or prod, checked by the CLI) needs `--i-know-this-is-prod`, and the
- * operator types the environment's name unless `--yes`. After them it answers not_implemented:
- * nothing is destroyed.
+ * `infra destroy`: removes every container, volume and network the infra made on each host of the
+ * environment (label `slipway.infra.env=<env>`), over SSH with the pinned host key. Its refusals
+ * come first: production (the file's `environment.production: true`, or an `--env` named
+ * production or prod, checked by the CLI) needs `--i-know-this-is-prod`, and the operator types
+ * the environment's name unless `--yes`. Another environment's containers on the same host, and
+ * anything without the label, are left alone. The state keeps the pinned host keys (the machines
+ * are the same) and forgets what was applied and the taints; the secrets file stays (a new apply
+ * reuses it). A host that cannot be reached is reported and the others are still destroyed: exit 1.
  */
-import { type InfraContext, type InfraOutcome, errorOutcome, loadInfraFile } from "./outcome.js";
+import { sshTarget } from "./bootstrap.js";
+import type { InfraHost } from "./config.js";
+import { LABELS } from "./containers.js";
+import { stderrTail } from "./engine.js";
+import {
+  type InfraContext,
+  type InfraOutcome,
+  errorOutcome,
+  loadInfraFile,
+  resultOutcome,
+} from "./outcome.js";
+import { SshError, type SshSession, openSsh, sshAuthFor } from "./ssh.js";
+import { type HostState, InfraStateError, readState, statePath, writeState } from "./state.js";
+
+interface HostRemoved {
+  host: string;
+  containers: string[];
+  volumes: string[];
+  networks: string[];
+}
+
+/** Lists one kind of the environment's objects on a host and removes them; their names. */
+async function removeAll(
+  s: SshSession,
+  host: string,
+  kind: "container" | "volume" | "network",
+  env: string,
+): Promise<string[]> {
+  const filter = ["--filter", `label=${LABELS.env}=${env}`];
+  const list =
+    kind === "container"
+      ? ["docker", "ps", "-a", ...filter, "--format", "{{.Names}}"]
+      : ["docker", kind, "ls", ...filter, "--format", "{{.Name}}"];
+  const listed = await s.exec(list, { timeoutMs: 30_000 });
+  if (listed.code !== 0)
+    throw new SshError("ssh_failed", `host '${host}': listing ${kind}s failed: ${stderrTail(listed)}`);
+  const names = listed.stdout
+    .split("\n")
+    .map((l) => l.trim())
+    .filter(Boolean);
+  if (names.length === 0) return [];
+  const rm = kind === "container" ? ["docker", "rm", "-f", "-v", ...names] : ["docker", kind, "rm", ...names];
+  const removed = await s.exec(rm, { timeoutMs: 120_000 });
+  if (removed.code !== 0)
+    throw new SshError("ssh_failed", `host '${host}': removing ${kind}s failed: ${stderrTail(removed)}`);
+  return names;
+}
+
+async function destroyHost(
+  ctx: InfraContext,
+  baseDir: string,
+  h: InfraHost,
+  env: string,
+  state: HostState | undefined,
+): Promise<HostRemoved> {
+  const pinned = state?.host_key;
+  if (!pinned)
+    throw new SshError(
+      "ssh_failed",
+      `host '${h.name}': no pinned host key: run slipway infra bootstrap first`,
+    );
+  const target = sshTarget(h);
+  const s = await openSsh(target, sshAuthFor(target, ctx.env, baseDir), { pinned });
+  try {
+    // containers first: a volume or network in use cannot go
+    const containers = await removeAll(s, h.name, "container", env);
+    const volumes = await removeAll(s, h.name, "volume", env);
+    const networks = await removeAll(s, h.name, "network", env);
+    return { host: h.name, containers, volumes, networks };
+  } finally {
+    s.close();
+  }
+}
 
 export async function runDestroy(ctx: InfraContext): Promise<InfraOutcome> {
   const loaded = loadInfraFile(ctx);
@@ -34,9 +109,52 @@ export async function runDestroy(ctx: InfraContext): Promise<InfraOutcome> {
         "usage",
       );
   }
-  return errorOutcome(
-    "not_implemented",
-    `infra destroy is not built in this client: removing the containers and volumes of environment '${env.name}' comes with apply; nothing was done`,
-    "unavailable",
+  const { file, baseDir } = loaded;
+  const file_ = statePath(baseDir, env.name);
+  let state: ReturnType<typeof readState>;
+  try {
+    state = readState(file_);
+  } catch (e) {
+    if (e instanceof InfraStateError) return errorOutcome("infra_state_unusable", e.message);
+    throw e;
+  }
+  if (!state)
+    return errorOutcome(
+      "no_infra_state",
+      `environment '${env.name}' is not bootstrapped: nothing of it is known (run slipway infra bootstrap first)`,
+    );
+  const known = state;
+  ctx.progress(`removing environment '${env.name}' from ${file.hosts.length} hosts`);
+  type HostResult = HostRemoved | { host: string; error: { code: string; message: string } };
+  const results = await Promise.all(
+    file.hosts.map(async (h): Promise<HostResult> => {
+      try {
+        const r = await destroyHost(ctx, baseDir, h, env.name, known.hosts[h.name]);
+        ctx.progress(
+          `${h.name}: ${r.containers.length} containers, ${r.volumes.length} volumes, ${r.networks.length} networks removed`,
+        );
+        return r;
+      } catch (e) {
+        if (e instanceof SshError) return { host: h.name, error: { code: e.code, message: e.message } };
+        throw e;
+      }
+    }),
   );
+  // what is gone is forgotten; the pinned keys stay (the same machines must answer next time)
+  for (const r of results) {
+    const hs = known.hosts[r.host];
+    if (!hs || "error" in r) continue;
+    delete hs.applied;
+    delete hs.taint;
+  }
+  delete known.outputs;
+  known.updated_at = new Date().toISOString();
+  writeState(file_, known);
+  const failed = results.filter((r) => "error" in r);
+  const lines = results.map((r) =>
+    "error" in r
+      ? `error   ${r.host}: ${r.error.code}: ${r.error.message}`
+      : `removed ${r.host}: ${[...r.containers, ...r.volumes.map((v) => `volume ${v}`), ...r.networks.map((n) => `network ${n}`)].join(", ") || "nothing of this environment was there"}`,
+  );
+  return resultOutcome("destroy", failed.length === 0, { environment: env.name, hosts: results }, lines);
 }

@@ -252,6 +252,52 @@ test.serial(
   },
 );
 
+test.serial(
+  "destroy --yes removes this environment's containers, volumes and networks over SSH; another environment's stay",
+  async (t) => {
+    const d = dockerAt(engine!.host);
+    await d.createVolume({ Name: "slipway-staging-data", Labels: { [LABELS.env]: "staging" } });
+    await d.createNetwork({ Name: "slipway-staging-net", Labels: { [LABELS.env]: "staging" } });
+    const path = statePath(dir, "staging");
+    const before = readState(path)!;
+    before.hosts.solo!.taint = { reason: "apply failed", at: new Date().toISOString() };
+    writeState(path, before);
+    const r = await cli(["infra", "destroy", "--env", "staging", "--file", file, "--yes", "--json"]);
+    t.is(r.code, 0, r.stderr + r.stdout);
+    const body = JSON.parse(r.stdout) as {
+      result: { hosts: { host: string; containers: string[]; volumes: string[]; networks: string[] }[] };
+    };
+    const solo = body.result.hosts[0]!;
+    t.deepEqual(
+      [...solo.containers].sort(),
+      ["control", "data", "nats", "node", "old", "proxy"].map((r) => `slipway-staging-${r}`).sort(),
+    );
+    t.deepEqual(solo.volumes, ["slipway-staging-data"]);
+    t.deepEqual(solo.networks, ["slipway-staging-net"]);
+    const left = (await d.listContainers({ all: true })).flatMap((c) => c.Names.map((n) => n.slice(1)));
+    t.false(
+      left.some((n) => n.startsWith("slipway-staging-")),
+      left.join(", "),
+    );
+    t.true(left.includes("slipway-prod-node"), "another environment's container stays");
+    t.false((await d.listVolumes()).Volumes?.some((v) => v.Name === "slipway-staging-data") ?? false);
+    // the machines are the same: their keys stay pinned; what was applied and the taint are gone
+    const after = readState(path)!;
+    t.truthy(after.hosts.solo!.host_key);
+    t.is(after.hosts.solo!.taint, undefined);
+    const plan = await cli(["infra", "plan", "--file", file, "--json"]);
+    t.is(plan.code, 2);
+    const c = (JSON.parse(plan.stdout) as { result: { changes: PlannedChange[] } }).result.changes;
+    t.true(
+      c.every((x) => x.action === "create"),
+      JSON.stringify(c),
+    );
+    const again = await cli(["infra", "destroy", "--env", "staging", "--file", file, "--yes"]);
+    t.is(again.code, 0, again.stderr);
+    t.regex(again.stdout, /removed solo: nothing of this environment was there/);
+  },
+);
+
 test.serial("a host whose key changed is refused with both fingerprints; the pinned key stays", async (t) => {
   const oldFp = sshd.hostFingerprint();
   await sshd.regenerateHostKey();

@@ -6,7 +6,11 @@ import { type CliIo, runCli } from "../../cli/mod.js";
 import { collectingIo } from "../cli/fake-platform.js";
 import { clusterYaml, writeInfra } from "./fixtures.js";
 
-/** `infra destroy` is not built: its refusals run (production, confirmation), then not_implemented (exit 4). */
+/**
+ * `infra destroy`'s refusals (production, confirmation) come before anything else; past them, an
+ * environment never bootstrapped is an error (exit 1) with nothing touched. The removal itself is
+ * proven against a real host in bootstrap.test.ts.
+ */
 
 async function cli(argv: string[], prompt?: CliIo["prompt"]) {
   const c = collectingIo({});
@@ -42,11 +46,8 @@ test("destroy: production: true in the file is refused without --i-know-this-is-
     "--yes",
     "--i-know-this-is-prod",
   ]);
-  t.is(ok.code, 4);
-  t.regex(
-    ok.stderr,
-    /^slipway: not_implemented: infra destroy is not built in this client: .*nothing was done/m,
-  );
+  t.is(ok.code, 1);
+  t.regex(ok.stderr, /^slipway: no_infra_state: environment 'eu-live' is not bootstrapped/m);
   // the --env rule comes first and needs no file
   const env = await cli(["infra", "destroy", "--file", f.staging, "--yes"]);
   t.is(env.code, 2);
@@ -68,9 +69,9 @@ test("destroy: asks for the environment's name unless --yes; off a terminal it n
   t.regex(wrong.stderr, /not confirmed \(typed 'production', not 'staging'\)/);
   t.deepEqual(asked, ["Type the environment's name (staging) to destroy it: "]);
   const right = await cli(base, async () => "staging\n");
-  t.is(right.code, 4, right.stderr);
-  t.regex(right.stderr, /not_implemented: infra destroy is not built/);
+  t.is(right.code, 1, right.stderr);
+  t.regex(right.stderr, /no_infra_state: environment 'staging' is not bootstrapped/);
   const yes = await cli([...base, "--yes", "--json"]);
-  t.is(yes.code, 4);
-  t.like(JSON.parse(yes.stdout), { status: "error", error: { code: "not_implemented" } });
+  t.is(yes.code, 1);
+  t.like(JSON.parse(yes.stdout), { status: "error", error: { code: "no_infra_state" } });
 });
