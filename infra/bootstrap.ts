@@ -17,8 +17,16 @@ import {
   shownPath,
 } from "./outcome.js";
 import { InfraSecretsError, ensureSecrets } from "./secrets.js";
-import { SshError, type SshTarget, openSsh, sshAuthFor } from "./ssh.js";
-import { type InfraState, InfraStateError, emptyState, readState, statePath, writeState } from "./state.js";
+import { SshError, type SshSession, type SshTarget, openSsh, sshAuthFor } from "./ssh.js";
+import {
+  type HostState,
+  type InfraState,
+  InfraStateError,
+  emptyState,
+  readState,
+  statePath,
+  writeState,
+} from "./state.js";
 
 /** What bootstrap did on one host. */
 export interface HostReport {
@@ -41,6 +49,26 @@ export function sshTarget(host: InfraHost): SshTarget {
     user: host.ssh.user,
     ...(host.ssh.key_file !== undefined ? { keyFile: host.ssh.key_file } : {}),
   };
+}
+
+/**
+ * A session with a bootstrapped host: its key must be the one pinned in the state (plan, destroy
+ * and later apply never pin a key; only bootstrap does).
+ */
+export async function openPinned(
+  ctx: Pick<InfraContext, "env">,
+  baseDir: string,
+  host: InfraHost,
+  state: HostState | undefined,
+): Promise<SshSession> {
+  const pinned = state?.host_key;
+  if (!pinned)
+    throw new SshError(
+      "ssh_failed",
+      `host '${host.name}': no pinned host key: run slipway infra bootstrap first`,
+    );
+  const target = sshTarget(host);
+  return openSsh(target, sshAuthFor(target, ctx.env, baseDir), { pinned });
 }
 
 async function bootstrapHost(

@@ -8,7 +8,7 @@
  * are the same) and forgets what was applied and the taints; the secrets file stays (a new apply
  * reuses it). A host that cannot be reached is reported and the others are still destroyed: exit 1.
  */
-import { sshTarget } from "./bootstrap.js";
+import { openPinned } from "./bootstrap.js";
 import type { InfraHost } from "./config.js";
 import { LABELS } from "./containers.js";
 import { stderrTail } from "./engine.js";
@@ -19,8 +19,9 @@ import {
   loadInfraFile,
   resultOutcome,
 } from "./outcome.js";
-import { SshError, type SshSession, openSsh, sshAuthFor } from "./ssh.js";
-import { type HostState, InfraStateError, readState, statePath, writeState } from "./state.js";
+import { SshError, type SshSession } from "./ssh.js";
+import { type HostState, writeState } from "./state.js";
+import { isOutcome, loadWithState } from "./state-verbs.js";
 
 interface HostRemoved {
   host: string;
@@ -63,14 +64,7 @@ async function destroyHost(
   env: string,
   state: HostState | undefined,
 ): Promise<HostRemoved> {
-  const pinned = state?.host_key;
-  if (!pinned)
-    throw new SshError(
-      "ssh_failed",
-      `host '${h.name}': no pinned host key: run slipway infra bootstrap first`,
-    );
-  const target = sshTarget(h);
-  const s = await openSsh(target, sshAuthFor(target, ctx.env, baseDir), { pinned });
+  const s = await openPinned(ctx, baseDir, h, state);
   try {
     // containers first: a volume or network in use cannot go
     const containers = await removeAll(s, h.name, "container", env);
@@ -109,21 +103,11 @@ export async function runDestroy(ctx: InfraContext): Promise<InfraOutcome> {
         "usage",
       );
   }
-  const { file, baseDir } = loaded;
-  const file_ = statePath(baseDir, env.name);
-  let state: ReturnType<typeof readState>;
-  try {
-    state = readState(file_);
-  } catch (e) {
-    if (e instanceof InfraStateError) return errorOutcome("infra_state_unusable", e.message);
-    throw e;
-  }
-  if (!state)
-    return errorOutcome(
-      "no_infra_state",
-      `environment '${env.name}' is not bootstrapped: nothing of it is known (run slipway infra bootstrap first)`,
-    );
-  const known = state;
+  // the refusals come first: an environment never bootstrapped is only then an error
+  const withState = loadWithState(ctx);
+  if (isOutcome(withState)) return withState;
+  const { file, state: known, stateFile } = withState;
+  const baseDir = loaded.baseDir;
   ctx.progress(`removing environment '${env.name}' from ${file.hosts.length} hosts`);
   type HostResult = HostRemoved | { host: string; error: { code: string; message: string } };
   const results = await Promise.all(
@@ -149,7 +133,7 @@ export async function runDestroy(ctx: InfraContext): Promise<InfraOutcome> {
   }
   delete known.outputs;
   known.updated_at = new Date().toISOString();
-  writeState(file_, known);
+  writeState(stateFile, known);
   const failed = results.filter((r) => "error" in r);
   const lines = results.map((r) =>
     "error" in r

@@ -7,7 +7,7 @@
  */
 import type { InfraHost } from "./config.js";
 import { LABELS, type WantedContainer, wantedOnHost } from "./containers.js";
-import { sshTarget } from "./bootstrap.js";
+import { openPinned } from "./bootstrap.js";
 import { stderrTail } from "./engine.js";
 import {
   type InfraContext,
@@ -17,7 +17,7 @@ import {
   resultOutcome,
 } from "./outcome.js";
 import { InfraSecretsError, readSecrets, secretsPath } from "./secrets.js";
-import { SshError, openSsh, sshAuthFor } from "./ssh.js";
+import { SshError, } from "./ssh.js";
 import { type HostState, InfraStateError, readState, statePath } from "./state.js";
 
 /** A container as `docker ps -a --format '{{json .}}'` shows it. */
@@ -100,14 +100,7 @@ async function actualOnHost(
   env: string,
   state: HostState | undefined,
 ): Promise<ActualContainer[]> {
-  const pinned = state?.host_key;
-  if (!pinned)
-    throw new SshError(
-      "ssh_failed",
-      `host '${host.name}': no pinned host key: run slipway infra bootstrap first`,
-    );
-  const target = sshTarget(host);
-  const session = await openSsh(target, sshAuthFor(target, ctx.env, baseDir), { pinned });
+  const session = await openPinned(ctx, baseDir, host, state);
   try {
     const r = await session.exec(
       [

@@ -17,7 +17,7 @@ import { type InfraState, InfraStateError, readState, statePath, writeState } fr
 type Loaded = { file: InfraFile; state: InfraState; stateFile: string };
 
 /** The file and its state; an outcome when either is missing or unusable. */
-function loadWithState(ctx: InfraContext): Loaded | InfraOutcome {
+export function loadWithState(ctx: InfraContext): Loaded | InfraOutcome {
   const loaded = loadInfraFile(ctx);
   if (!loaded.ok) return loaded.outcome;
   const stateFile = statePath(loaded.baseDir, loaded.file.environment.name);
@@ -36,7 +36,7 @@ function loadWithState(ctx: InfraContext): Loaded | InfraOutcome {
   return { file: loaded.file, state, stateFile };
 }
 
-const isOutcome = (v: Loaded | InfraOutcome): v is InfraOutcome => "kind" in v;
+export const isOutcome = (v: Loaded | InfraOutcome): v is InfraOutcome => "kind" in v;
 
 /** `infra status`: every host of the file with what the state holds for it. */
 export function runStatus(ctx: InfraContext): InfraOutcome {

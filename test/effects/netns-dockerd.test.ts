@@ -1,4 +1,4 @@
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 import anyTest, { type ExecutionContext, type TestFn } from "ava";
@@ -17,6 +17,7 @@ import {
 import { dockerdMissing, startTestDockerd, type TestDockerd } from "../helpers/dockerd.js";
 import { STATE_DIR } from "../helpers/netns.js";
 import { repoPath } from "../helpers/repo.js";
+import { childWithFacts } from "../helpers/processes.js";
 
 /**
  * The private test dockerd in a network namespace of its own
@@ -256,21 +257,13 @@ async function engineOfAChild(t: T) {
 const e = await m.startTestDockerd();
 console.log(JSON.stringify({ host: e.host, dir: e.dir, pid: e.pid, netns: e.netns, subnet: e.subnet, hostAddress: e.hostAddress }));
 setInterval(() => {}, 1 << 30);`;
-  const child = spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], {
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let err = "";
-  child.stderr.on("data", (c: Buffer) => (err += c.toString()));
-  const line = await new Promise<string>((resolve, reject) => {
-    let out = "";
-    child.stdout.on("data", (c: Buffer) => {
-      out += c.toString();
-      const l = out.split("\n").find((x) => x.startsWith("{"));
-      if (l) resolve(l);
-    });
-    child.once("exit", (code) => reject(new Error(`the child exited (${code}): ${err}`)));
-  });
-  const facts = JSON.parse(line) as { host: string; dir: string; pid: number; netns: string; subnet: string };
+  const { child, facts } = await childWithFacts<{
+    host: string;
+    dir: string;
+    pid: number;
+    netns: string;
+    subnet: string;
+  }>(script);
   t.log(
     `a child process (pid ${child.pid}) started ${facts.netns} (${facts.subnet}), dockerd pid ${facts.pid}`,
   );

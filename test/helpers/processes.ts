@@ -91,3 +91,26 @@ export async function spawnNode(opts: {
   });
   return np;
 }
+
+/**
+ * Runs `script` (an ES module body, TypeScript through tsx) in a child process that stays alive,
+ * and answers the first line it prints that starts with `{`, parsed: the facts of what it made
+ * (an engine, test hosts) for a test that then kills the child as an owner that died.
+ */
+export async function childWithFacts<F>(script: string): Promise<{ child: ChildProcess; facts: F }> {
+  const child = spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], {
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let err = "";
+  child.stderr!.on("data", (c: Buffer) => (err += c.toString()));
+  const line = await new Promise<string>((resolve, reject) => {
+    let out = "";
+    child.stdout!.on("data", (c: Buffer) => {
+      out += c.toString();
+      const l = out.split("\n").find((x) => x.startsWith("{"));
+      if (l) resolve(l);
+    });
+    child.once("exit", (code) => reject(new Error(`the child exited (${code}): ${err}`)));
+  });
+  return { child, facts: JSON.parse(line) as F };
+}

@@ -47,7 +47,7 @@ test("destroy: production: true in the file is refused without --i-know-this-is-
     "--i-know-this-is-prod",
   ]);
   t.is(ok.code, 1);
-  t.regex(ok.stderr, /^slipway: no_infra_state: environment 'eu-live' is not bootstrapped/m);
+  t.regex(ok.stderr, /^slipway: no_infra_state: environment 'eu-live' has no state yet/m);
   // the --env rule comes first and needs no file
   const env = await cli(["infra", "destroy", "--file", f.staging, "--yes"]);
   t.is(env.code, 2);
@@ -70,7 +70,7 @@ test("destroy: asks for the environment's name unless --yes; off a terminal it n
   t.deepEqual(asked, ["Type the environment's name (staging) to destroy it: "]);
   const right = await cli(base, async () => "staging\n");
   t.is(right.code, 1, right.stderr);
-  t.regex(right.stderr, /no_infra_state: environment 'staging' is not bootstrapped/);
+  t.regex(right.stderr, /no_infra_state: environment 'staging' has no state yet/);
   const yes = await cli([...base, "--yes", "--json"]);
   t.is(yes.code, 1);
   t.like(JSON.parse(yes.stdout), { status: "error", error: { code: "no_infra_state" } });

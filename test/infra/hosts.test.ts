@@ -1,7 +1,8 @@
-import { execFile, spawn, spawnSync } from "node:child_process";
+import { execFile, spawnSync } from "node:child_process";
 import { createHash, randomUUID } from "node:crypto";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { connect } from "node:net";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import anyTest, { type TestFn } from "ava";
@@ -17,6 +18,7 @@ import {
 } from "../helpers/infra-hosts.js";
 import { isRunning, listNetns, STATE_DIR } from "../helpers/netns.js";
 import { repoPath } from "../helpers/repo.js";
+import { childWithFacts } from "../helpers/processes.js";
 
 /**
  * The test hosts of DESIGN §12 (test/helpers/infra-hosts.ts): three network
@@ -208,7 +210,7 @@ test.serial("each host answers over SSH with its pinned key, in its own namespac
     rmSync(tmp, { recursive: true, force: true });
   }
   // the hosts share this filesystem: a command that ran would leave the file
-  const marker = `/tmp/sw-hs-not-run-${randomUUID()}`;
+  const marker = join(tmpdir(), `sw-hs-not-run-${randomUUID()}`);
   const wrong = await sshExec(a, `touch ${marker}`, { pinned: "SHA256:wrong" }).catch((e: Error) => e);
   t.true(wrong instanceof Error, "a host key other than the pinned one is refused");
   t.is((wrong as Error & { seen: string }).seen, a.hostKeyFingerprint);
@@ -303,21 +305,12 @@ test.serial("a dead owner's hosts are reaped; a live owner's are not", async (t)
 const hs = await m.startTestHosts({ count: 1 });
 console.log(JSON.stringify({ group: hs.group, dir: hs.dir, pids: hs.hosts[0].pids(), address: hs.hosts[0].address }));
 setInterval(() => {}, 1 << 30);`;
-  const child = spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], {
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let err = "";
-  child.stderr.on("data", (c: Buffer) => (err += c.toString()));
-  const line = await new Promise<string>((resolve, reject) => {
-    let out = "";
-    child.stdout.on("data", (c: Buffer) => {
-      out += c.toString();
-      const l = out.split("\n").find((x) => x.startsWith("{"));
-      if (l) resolve(l);
-    });
-    child.once("exit", (code) => reject(new Error(`the child exited (${code}): ${err}`)));
-  });
-  const facts = JSON.parse(line) as { group: number; dir: string; pids: number[]; address: string };
+  const { child, facts } = await childWithFacts<{
+    group: number;
+    dir: string;
+    pids: number[];
+    address: string;
+  }>(script);
   t.log(
     `a child (pid ${child.pid}) started group ${facts.group}: ${facts.address}, pids ${facts.pids.join(" ")}`,
   );
