@@ -54,9 +54,9 @@ const PROD_CONFIRMED: LocalCheck = {
 const CI_ONLY: LocalCheck = {
   description: "outside CI (the CI environment variable is not set): apply is CI-only",
   refuse(_values, env) {
-    const ci = env.CI;
-    if (ci !== undefined && ci !== "") return undefined;
-    return "infra apply runs in CI only (the CI environment variable is not set); run 'slipway infra plan' to preview the change";
+    const ci = env.CI?.trim().toLowerCase();
+    if (ci !== undefined && ci !== "" && ci !== "false" && ci !== "0") return undefined;
+    return "infra apply runs in CI only (CI=true is not set); run 'slipway infra plan' to preview the change";
   },
 };
 
@@ -119,8 +119,8 @@ function builtInfraVerb(name: string, summary: string, runs: string, opts: Infra
  * ten infrastructure verbs under `infra` (so that `infra lint`, `infra plan`,
  * `infra verify` and `infra status` do not collide with `lint`, `plan`,
  * `verify` and `status incident`). Built: `infra lint`, `bootstrap`, `status`,
- * `outputs`, `untaint`, `plan`, `release-image`, `destroy` (infra/, docs/infra.md). The
- * others (`apply`, `verify`) check their flags, then report `not_implemented` (exit 4).
+ * `outputs`, `untaint`, `plan`, `apply`, `release-image`, `destroy` (infra/, docs/infra.md). The
+ * others (`verify`) check their flags, then report `not_implemented` (exit 4).
  */
 export const LOCAL_VERBS: readonly VerbSpec[] = [
   localVerb("storage migrate", {
@@ -148,7 +148,12 @@ export const LOCAL_VERBS: readonly VerbSpec[] = [
     "each host's containers against the wanted ones: create, replace, remove, keep; exit 0 nothing to do, 2 changes, 1 error",
     "infra plan on this machine: lists each host's containers over SSH (docker ps), changes nothing",
   ),
-  infraVerb("apply", "apply the infrastructure change; CI only (not built)", { checks: [CI_ONLY] }),
+  builtInfraVerb(
+    "apply",
+    "make every host run what plan lists: NATS members one at a time, then nodes, gateways, proxies; CI only",
+    "infra apply on this machine: containers on each host over SSH (docker), the image pulled by digest or loaded from DOCKER_HOST's engine",
+    { checks: [CI_ONLY] },
+  ),
   builtInfraVerb(
     "status",
     "each host as the state knows it: pinned key, engine, taint, containers applied",

@@ -25,14 +25,21 @@ export const LABELS = {
   configHash: "slipway.infra.config-hash",
 } as const;
 
-/** Where secrets and configs are mounted inside the containers. */
-const RUN_DIR = "/run/slipway";
+/** Where apply copies secrets and configs into the containers (owned by the image's user, 0400). */
+export const RUN_DIR = "/run/slipway";
+/** The NATS server's monitoring port, on the container's loopback only. */
+export const NATS_MONITOR_PORT = 8222;
+/** The data volume's mount point in every container (the image's `/data`). */
+export const DATA_MOUNT = "/data";
 
 export interface WantedContainer {
   readonly name: string;
   readonly host: string;
   readonly role: ContainerRole;
   readonly image: string;
+  /** Replaces the image's entrypoint (`node /app/dist/bin/slipwayd.mjs`) when set: NATS's server. */
+  readonly entrypoint?: readonly string[];
+  /** The arguments after the entrypoint (`node`, `gateway --plane control`, `proxy`). */
   readonly command: readonly string[];
   /** Environment; values of {@link WantedContainer.secretEnv} names are secrets. */
   readonly env: Readonly<Record<string, string>>;
@@ -64,7 +71,9 @@ function natsConfig(file: InfraFile, host: InfraHost, secrets: InfraSecrets): st
   return [
     `server_name: ${JSON.stringify(host.name)}`,
     `listen: 0.0.0.0:${INFRA_PORTS.nats}`,
-    'jetstream { store_dir: "/data/nats" }',
+    // monitoring inside the container only: apply asks /healthz through docker exec
+    `http: "127.0.0.1:${NATS_MONITOR_PORT}"`,
+    `jetstream { store_dir: "${DATA_MOUNT}/nats" }`,
     "cluster {",
     `  name: ${JSON.stringify(`slipway-${file.environment.name}`)}`,
     `  listen: 0.0.0.0:${INFRA_PORTS.natsCluster}`,
@@ -89,6 +98,7 @@ function wanted(
   const env = file.environment.name;
   const hashed = {
     image: file.image,
+    entrypoint: spec.entrypoint ?? null,
     command: spec.command,
     env: Object.fromEntries(
       Object.entries(spec.env).map(([k, v]) => [k, spec.secretEnv.includes(k) ? `sha256:${sha(v)}` : v]),
@@ -123,7 +133,7 @@ function platformEnv(file: InfraFile, natsRole: NatsRole, secrets: InfraSecrets)
     SLIPWAY_NATS_CREDS: `${RUN_DIR}/nats-${natsRole}.nk`,
     SLIPWAY_REPLICAS: String(file.replicas),
     SLIPWAY_VAULT_KEY: secrets.env.SLIPWAY_VAULT_KEY,
-    SLIPWAY_DATA_DIR: "/data/slipway",
+    SLIPWAY_DATA_DIR: `${DATA_MOUNT}/slipway`,
   };
 }
 
@@ -139,7 +149,8 @@ export function wantedOnHost(file: InfraFile, host: InfraHost, secrets: InfraSec
   if (roles.includes("nats"))
     out.push(
       wanted(file, host, "nats", {
-        command: ["nats-server", "-c", `${RUN_DIR}/nats.conf`],
+        entrypoint: ["/usr/local/bin/nats-server"],
+        command: ["-c", `${RUN_DIR}/nats.conf`],
         env: {},
         secretEnv: [],
         ports: [
@@ -152,7 +163,7 @@ export function wantedOnHost(file: InfraFile, host: InfraHost, secrets: InfraSec
   if (roles.includes("node"))
     out.push(
       wanted(file, host, "node", {
-        command: ["slipwayd", "node"],
+        command: ["node"],
         env: { ...platformEnv(file, "node", secrets), SLIPWAY_NODE_ID: host.name },
         secretEnv: ["SLIPWAY_VAULT_KEY"],
         ports: [],
@@ -165,7 +176,7 @@ export function wantedOnHost(file: InfraFile, host: InfraHost, secrets: InfraSec
     const upper = plane.toUpperCase();
     out.push(
       wanted(file, host, plane, {
-        command: ["slipwayd", "gateway", "--plane", plane],
+        command: ["gateway", "--plane", plane],
         env: {
           ...platformEnv(file, "gateway", secrets),
           [`SLIPWAY_${upper}_HOST`]: "0.0.0.0",
@@ -181,7 +192,7 @@ export function wantedOnHost(file: InfraFile, host: InfraHost, secrets: InfraSec
   if (roles.includes("proxy"))
     out.push(
       wanted(file, host, "proxy", {
-        command: ["slipwayd", "proxy"],
+        command: ["proxy"],
         env: {
           ...platformEnv(file, "proxy", secrets),
           SLIPWAY_PROXY_HOST: "0.0.0.0",

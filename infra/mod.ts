@@ -4,6 +4,7 @@
  * `.slipway/infra/`, SSH to the hosts. The CLI loads this module only when an infra verb runs
  * (cli/infra-verbs.ts), so the client bundled into every app stays free of it.
  */
+import { runApply } from "./apply.js";
 import { runBootstrap } from "./bootstrap.js";
 import { runDestroy } from "./destroy.js";
 import { runLint } from "./lint-verb.js";
@@ -31,6 +32,7 @@ export const INFRA_VERBS: Readonly<
   lint: runLint,
   bootstrap: runBootstrap,
   plan: runPlan,
+  apply: runApply,
   status: runStatus,
   outputs: runOutputs,
   untaint: runUntaint,

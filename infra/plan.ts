@@ -9,16 +9,10 @@ import type { InfraHost } from "./config.js";
 import { LABELS, type WantedContainer, wantedOnHost } from "./containers.js";
 import { openPinned } from "./bootstrap.js";
 import { stderrTail } from "./engine.js";
-import {
-  type InfraContext,
-  type InfraOutcome,
-  errorOutcome,
-  loadInfraFile,
-  resultOutcome,
-} from "./outcome.js";
-import { InfraSecretsError, readSecrets, secretsPath } from "./secrets.js";
-import { SshError, } from "./ssh.js";
-import { type HostState, InfraStateError, readState, statePath } from "./state.js";
+import { failedToLoad, loadBootstrapped } from "./loaded.js";
+import { type InfraContext, type InfraOutcome, resultOutcome } from "./outcome.js";
+import { SshError, type SshSession } from "./ssh.js";
+import type { HostState } from "./state.js";
 
 /** A container as `docker ps -a --format '{{json .}}'` shows it. */
 export interface ActualContainer {
@@ -102,48 +96,29 @@ async function actualOnHost(
 ): Promise<ActualContainer[]> {
   const session = await openPinned(ctx, baseDir, host, state);
   try {
-    const r = await session.exec(
-      [
-        "docker",
-        "ps",
-        "-a",
-        "--no-trunc",
-        "--filter",
-        `label=${LABELS.env}=${env}`,
-        "--format",
-        "{{json .}}",
-      ],
-      { timeoutMs: 30_000 },
-    );
-    if (r.code !== 0)
-      throw new SshError("ssh_failed", `host '${host.name}': docker ps failed: ${stderrTail(r)}`);
-    return parseDockerPs(r.stdout);
+    return await listEnvContainers(session, env);
   } finally {
     session.close();
   }
 }
 
+/** The environment's containers on the host of an open session (`docker ps -a` by label). */
+export async function listEnvContainers(session: SshSession, env: string): Promise<ActualContainer[]> {
+  const r = await session.exec(
+    ["docker", "ps", "-a", "--no-trunc", "--filter", `label=${LABELS.env}=${env}`, "--format", "{{json .}}"],
+    { timeoutMs: 30_000 },
+  );
+  if (r.code !== 0)
+    throw new SshError("ssh_failed", `host '${session.target.name}': docker ps failed: ${stderrTail(r)}`);
+  return parseDockerPs(r.stdout);
+}
+
 /** Runs `infra plan`. */
 export async function runPlan(ctx: InfraContext): Promise<InfraOutcome> {
-  const loaded = loadInfraFile(ctx);
-  if (!loaded.ok) return loaded.outcome;
-  const { file, baseDir } = loaded;
+  const got = loadBootstrapped(ctx);
+  if (failedToLoad(got)) return got;
+  const { file, baseDir, state, secrets } = got;
   const env = file.environment.name;
-  let secrets: ReturnType<typeof readSecrets>;
-  let state: ReturnType<typeof readState>;
-  try {
-    state = readState(statePath(baseDir, env));
-    secrets = readSecrets(secretsPath(baseDir, env));
-  } catch (e) {
-    if (e instanceof InfraStateError) return errorOutcome("infra_state_unusable", e.message);
-    if (e instanceof InfraSecretsError) return errorOutcome("infra_secrets_unusable", e.message);
-    throw e;
-  }
-  if (!state || !secrets)
-    return errorOutcome(
-      "no_infra_state",
-      `environment '${env}' is not bootstrapped: run slipway infra bootstrap first`,
-    );
   const known = state;
   const keys = secrets;
   const started = Date.now();

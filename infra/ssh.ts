@@ -162,13 +162,19 @@ export interface ExecResult {
   readonly stderr: string;
 }
 
+/** A remote command's bound and input (a stream is piped: an image for `docker load`). */
+export interface ExecOptions {
+  readonly timeoutMs?: number;
+  readonly stdin?: string | Buffer | NodeJS.ReadableStream;
+}
+
 /** An open SSH connection to one host. */
 export interface SshSession {
   readonly target: SshTarget;
   /** The key the host offered (pinned or to be pinned). */
   readonly hostKey: HostKey;
   /** Runs one command given as argv; rejects on a timeout or a broken connection, not on a non-zero exit. */
-  exec(argv: readonly string[], opts?: { timeoutMs?: number; stdin?: string | Buffer }): Promise<ExecResult>;
+  exec(argv: readonly string[], opts?: ExecOptions): Promise<ExecResult>;
   close(): void;
 }
 
@@ -208,7 +214,7 @@ function runOn(
   client: InstanceType<typeof Client>,
   target: SshTarget,
   argv: readonly string[],
-  opts: { timeoutMs?: number; stdin?: string | Buffer },
+  opts: ExecOptions,
 ): Promise<ExecResult> {
   const line = commandLine(argv);
   const what = `host '${target.name}': '${argv[0]}'`;
@@ -246,8 +252,16 @@ function runOn(
           stderr: Buffer.concat(errs).toString("utf8"),
         });
       });
-      if (opts.stdin !== undefined) ch.end(opts.stdin);
-      else ch.end();
+      const input = opts.stdin;
+      if (input === undefined) ch.end();
+      else if (typeof input === "string" || Buffer.isBuffer(input)) ch.end(input);
+      else {
+        input.on("error", (e: Error) => {
+          ch.close();
+          reject(new SshError("ssh_failed", `${what}: its input failed (${e.message})`));
+        });
+        input.pipe(ch);
+      }
     });
   });
 }
