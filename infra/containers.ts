@@ -71,12 +71,18 @@ function natsConfig(file: InfraFile, host: InfraHost, secrets: InfraSecrets): st
   return [
     `server_name: ${JSON.stringify(host.name)}`,
     `listen: 0.0.0.0:${INFRA_PORTS.nats}`,
+    // the addresses other hosts reach: never the container's own (clients and peers learn these)
+    `client_advertise: ${JSON.stringify(`${urlHost(privateAddress(host))}:${INFRA_PORTS.nats}`)}`,
+    // a client or route whose host went silent (a cut link) is dropped within about 15 s
+    'ping_interval: "5s"',
+    "ping_max: 3",
     // monitoring inside the container only: apply asks /healthz through docker exec
     `http: "127.0.0.1:${NATS_MONITOR_PORT}"`,
     `jetstream { store_dir: "${DATA_MOUNT}/nats" }`,
     "cluster {",
     `  name: ${JSON.stringify(`slipway-${file.environment.name}`)}`,
     `  listen: 0.0.0.0:${INFRA_PORTS.natsCluster}`,
+    `  advertise: ${JSON.stringify(`${urlHost(privateAddress(host))}:${INFRA_PORTS.natsCluster}`)}`,
     `  authorization { user: ${JSON.stringify(user)}, password: ${JSON.stringify(password)} }`,
     `  routes: [${peers
       .map((p) =>

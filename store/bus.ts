@@ -345,6 +345,9 @@ function versionAtLeast(v: string, major: number, minor: number): boolean {
   return a > major || (a === major && b >= minor);
 }
 
+/** How long one connection try to one server may take before the next server is tried. */
+const CONNECT_TRY_MS = 4000;
+
 /**
  * Connects to NATS (reconnecting forever), checks the server can do what
  * Slipway needs (JetStream on 2.9 or newer), and makes streams and buckets.
@@ -364,6 +367,9 @@ export async function openBus(opts: BusOptions): Promise<Bus> {
     reconnectJitter: 50,
     pingInterval: 2000,
     maxPingOut: 2,
+    // one try at one server (TCP dial to the first PONG): a server whose host is cut off answers
+    // nothing, and the default of 20 s per try kept a reconnecting process away that long
+    timeout: CONNECT_TRY_MS,
     // call-site stack traces on every request cost about a fifth of the event loop; errors keep message and cause
     noAsyncTraces: true,
   });

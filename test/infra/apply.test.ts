@@ -1,4 +1,5 @@
 import anyTest, { type TestFn } from "ava";
+import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -26,10 +27,14 @@ interface Ctx {
   dir: string;
   file: string;
   env: Record<string, string>;
+  statusWhileDown?: unknown;
+  statusAfter?: unknown;
 }
 const test = anyTest as TestFn<Ctx>;
 
 const ENV_NAME = "stage";
+/** How long one host's link is down under the write load. */
+const LINK_DOWN_MS = Number(process.env.INFRA_LINK_DOWN_MS) || 30_000;
 
 test.before(async (t) => {
   t.timeout(600_000);
@@ -144,3 +149,196 @@ test.serial(
     t.true(seen, "the write through h0 was read through h1");
   },
 );
+
+interface Acked {
+  key: string;
+  /** The SecretSet event the answer named. */
+  eventId: string;
+  at: number;
+}
+
+/** Sequential set-secret writers through the given control gateways, retried with the same key until acknowledged. */
+function writeLoad(urls: readonly string[], token: string, app: string, lanes: number) {
+  const acked: Acked[] = [];
+  /** Failed tries by what they got (a status, or the error's name), with their times. */
+  const failures: { at: number; what: string }[] = [];
+  let stop = false;
+  const lane = async (k: number) => {
+    for (let n = 0; !stop; n++) {
+      const key = `${app}-l${k}-${n}`;
+      const body = { app, name: `l${k}`, value: `v${n}` };
+      for (let attempt = 0; !stop || attempt > 0; attempt++) {
+        const base = urls[(k + attempt) % urls.length]!;
+        try {
+          const r = await fetch(`${base}/capabilities/set-secret`, {
+            method: "POST",
+            headers: {
+              "content-type": "application/json",
+              "idempotency-key": key,
+              authorization: `Bearer ${token}`,
+              ...ACTOR,
+            },
+            body: JSON.stringify(body),
+            signal: AbortSignal.timeout(5000),
+          });
+          const text = await r.text();
+          if (r.status === 200) {
+            const eventId = (JSON.parse(text) as { events?: { id: string }[] }).events?.[0]?.id ?? "";
+            acked.push({ key, eventId, at: Date.now() });
+            break;
+          }
+          failures.push({ at: Date.now(), what: `${r.status} ${text.slice(0, 120)}` });
+        } catch (e) {
+          // a timeout or a refused connection: the next gateway, the same key
+          failures.push({ at: Date.now(), what: (e as Error).name });
+        }
+        if (attempt > 200) break;
+        await sleep(200);
+      }
+    }
+  };
+  const running = Promise.all(Array.from({ length: lanes }, (_, k) => lane(k)));
+  return {
+    acked,
+    failures,
+    async stop() {
+      stop = true;
+      await running;
+    },
+  };
+}
+
+/** The ids of every SecretSet event of the app, read through one gateway. */
+async function secretWrites(base: string, token: string, app: string): Promise<Set<string>> {
+  const out = new Set<string>();
+  let cursor: string | null = null;
+  for (let page = 0; page < 100; page++) {
+    const q = `/events?app_id=${app}&type=SecretSet&limit=500${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`;
+    const r = await fetch(`${base}${q}`, { headers: { authorization: `Bearer ${token}` } });
+    if (r.status !== 200) throw new Error(`GET ${q}: ${r.status} ${await r.text()}`);
+    const body = (await r.json()) as { items: { id: string }[]; next_cursor: string | null };
+    for (const e of body.items) out.add(e.id);
+    cursor = body.next_cursor;
+    if (!cursor) break;
+  }
+  return out;
+}
+
+test.serial(
+  "one host's link down for 30 s under a write load: writes go on through the others, nothing acknowledged is lost",
+  async (t) => {
+    t.timeout(300_000);
+    const { hosts } = t.context.hosts;
+    const token = readSecrets(secretsPath(t.context.dir, ENV_NAME))!.env.SLIPWAY_CONTROL_TOKEN;
+    const out = await cli(t, ["infra", "outputs", "--json"]);
+    const urls: string[] = out.json.result.control_urls;
+    const app = `link${Date.now().toString(36)}`;
+    const init = await fetch(`${urls[0]}/capabilities/initialize-app`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${token}`, ...ACTOR },
+      body: JSON.stringify({ name: app }),
+    });
+    t.is(init.status, 200, await init.text());
+    const down = hosts[2]!;
+    const load = writeLoad(urls.slice(0, 2), token, app, 4);
+    await sleep(5000);
+    const before = load.acked.length;
+    const downAt = Date.now();
+    down.stopLink();
+    t.log(`link of ${down.name} down`);
+    await sleep(10_000);
+    const status = await cli(t, ["infra", "status", "--json"]);
+    t.log(`status while ${down.name} is down: exit ${status.code}`);
+    t.context.statusWhileDown = status.json;
+    await sleep(LINK_DOWN_MS - 10_000);
+    const during = load.acked.filter((a) => a.at > downAt).length;
+    const firstAfter = load.acked.find((a) => a.at > downAt + 1000)?.at;
+    t.log(
+      `link down at ${new Date(downAt).toISOString()}; first write acknowledged after it: ${firstAfter ? `+${((firstAfter - downAt) / 1000).toFixed(1)} s` : "none"}`,
+    );
+    down.startLink();
+    const upAt = Date.now();
+    t.log(`link of ${down.name} up again after ${((upAt - downAt) / 1000).toFixed(1)} s`);
+    await sleep(10_000);
+    await load.stop();
+    const gaps = load.acked
+      .map((a) => a.at)
+      .sort((a, b) => a - b)
+      .reduce((m, at, i, all) => (i ? Math.max(m, at - all[i - 1]!) : m), 0);
+    t.log(
+      `${before} writes before, ${during} while the link was down (30 s), ${load.acked.length} in all; longest gap ${gaps} ms`,
+    );
+    const kinds = new Map<string, number>();
+    for (const f of load.failures) kinds.set(f.what, (kinds.get(f.what) ?? 0) + 1);
+    t.log(`failed tries: ${JSON.stringify([...kinds].slice(0, 10))}`);
+    if (during === 0 || gaps > 15_000) {
+      // what the hosts that stayed said while the link was down
+      const since = new Date(downAt - 1000).toISOString();
+      const until = new Date(downAt + LINK_DOWN_MS).toISOString();
+      for (const h of hosts.slice(0, 2))
+        for (const role of ["nats", "node"]) {
+          const r = spawnSync(
+            "ssh",
+            h.sshArgs("docker", "logs", "--since", since, "--until", until, `slipway-${ENV_NAME}-${role}`),
+            { encoding: "utf8" },
+          );
+          const lines = `${r.stdout}${r.stderr}`
+            .split("\n")
+            .filter((l) => !/new consumer leader|Catchup for stream/.test(l))
+            .slice(0, 40);
+          t.log(`--- ${h.name} ${role}:\n${lines.join("\n")}`);
+        }
+    }
+    t.true(during > 0, "writes went on through the other hosts");
+    const stored = await secretWrites(urls[0]!, token, app);
+    const lost = load.acked.filter((a) => !stored.has(a.eventId));
+    t.is(lost.length, 0, `acknowledged writes lost: ${lost.map((l) => l.key).join(", ")}`);
+    t.context.statusAfter = (await cli(t, ["infra", "status", "--json"])).json;
+  },
+);
+
+test.serial(
+  "a host whose apply fails (its engine stopped) is tainted; untaint plus apply repairs it",
+  async (t) => {
+    t.timeout(300_000);
+    const h = t.context.hosts.hosts[1]!;
+    await h.stopEngine();
+    const failed = await cli(t, ["infra", "apply", "--json"], { CI: "true" });
+    t.is(failed.code, 1, failed.stdout + failed.stderr);
+    t.is(failed.json.result.tainted, h.name);
+    t.regex(failed.json.result.failed.message, /docker/);
+    const state = readState(statePath(t.context.dir, ENV_NAME))!;
+    t.truthy(state.hosts[h.name]!.taint, "the state says the host is tainted");
+    const plan = await cli(t, ["infra", "plan", "--json"]);
+    t.is(plan.code, 1, "the host cannot be read while its engine is stopped");
+
+    const refused = await cli(t, ["infra", "apply", "--json"], { CI: "true" });
+    t.is(refused.code, 1);
+    t.is(refused.json.error.code, "host_tainted");
+
+    await h.startEngine();
+    const tainted = await cli(t, ["infra", "plan", "--json"]);
+    t.is(tainted.code, 2, "a tainted host's containers are to be replaced");
+    t.true(
+      tainted.json.result.changes
+        .filter((c: any) => c.host === h.name)
+        .every((c: any) => c.action === "replace" && /tainted/.test(c.reason)),
+    );
+    const untaint = await cli(t, ["infra", "untaint", h.name, "--json"]);
+    t.is(untaint.code, 0, untaint.stdout + untaint.stderr);
+    const repaired = await cli(t, ["infra", "apply", "--json"], { CI: "true" });
+    t.is(repaired.code, 0, repaired.stdout + repaired.stderr);
+    const after = await cli(t, ["infra", "plan", "--json"]);
+    t.is(after.code, 0, after.stdout);
+    t.is(after.json.result.counts.keep, 15);
+  },
+);
+
+test.serial("destroy removes every container and volume of the environment from the hosts", async (t) => {
+  t.timeout(120_000);
+  const r = await cli(t, ["infra", "destroy", "--env", ENV_NAME, "--yes", "--json"]);
+  t.is(r.code, 0, r.stdout + r.stderr);
+  for (const h of r.json.result.hosts) t.is(h.containers.length, 5, JSON.stringify(h));
+  const plan = await cli(t, ["infra", "plan", "--json"]);
+  t.is(plan.json.result.counts.create, 15, "everything is to be made again");
+});
