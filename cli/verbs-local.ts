@@ -119,8 +119,8 @@ function builtInfraVerb(name: string, summary: string, runs: string, opts: Infra
  * ten infrastructure verbs under `infra` (so that `infra lint`, `infra plan`,
  * `infra verify` and `infra status` do not collide with `lint`, `plan`,
  * `verify` and `status incident`). Built: `infra lint`, `bootstrap`, `status`,
- * `outputs`, `untaint`, `plan`, `release-image`, `destroy` (infra/, docs/infra.md). The
- * others (`apply`, `verify`) check their flags, then report `not_implemented` (exit 4).
+ * `outputs`, `untaint`, `plan`, `verify`, `release-image`, `destroy` (infra/, docs/infra.md).
+ * `apply` checks its flags, then reports `not_implemented` (exit 4).
  */
 export const LOCAL_VERBS: readonly VerbSpec[] = [
   localVerb("storage migrate", {
@@ -151,15 +151,20 @@ export const LOCAL_VERBS: readonly VerbSpec[] = [
   infraVerb("apply", "apply the infrastructure change; CI only (not built)", { checks: [CI_ONLY] }),
   builtInfraVerb(
     "status",
-    "each host as the state knows it: pinned key, engine, taint, containers applied",
-    "infra status on this machine: reads slipway.infra.yaml and .slipway/infra/<env>.json; no network",
+    "each host as the state knows it, then as it is now: reachable, its containers, NATS members and streams",
+    "infra status on this machine: reads slipway.infra.yaml and .slipway/infra/<env>.json, then reaches the hosts over SSH (not with --offline)",
+    { flags: [fieldFlag("offline", "the state only: no SSH, no NATS", { kind: FlagKind.boolean })] },
   ),
   builtInfraVerb(
     "outputs",
     "where the environment answers (control, data, proxy and NATS URLs) and where its secrets are",
     "infra outputs on this machine: reads .slipway/infra/<env>.json; no network",
   ),
-  infraVerb("verify", "check the deployed infrastructure against its definition (not built)"),
+  builtInfraVerb(
+    "verify",
+    "check the running environment: gateways ready, a write read back, every stream at its replicas, proxies answering",
+    "infra verify on this machine: HTTP to the outputs' URLs, NATS through SSH tunnels to the nats hosts",
+  ),
   builtInfraVerb(
     "release-image",
     "build the platform's own image from this checkout, pinned by its id; --push <registry> pushes it and pulls it back by digest",
