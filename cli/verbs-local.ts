@@ -83,21 +83,6 @@ interface InfraVerbOptions {
   readonly envDefaultsToProduction?: boolean;
 }
 
-/** One infrastructure verb that is not built in this client: it checks its flags, then answers not_implemented. */
-function infraVerb(name: string, summary: string, opts: InfraVerbOptions = {}): VerbSpec {
-  return localVerb(`infra ${name}`, {
-    summary,
-    flags: [ENV_FLAG, ...(opts.flags ?? [])],
-    positionals: opts.positionals ?? [],
-    defaults: { env: "production" },
-    local: {
-      runs: `infra ${name} on this machine with the operator's own cloud login (outside the capability model)`,
-      checks: opts.checks ?? [],
-      notBuilt: `infra ${name} is not built in this client: the infrastructure verbs run locally with the operator's own cloud login, outside the capability model; nothing was done`,
-    },
-  });
-}
-
 /** One built infrastructure verb (infra/, docs/infra.md): it runs in this process, never through the platform. */
 function builtInfraVerb(name: string, summary: string, runs: string, opts: InfraVerbOptions = {}): VerbSpec {
   return localVerb(`infra ${name}`, {
@@ -119,8 +104,8 @@ function builtInfraVerb(name: string, summary: string, runs: string, opts: Infra
  * ten infrastructure verbs under `infra` (so that `infra lint`, `infra plan`,
  * `infra verify` and `infra status` do not collide with `lint`, `plan`,
  * `verify` and `status incident`). Built: `infra lint`, `bootstrap`, `status`,
- * `outputs`, `untaint`, `plan`, `apply`, `release-image`, `destroy` (infra/, docs/infra.md). The
- * others (`verify`) check their flags, then report `not_implemented` (exit 4).
+ * `outputs`, `untaint`, `plan`, `apply`, `verify`, `release-image`, `destroy` (infra/,
+ * docs/infra.md): all ten.
  */
 export const LOCAL_VERBS: readonly VerbSpec[] = [
   localVerb("storage migrate", {
@@ -156,15 +141,20 @@ export const LOCAL_VERBS: readonly VerbSpec[] = [
   ),
   builtInfraVerb(
     "status",
-    "each host as the state knows it: pinned key, engine, taint, containers applied",
-    "infra status on this machine: reads slipway.infra.yaml and .slipway/infra/<env>.json; no network",
+    "each host as the state knows it, then as it is now: reachable, its containers, NATS members and streams",
+    "infra status on this machine: reads slipway.infra.yaml and .slipway/infra/<env>.json, then reaches the hosts over SSH (not with --offline)",
+    { flags: [fieldFlag("offline", "the state only: no SSH, no NATS", { kind: FlagKind.boolean })] },
   ),
   builtInfraVerb(
     "outputs",
     "where the environment answers (control, data, proxy and NATS URLs) and where its secrets are",
     "infra outputs on this machine: reads .slipway/infra/<env>.json; no network",
   ),
-  infraVerb("verify", "check the deployed infrastructure against its definition (not built)"),
+  builtInfraVerb(
+    "verify",
+    "check the running environment: gateways ready, a write read back, every stream at its replicas, proxies answering",
+    "infra verify on this machine: HTTP to the outputs' URLs, NATS through SSH tunnels to the nats hosts",
+  ),
   builtInfraVerb(
     "release-image",
     "build the platform's own image from this checkout, pinned by its id; --push <registry> pushes it and pulls it back by digest",

@@ -10,6 +10,7 @@ import { runDestroy } from "./destroy.js";
 import { runLint } from "./lint-verb.js";
 import { runPlan } from "./plan.js";
 import { runReleaseImage } from "./release-image-verb.js";
+import { runVerify } from "./verify.js";
 import type { InfraContext, InfraOutcome } from "./outcome.js";
 import { runOutputs, runStatus, runUntaint } from "./state-verbs.js";
 
@@ -23,6 +24,9 @@ export * from "./engine.js";
 export * from "./containers.js";
 export { diffHost, parseDockerPs, type PlannedChange, type ActualContainer } from "./plan.js";
 export { outputsOf, INFRA_PORTS } from "./layout.js";
+export * from "./live.js";
+export * from "./nats-tunnel.js";
+export * from "./verify.js";
 export { infraJsonSchema, infraJsonSchemaText, INFRA_SCHEMA_PATH } from "./schema-file.js";
 
 /** The infrastructure verbs that run here, by name (destroy: its refusals only, then not_implemented). */
@@ -38,6 +42,7 @@ export const INFRA_VERBS: Readonly<
   untaint: runUntaint,
   destroy: runDestroy,
   "release-image": runReleaseImage,
+  verify: runVerify,
 };
 
 /** Runs one built infrastructure verb. */

@@ -15,6 +15,7 @@ import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { isAbsolute, join, resolve } from "node:path";
+import type { Duplex } from "node:stream";
 import ssh2, { type ClientChannel, type ConnectConfig } from "ssh2";
 import type { HostKey } from "./state.js";
 
@@ -175,6 +176,11 @@ export interface SshSession {
   readonly hostKey: HostKey;
   /** Runs one command given as argv; rejects on a timeout or a broken connection, not on a non-zero exit. */
   exec(argv: readonly string[], opts?: ExecOptions): Promise<ExecResult>;
+  /**
+   * A TCP connection the host opens to `address:port` (as the host sees it: its private network),
+   * carried in this session (`direct-tcpip`, what `ssh -L` uses); rejects when the host refuses it.
+   */
+  forwardOut(address: string, port: number): Promise<Duplex>;
   close(): void;
 }
 
@@ -304,6 +310,19 @@ export function openSsh(target: SshTarget, auth: SshAuth, opts: OpenOptions = {}
         target,
         hostKey,
         exec: (argv, execOpts = {}) => runOn(client, target, argv, execOpts),
+        forwardOut: (address, port) =>
+          new Promise((ok, fail) =>
+            client.forwardOut("127.0.0.1", 0, address, port, (err, channel) =>
+              err
+                ? fail(
+                    new SshError(
+                      "ssh_failed",
+                      `host '${target.name}': it did not open a connection to ${address}:${port} (${err.message})`,
+                    ),
+                  )
+                : ok(channel),
+            ),
+          ),
         close: () => client.end(),
       });
     });

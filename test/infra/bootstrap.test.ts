@@ -132,7 +132,8 @@ test.serial(
 );
 
 test.serial("status and outputs read the state; untaint clears a host's taint", async (t) => {
-  const status = await cli(["infra", "status", "--file", file, "--json"]);
+  // --offline: the state alone (the live view is test/infra/verify.test.ts's)
+  const status = await cli(["infra", "status", "--file", file, "--offline", "--json"]);
   t.is(status.code, 0, status.stderr);
   const s = JSON.parse(status.stdout) as {
     result: { ready: boolean; hosts: { name: string; host_key: { fingerprint: string }; taint: unknown }[] };
@@ -156,7 +157,7 @@ test.serial("status and outputs read the state; untaint clears a host's taint", 
   const state = readState(path)!;
   state.hosts.solo!.taint = { reason: "apply failed: engine stopped", at: new Date().toISOString() };
   writeState(path, state);
-  const tainted = await cli(["infra", "status", "--file", file]);
+  const tainted = await cli(["infra", "status", "--file", file, "--offline"]);
   t.regex(tainted.stdout, /TAINTED \(apply failed: engine stopped/);
   t.regex(tainted.stdout, /not ready/);
   const untaint = await cli(["infra", "untaint", "solo", "--file", file, "--json"]);
