@@ -73,7 +73,8 @@ function natsConfig(file: InfraFile, host: InfraHost, secrets: InfraSecrets): st
     `listen: 0.0.0.0:${INFRA_PORTS.nats}`,
     // the addresses other hosts reach: never the container's own (clients and peers learn these)
     `client_advertise: ${JSON.stringify(`${urlHost(privateAddress(host))}:${INFRA_PORTS.nats}`)}`,
-    // a client or route whose host went silent (a cut link) is dropped within about 15 s
+    // a client or route whose host went silent (a cut link) is dropped within about 20 s, not
+    // after nats-server's default of 2 min pings (docs/infra.md, "A host's link cut")
     'ping_interval: "5s"',
     "ping_max: 3",
     // monitoring inside the container only: apply asks /healthz through docker exec
@@ -188,6 +189,8 @@ export function wantedOnHost(file: InfraFile, host: InfraHost, secrets: InfraSec
           [`SLIPWAY_${upper}_HOST`]: "0.0.0.0",
           [`SLIPWAY_${upper}_PORT`]: String(port),
           SLIPWAY_CONTROL_TOKEN: secrets.env.SLIPWAY_CONTROL_TOKEN,
+          // the host's public name, when it is one, is a Host the gateway serves (IPs always are)
+          SLIPWAY_ALLOWED_HOSTS: host.address,
         },
         secretEnv: ["SLIPWAY_VAULT_KEY", "SLIPWAY_CONTROL_TOKEN"],
         ports: [`${pub}:${port}:${port}`],
