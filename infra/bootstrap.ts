@@ -60,6 +60,7 @@ export async function openPinned(
   baseDir: string,
   host: InfraHost,
   state: HostState | undefined,
+  timeoutMs?: number,
 ): Promise<SshSession> {
   const pinned = state?.host_key;
   if (!pinned)
@@ -68,7 +69,10 @@ export async function openPinned(
       `host '${host.name}': no pinned host key: run slipway infra bootstrap first`,
     );
   const target = sshTarget(host);
-  return openSsh(target, sshAuthFor(target, ctx.env, baseDir), { pinned });
+  return openSsh(target, sshAuthFor(target, ctx.env, baseDir), {
+    pinned,
+    ...(timeoutMs !== undefined ? { timeoutMs } : {}),
+  });
 }
 
 async function bootstrapHost(

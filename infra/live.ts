@@ -8,20 +8,18 @@
  */
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { sshTarget } from "./bootstrap.js";
+import { openPinned } from "./bootstrap.js";
 import { type InfraFile, type InfraHost, hostsWithRole, privateAddress } from "./config.js";
 import { LABELS } from "./containers.js";
-import { stderrTail } from "./engine.js";
 import { INFRA_PORTS } from "./layout.js";
 import type { InfraContext } from "./outcome.js";
-import { parseDockerPs } from "./plan.js";
-import { SshError, type SshSession, openSsh, sshAuthFor } from "./ssh.js";
+import { listEnvContainers } from "./plan.js";
+import { SshError, type SshSession } from "./ssh.js";
 import type { HostState, InfraOutputs, InfraState } from "./state.js";
 import { type NatsTunnel, connectAdmin, openTunnel } from "./nats-tunnel.js";
 
 /** How long a host has to answer over SSH before it counts as down. */
 export const LIVE_SSH_TIMEOUT_MS = 5000;
-const DOCKER_PS_TIMEOUT_MS = 15_000;
 const NATS_TIMEOUT_MS = 5000;
 
 /** One replica of a stream (the leader included) as its leader reports it. */
@@ -122,14 +120,7 @@ export async function openPinnedWithin(
   state: HostState | undefined,
   timeoutMs = LIVE_SSH_TIMEOUT_MS,
 ): Promise<SshSession> {
-  const pinned = state?.host_key;
-  if (!pinned)
-    throw new SshError(
-      "ssh_failed",
-      `host '${host.name}': no pinned host key: run slipway infra bootstrap first`,
-    );
-  const target = sshTarget(host);
-  return openSsh(target, sshAuthFor(target, ctx.env, baseDir), { pinned, timeoutMs });
+  return openPinned(ctx, baseDir, host, state, timeoutMs);
 }
 
 /** Each host of `hosts` reached (a session) or not (why), at once. */
@@ -246,13 +237,7 @@ export interface LiveContainer {
 
 /** The environment's containers on a host (`docker ps -a` by the environment's label). */
 export async function containersOn(session: SshSession, env: string): Promise<LiveContainer[]> {
-  const r = await session.exec(
-    ["docker", "ps", "-a", "--no-trunc", "--filter", `label=${LABELS.env}=${env}`, "--format", "{{json .}}"],
-    { timeoutMs: DOCKER_PS_TIMEOUT_MS },
-  );
-  if (r.code !== 0)
-    throw new SshError("ssh_failed", `host '${session.target.name}': docker ps failed: ${stderrTail(r)}`);
-  return parseDockerPs(r.stdout)
+  return (await listEnvContainers(session, env))
     .map((c) => ({
       name: c.name,
       role: c.labels[LABELS.role] ?? "?",
