@@ -23,6 +23,7 @@ environment:
   SLIPWAY_DATA_DIR (./.slipway)  SLIPWAY_WORKSPACE (<data>/apps)  NATS_URL (no embedded server)
   SLIPWAY_NATS_CREDS (with NATS_URL: a .creds or nkey seed file; or nats://user:pass@host in NATS_URL)
   SLIPWAY_NATS_INSECURE=1 (start even when the NATS_URL server accepts clients without credentials)
+  SLIPWAY_NATS_ORDERED=1 (try the NATS_URL servers in their order, never shuffled: list this host's own first)
   SLIPWAY_REPLICAS (1; 3 in a NATS cluster: replicas of every stream and bucket, docs/cluster.md)
   SLIPWAY_CONTROL_HOST/PORT  SLIPWAY_DATA_HOST/PORT  SLIPWAY_NATS_PORT  SLIPWAY_VAULT_KEY  SLIPWAY_CONTROL_TOKEN
   SLIPWAY_NODE_ID (up: <data>/node.id)  SLIPWAY_ALLOWED_HOSTS  SLIPWAY_ALLOWED_ORIGINS

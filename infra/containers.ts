@@ -131,12 +131,24 @@ function wanted(
 }
 
 /** The platform's processes' common environment: NATS (every `nats` host), replicas, their role's seed. */
-function platformEnv(file: InfraFile, natsRole: NatsRole, secrets: InfraSecrets): Record<string, string> {
-  const natsUrl = hostsWithRole(file, "nats")
+function platformEnv(
+  file: InfraFile,
+  host: InfraHost,
+  natsRole: NatsRole,
+  secrets: InfraSecrets,
+): Record<string, string> {
+  // this host's own member first, tried in order: a process keeps talking to the member beside it
+  // and never waits on a far one that went silent while its own answers
+  const members = hostsWithRole(file, "nats");
+  const natsUrl = [
+    ...members.filter((h) => h.name === host.name),
+    ...members.filter((h) => h.name !== host.name),
+  ]
     .map((h) => `nats://${urlHost(privateAddress(h))}:${INFRA_PORTS.nats}`)
     .join(",");
   return {
     NATS_URL: natsUrl,
+    SLIPWAY_NATS_ORDERED: "1",
     SLIPWAY_NATS_CREDS: `${RUN_DIR}/nats-${natsRole}.nk`,
     SLIPWAY_REPLICAS: String(file.replicas),
     SLIPWAY_VAULT_KEY: secrets.env.SLIPWAY_VAULT_KEY,
@@ -171,7 +183,7 @@ export function wantedOnHost(file: InfraFile, host: InfraHost, secrets: InfraSec
     out.push(
       wanted(file, host, "node", {
         command: ["node"],
-        env: { ...platformEnv(file, "node", secrets), SLIPWAY_NODE_ID: host.name },
+        env: { ...platformEnv(file, host, "node", secrets), SLIPWAY_NODE_ID: host.name },
         secretEnv: ["SLIPWAY_VAULT_KEY"],
         ports: [],
         files: seedFile("node", secrets),
@@ -185,7 +197,7 @@ export function wantedOnHost(file: InfraFile, host: InfraHost, secrets: InfraSec
       wanted(file, host, plane, {
         command: ["gateway", "--plane", plane],
         env: {
-          ...platformEnv(file, "gateway", secrets),
+          ...platformEnv(file, host, "gateway", secrets),
           [`SLIPWAY_${upper}_HOST`]: "0.0.0.0",
           [`SLIPWAY_${upper}_PORT`]: String(port),
           SLIPWAY_CONTROL_TOKEN: secrets.env.SLIPWAY_CONTROL_TOKEN,
@@ -203,7 +215,7 @@ export function wantedOnHost(file: InfraFile, host: InfraHost, secrets: InfraSec
       wanted(file, host, "proxy", {
         command: ["proxy"],
         env: {
-          ...platformEnv(file, "proxy", secrets),
+          ...platformEnv(file, host, "proxy", secrets),
           SLIPWAY_PROXY_HOST: "0.0.0.0",
           SLIPWAY_HTTP_PORT: "8080",
           SLIPWAY_HTTPS_PORT: "8443",

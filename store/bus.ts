@@ -99,6 +99,11 @@ export interface BusOptions {
   servers: string;
   /** Connection name shown by the server (e.g. `slipway-node-<id>`). */
   name: string;
+  /**
+   * Try the servers in the order given (the first is this host's own member), never shuffled.
+   * Default: `SLIPWAY_NATS_ORDERED=1` in the environment (the infra's containers set it).
+   */
+  ordered?: boolean;
   /** The connection's credentials (store/nats-auth.ts). */
   auth?: NatsAuth;
   /**
@@ -370,6 +375,7 @@ export async function openBus(opts: BusOptions): Promise<Bus> {
     // one try at one server (TCP dial to the first PONG): a server whose host is cut off answers
     // nothing, and the default of 20 s per try kept a reconnecting process away that long
     timeout: CONNECT_TRY_MS,
+    noRandomize: opts.ordered ?? process.env.SLIPWAY_NATS_ORDERED === "1",
     // call-site stack traces on every request cost about a fifth of the event loop; errors keep message and cause
     noAsyncTraces: true,
   });

@@ -251,6 +251,26 @@ test.serial(
     const seen = status.json.result.live.hosts.find((h: any) => h.name === down.name);
     t.false(seen.reachable, JSON.stringify(seen));
     t.log(`status while ${down.name} is down: ${seen.error?.code}`);
+    // the JetStream meta group as the members that stayed see it (for the notes of a stall)
+    for (const h of hosts.slice(0, 2)) {
+      const script =
+        "fetch('http://127.0.0.1:8222/jsz').then(async (r) => { const j = await r.json(); process.stdout.write(JSON.stringify(j.meta_cluster ?? null)) })";
+      const r = spawnSync(
+        "ssh",
+        h.sshArgs(
+          "docker",
+          "exec",
+          `slipway-${ENV_NAME}-nats`,
+          "/usr/local/bin/node",
+          "-e",
+          JSON.stringify(script),
+        ),
+        { encoding: "utf8" },
+      );
+      t.log(
+        `${h.name} meta group at +${((Date.now() - downAt) / 1000).toFixed(0)} s: ${r.stdout.trim() || r.stderr.trim()}`,
+      );
+    }
     await sleep(LINK_DOWN_MS - 10_000);
     const during = load.acked.filter((a) => a.at > downAt).length;
     const firstAfter = load.acked.find((a) => a.at > downAt + 1000)?.at;
