@@ -8,8 +8,9 @@
  * from the sources under tsx.
  */
 const compiled = process.env.SLIPWAY_TEST_COMPILED === "1";
-// the cluster chaos suite (test/chaos, 6 to 9 minutes) runs on its own: `npm test` runs it after the
-// rest (scripts/test.mjs), `npm run test:chaos` alone; a plain `ava` leaves it out
+// the suites that run alone (test/chaos: the cluster chaos suite, 6 to 9 minutes, and infra apply on
+// three test hosts, about 4.5): `npm test` runs them after the rest, one file at a time
+// (scripts/test.mjs), `npm run test:chaos` alone; a plain `ava` leaves them out
 const chaos = process.env.SLIPWAY_TEST_CHAOS === "1";
 
 export default {

@@ -1,8 +1,10 @@
 #!/usr/bin/env node
 /**
- * `npm test`: the suite compiled into dist/test (ava.config.js), then the cluster chaos suite
- * (dist/test/chaos) on its own, so its ten processes and its faults do not share the two cores
- * with the other test files, nor theirs with it. Arguments go to both runs (`npm test -- --tap`).
+ * `npm test`: the suite compiled into dist/test (ava.config.js), then the suites that must run
+ * alone (dist/test/chaos: the cluster chaos suite, and infra apply on three test hosts with their
+ * fifteen containers), one file at a time, so their processes and faults do not share the two
+ * cores with the other test files, nor theirs with them. Arguments go to both runs
+ * (`npm test -- --tap`).
  * Exits non-zero when either run failed; the chaos suite runs even when the first run failed.
  */
 import { spawnSync } from "node:child_process";
@@ -25,5 +27,5 @@ function run(files, env) {
 
 const suite = run([], {});
 const chaos =
-  process.env.SLIPWAY_SKIP_CHAOS === "1" ? 0 : run(["dist/test/chaos/"], { SLIPWAY_TEST_CHAOS: "1" });
+  process.env.SLIPWAY_SKIP_CHAOS === "1" ? 0 : run(["dist/test/chaos/", "--concurrency=1"], { SLIPWAY_TEST_CHAOS: "1" });
 process.exit(suite !== 0 || chaos !== 0 ? 1 : 0);

@@ -11,7 +11,7 @@ import { dockerAt } from "../helpers/busybox.js";
 import { ACTOR, rememberControlToken, sleep } from "../helpers/infra.js";
 import { startTestHosts, type TestHosts } from "../helpers/infra-hosts.js";
 import { REPO_ROOT } from "../helpers/repo.js";
-import { ALL_ROLES, hostYaml, infraYaml, writeInfra } from "./fixtures.js";
+import { ALL_ROLES, hostYaml, infraYaml, writeInfra } from "../infra/fixtures.js";
 
 /**
  * `infra apply` end to end (issue 26, "Must show"): three test hosts (network namespaces on one
