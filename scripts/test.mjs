@@ -27,5 +27,7 @@ function run(files, env) {
 
 const suite = run([], {});
 const chaos =
-  process.env.SLIPWAY_SKIP_CHAOS === "1" ? 0 : run(["dist/test/chaos/", "--concurrency=1"], { SLIPWAY_TEST_CHAOS: "1" });
+  process.env.SLIPWAY_SKIP_CHAOS === "1"
+    ? 0
+    : run(["dist/test/chaos/", "--concurrency=1"], { SLIPWAY_TEST_CHAOS: "1" });
 process.exit(suite !== 0 || chaos !== 0 ? 1 : 0);
