@@ -20,8 +20,7 @@ import {
   streamProblems,
 } from "./live.js";
 import { type InfraContext, type InfraOutcome, errorOutcome, resultOutcome } from "./outcome.js";
-import { InfraSecretsError, readSecrets, secretsPath } from "./secrets.js";
-import { isOutcome, loadWithState } from "./state-verbs.js";
+import { failedToLoad, loadBootstrapped } from "./loaded.js";
 
 /** One check: what was checked, whether it passed, what was seen. */
 export interface VerifyCheck {
@@ -307,9 +306,9 @@ export async function httpChecks(
 
 /** Runs `infra verify`. */
 export async function runVerify(ctx: InfraContext): Promise<InfraOutcome> {
-  const got = loadWithState(ctx);
-  if (isOutcome(got)) return got;
-  const { file, state, baseDir } = got;
+  const got = loadBootstrapped(ctx);
+  if (failedToLoad(got)) return got;
+  const { file, state, baseDir, secrets: keys } = got;
   const env = file.environment.name;
   const outputs = state.outputs;
   if (!outputs)
@@ -317,19 +316,6 @@ export async function runVerify(ctx: InfraContext): Promise<InfraOutcome> {
       "no_infra_outputs",
       `environment '${env}' has no outputs yet: run slipway infra bootstrap`,
     );
-  let secrets: ReturnType<typeof readSecrets>;
-  try {
-    secrets = readSecrets(secretsPath(baseDir, env));
-  } catch (e) {
-    if (e instanceof InfraSecretsError) return errorOutcome("infra_secrets_unusable", e.message);
-    throw e;
-  }
-  if (!secrets)
-    return errorOutcome(
-      "no_infra_secrets",
-      `environment '${env}' has no secrets file: run slipway infra bootstrap`,
-    );
-  const keys = secrets;
   ctx.progress(
     `${outputs.control_urls.length} control and ${outputs.data_urls.length} data gateways, ${outputs.proxy_urls.length} proxies; NATS through ${hostsWithRole(file, "nats").length} hosts`,
   );
