@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { resolve, sep } from "node:path";
+import { closeAppsDialers } from "../effects/mod.js";
 import { type Bus, isCasConflict, kvKeys, type Vault } from "../store/mod.js";
 import {
   AppRecordSchema,
@@ -442,6 +443,7 @@ export class RuntimeNode implements WorkerHost {
     this.workers.clear();
     await Promise.all(ws.map((w) => w.stop(true)));
     this.sideEffects.close();
+    closeAppsDialers();
     // saves still running finish (bounded): the next owner restores what they stored
     await within(this.bundles?.then((b) => b?.idle()) ?? Promise.resolve(), 10_000);
     if (this.bus.connected() && !this.instrument.noLeases) {

@@ -17,7 +17,7 @@ import { deliveryCheckTask } from "../tasks/delivery-check.js";
 export const deliveryCheck = defineHandler("delivery-check", {
   facts: (input) => [
     { kind: "app-record", app: input.repo_name },
-    ...(input.checks.some((c) => c !== "consumer") ? [{ kind: "engine" as const }] : []),
+    ...(input.checks.some((c) => c !== "consumer") ? [{ kind: "engine" as const, production: true }] : []),
   ],
   handle: async (ctx, input) => {
     const app = ctx.facts.appRecords?.[input.repo_name] ?? undefined;

@@ -42,7 +42,7 @@ async function start(
   actor: QueuedTask["actor"] | undefined,
 ): Promise<Effect> {
   const app = await requireApp(ctx);
-  const { expected, failed, last } = await expectedContainers(ctx);
+  const { expected, failed, superseded, last } = await expectedContainers(ctx);
   const previous = last.get(plan.service);
   ctx.emit(
     "DeploymentStarted",
@@ -65,6 +65,7 @@ async function start(
       plan,
       expected,
       failedDeployments: [...failed],
+      supersededDeployments: [...superseded],
       previous: previous?.id ?? null,
       sealed: await sealedSecrets(ctx),
     }),
@@ -80,7 +81,11 @@ async function start(
  * is long work (actors/tasks/deploy.ts).
  */
 export const deploy = defineHandler("deploy", {
-  facts: () => [{ kind: "engine" }, { kind: "production-containers" }, { kind: "host-owners" }],
+  facts: () => [
+    { kind: "engine", production: true },
+    { kind: "production-containers" },
+    { kind: "host-owners" },
+  ],
   handle: async (ctx, input) => {
     const app = await requireApp(ctx);
     const plan = await planDeploy(ctx, input, ctx.workspace(app), app.host);

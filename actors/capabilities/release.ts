@@ -44,7 +44,7 @@ async function start(
   actor: QueuedTask["actor"] | undefined,
 ): Promise<Effect> {
   const app = await requireApp(ctx);
-  const { expected, failed } = await expectedContainers(ctx);
+  const { expected, failed, superseded } = await expectedContainers(ctx);
   const doc = resource;
   const previous = typeof doc.previous_image_ref === "string" ? doc.previous_image_ref : null;
   const phases = phaseList(plan.done, plan.rollback_of ? ["publish"] : []);
@@ -78,6 +78,7 @@ async function start(
       phases,
       expected,
       failedDeployments: [...failed],
+      supersededDeployments: [...superseded],
       previous_image_ref: previous,
       sealed: await sealedSecrets(ctx),
       // check_refresh: a fresh session of the platform's identity for the host to refresh
@@ -98,7 +99,7 @@ async function start(
  */
 export const release = defineHandler("release", {
   facts: (input) => [
-    { kind: "engine" },
+    { kind: "engine", production: true },
     { kind: "production-containers" },
     { kind: "host-owners" },
     input.commit ? { kind: "git", ref: input.commit } : { kind: "git" },

@@ -80,6 +80,28 @@ async function hostOwners(bus: Bus, app: string, asked: readonly string[]): Prom
   return out;
 }
 
+/**
+ * inspect docker's view: the node's own engine, and on an infra with apps hosts each of them, their
+ * containers of the app with the host's name (`apps_host`) among the engine's.
+ */
+async function describeEngines(rt: ContainerRuntime, app: string): Promise<Record<string, unknown>> {
+  const local: Record<string, unknown> = (await rt.available())
+    ? ((await rt.describe(app)) as unknown as Record<string, unknown>)
+    : { available: false, message: "no container engine is reachable; run-dev-server answers 503" };
+  const hosts = ContainerRuntime.appsHosts();
+  if (hosts.length === 0) return local;
+  const seen = await Promise.all(hosts.map(async (h) => ({ name: h.appsHost!, d: await h.describe(app) })));
+  const containers = [
+    ...((local.containers as unknown[] | undefined) ?? []),
+    ...seen.flatMap(({ name, d }) => d.containers.map((c) => ({ ...c, apps_host: name }))),
+  ];
+  const apps_hosts = seen.map(({ name, d }) => {
+    const { containers: _c, ...rest } = d;
+    return { name, ...rest };
+  });
+  return { ...local, containers, apps_hosts };
+}
+
 /** Reads the requested facts of one command (of `app`); `mac` is the vault's (configuration hashes). */
 export async function gatherFacts(
   bus: Bus,
@@ -92,9 +114,15 @@ export async function gatherFacts(
   const facts: Facts = { containers: {} };
   if (requests.length === 0) return facts;
   const rt = ContainerRuntime.fromEnv();
-  const engineUp = async () => {
+  let prod: Promise<ContainerRuntime> | undefined;
+  // the engine of the app's production containers: an apps host's when the infra has them
+  const production = () => {
+    prod ??= ContainerRuntime.forApp(app);
+    return prod;
+  };
+  const engineUp = async (which: ContainerRuntime) => {
     try {
-      await rt.require();
+      await which.require();
       return true;
     } catch (e) {
       facts.engine = { available: false, message: e instanceof Error ? e.message : String(e) };
@@ -105,7 +133,7 @@ export async function gatherFacts(
     requests.map(async (r) => {
       switch (r.kind) {
         case "engine":
-          if (await engineUp()) facts.engine = { available: true };
+          if (await engineUp(r.production ? await production() : rt)) facts.engine = { available: true };
           return;
         case "otlp-probe": {
           const secret = r.secret_key && sealer ? sealer.openString(r.secret_key, r.aad) : undefined;
@@ -120,9 +148,7 @@ export async function gatherFacts(
           facts.containers[r.name] = (await rt.available()) ? ((await rt.status(r.name)) ?? null) : null;
           return;
         case "engine-description":
-          facts.engineDescription = (await rt.available())
-            ? ((await rt.describe(r.app)) as unknown as Record<string, unknown>)
-            : { available: false, message: "no container engine is reachable; run-dev-server answers 503" };
+          facts.engineDescription = await describeEngines(rt, r.app);
           return;
         case "app-health": {
           const base = await baseUrlOf(bus, app);
@@ -130,8 +156,13 @@ export async function gatherFacts(
           return;
         }
         case "production-containers":
-          if (!(await engineUp())) return;
-          facts.production = (await rt.production().list(app)).map((c) => viewOf(c, mac));
+          try {
+            const { found, unreachable } = await ContainerRuntime.productionEverywhere(app);
+            facts.production = found.map((c) => viewOf(c, mac));
+            if (unreachable.length > 0) facts.productionUnreachable = unreachable;
+          } catch (e) {
+            facts.engine = { available: false, message: e instanceof Error ? e.message : String(e) };
+          }
           return;
         case "git": {
           const e = await bus.kv.apps.get(keys.app(app));

@@ -8,8 +8,11 @@
  */
 
 export type FactRequest =
-  /** Is a container engine reachable (with the reason when not). */
-  | { kind: "engine" }
+  /**
+   * Is a container engine reachable (with the reason when not); `production`: the engine the app's
+   * production containers run on (an apps host's, when the infra has them: docs/infra.md).
+   */
+  | { kind: "engine"; production?: boolean }
   /** Does the OTLP receiver take a probe span (setup-observability); the secret key sealed as in the command. */
   | { kind: "otlp-probe"; endpoint: string; public_key?: string; secret_key?: Sealed; aad: string }
   /** The state of a container by name. */
@@ -87,6 +90,8 @@ export interface Facts {
   routes?: RouteFact[];
   /** `production-containers`: what the engine runs for the app; absent when the engine is not reachable. */
   production?: ContainerView[];
+  /** Apps hosts whose engine did not answer while `production` was read (their containers are not in it). */
+  productionUnreachable?: string[];
   /** `engine`: reachable, or the 503 message that says why not. */
   engine?: { available: true } | { available: false; message: string };
   /** `otlp-probe`: the receiver took the probe span, or the exporter's error (no key in it). */

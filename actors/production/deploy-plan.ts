@@ -12,7 +12,7 @@ import {
 import type { HandlerContext } from "../context.js";
 import { acmeDirectory, isUnpublished, PROD_ENV_FILE } from "./artifacts.js";
 import { type ComposeService, isPinned, parseCompose } from "./compose.js";
-import { type ContainerView, driftOf, type ExpectedContainer } from "./drift.js";
+import { driftOf, type ExpectedContainer } from "./drift.js";
 
 /**
  * What a deploy decides in its turn (docs/deploy.md): the service to roll and
@@ -249,9 +249,12 @@ function containersAt(d: Resource): string {
  * (`last`), and the rolls that ended without success (their containers, when
  * not expected, are leftovers).
  */
-export async function expectedContainers(
-  ctx: HandlerContext,
-): Promise<{ expected: ExpectedContainer[]; failed: Set<string>; last: Map<string, Resource> }> {
+export async function expectedContainers(ctx: HandlerContext): Promise<{
+  expected: ExpectedContainer[];
+  failed: Set<string>;
+  superseded: Set<string>;
+  last: Map<string, Resource>;
+}> {
   // this turn's own writes first (a roll that starts in the turn that ended the one before it)
   const written = new Map<string, Resource>();
   for (const r of ctx.outbox.resources)
@@ -274,17 +277,31 @@ export async function expectedContainers(
   }
   const expected: ExpectedContainer[] = [];
   for (const d of set.values()) for (const c of d.containers as ExpectedContainer[]) expected.push(c);
-  return { expected, failed, last };
+  const current = new Set([...set.values()].map((d) => d.id));
+  const superseded = new Set(
+    all
+      .filter((d) => d.status === "succeeded" && Array.isArray(d.containers) && !current.has(d.id))
+      .map((d) => d.id),
+  );
+  return { expected, failed, superseded, last };
 }
 
-/** Extra containers left by rolls that did not succeed (removed before a roll, not drift). */
-export function leftovers(
-  actual: readonly ContainerView[],
+/**
+ * Extra containers that are leftovers, not drift (removed before a roll): those of rolls that did
+ * not succeed, and on apps hosts those of an earlier roll that a later one replaced while their
+ * host did not answer (docs/infra.md, "Apps hosts").
+ */
+export function leftovers<C extends { id: string; deployment: string | undefined; engine?: string }>(
+  actual: readonly C[],
   failed: ReadonlySet<string>,
   expected: readonly ExpectedContainer[],
-): ContainerView[] {
+  superseded: ReadonlySet<string> = new Set(),
+): C[] {
   return actual.filter(
-    (c) => c.deployment !== undefined && failed.has(c.deployment) && !expected.some((e) => e.id === c.id),
+    (c) =>
+      c.deployment !== undefined &&
+      (failed.has(c.deployment) || (c.engine !== undefined && superseded.has(c.deployment))) &&
+      !expected.some((e) => e.id === c.id),
   );
 }
 
@@ -293,15 +310,19 @@ export function leftovers(
  * (facts) against what the app's last rolls left; throws `409 drift_detected` naming each
  * difference. What the roll needs of it afterwards.
  */
-export async function driftGate(
-  ctx: HandlerContext,
-): Promise<{ expected: ExpectedContainer[]; failed: Set<string>; last: Map<string, Resource> }> {
+export async function driftGate(ctx: HandlerContext): Promise<{
+  expected: ExpectedContainer[];
+  failed: Set<string>;
+  superseded: Set<string>;
+  last: Map<string, Resource>;
+}> {
   const found = await expectedContainers(ctx);
   const actual = ctx.facts.production ?? [];
-  const gone = new Set(leftovers(actual, found.failed, found.expected).map((c) => c.id));
+  const gone = new Set(leftovers(actual, found.failed, found.expected, found.superseded).map((c) => c.id));
   const drift = driftOf(
     found.expected,
     actual.filter((c) => !gone.has(c.id)),
+    ctx.facts.productionUnreachable ?? [],
   );
   if (drift.length > 0) throw driftError(ctx.app, drift);
   return found;

@@ -26,6 +26,8 @@ export interface ContainerView {
   /** The hash of what the engine reports now. */
   actual_hash: string;
   port: number | undefined;
+  /** The apps host it runs on (docs/infra.md, "Apps hosts"); absent on the node's own engine. */
+  engine?: string;
 }
 
 /** A container the last Deployment left running, as its resource records it. */
@@ -34,6 +36,8 @@ export interface ExpectedContainer {
   id: string;
   service: string;
   config_hash: string;
+  /** The apps host the roll started it on; absent on the node's own engine. */
+  engine?: string;
 }
 
 /** A container as the engine reports it (effects' ProductionContainer has this shape). */
@@ -52,8 +56,12 @@ export interface EngineContainer {
 }
 
 /** What the drift gate keeps of an engine's container: its hashes, not its env. */
-export function viewOf(c: EngineContainer, mac: (data: string) => string): ContainerView {
+export function viewOf(
+  c: EngineContainer & { engine?: string },
+  mac: (data: string) => string,
+): ContainerView {
   return {
+    ...(c.engine ? { engine: c.engine } : {}),
     id: c.id,
     name: c.name,
     state: c.state,
@@ -92,11 +100,13 @@ export function configHash(
 /**
  * What differs between the containers the last Deployment left and those the
  * engine runs for the app: each difference one detail (path `/containers/<name>`).
- * Empty: no drift.
+ * Empty: no drift. An expected container on an apps host that does not answer
+ * (`unreachable`) is not missing: nobody can tell, and a roll elsewhere may go on.
  */
 export function driftOf(
   expected: readonly ExpectedContainer[],
   actual: readonly ContainerView[],
+  unreachable: readonly string[] = [],
 ): ErrorDetail[] {
   const out: ErrorDetail[] = [];
   const seen = new Set<string>();
@@ -104,6 +114,7 @@ export function driftOf(
     const a = actual.find((c) => c.name === e.name);
     const at = `/containers/${e.name}`;
     if (!a) {
+      if (e.engine !== undefined && unreachable.includes(e.engine)) continue;
       out.push({ path: at, message: `missing: ${e.name} (${e.service}) is no longer on the engine` });
       continue;
     }

@@ -253,7 +253,7 @@ export function deliveryCheckTask(o: DeliveryCheckTaskInput): TaskSpec {
     onFailure: "DeliveryCheckFailed",
     async run(t) {
       const asks = (c: CheckName) => o.checks.includes(c);
-      const rt = ContainerRuntime.fromEnv();
+      const rt = await ContainerRuntime.forApp(o.app);
       const repo = repositoryDir(t.workspaceRoot, o);
       const latest =
         (asks("producer") || asks("release")) && "dir" in repo

@@ -19,6 +19,7 @@ export interface DeployTaskInput {
   expected: ExpectedContainer[];
   /** Deployments and releases of the app that ended without success: their containers are leftovers. */
   failedDeployments: string[];
+  supersededDeployments?: string[];
   previous: string | null;
   sealed: ReadonlyArray<[string, VaultEntry]>;
 }

@@ -125,8 +125,9 @@ export async function publish(
   dir: string,
   plan: ReleasePlan,
 ): Promise<{ image_ref: string; image_id: string; tag: string }> {
-  const rt = ContainerRuntime.fromEnv();
+  const rt = await ContainerRuntime.forApp(t.app);
   await rt.require();
+  if (rt.publishAddress) await t.log(`building on the apps host's engine ${rt.endpoint}`, "platform");
   const tmp = await mkdtemp(join(tmpdir(), "slipway-release-"));
   try {
     await exportCommit(dir, plan.commit, tmp);

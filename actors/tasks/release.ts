@@ -26,6 +26,7 @@ export interface ReleaseTaskInput {
   /** What the last rolls left running (the drift gate's reference). */
   expected: ExpectedContainer[];
   failedDeployments: string[];
+  supersededDeployments?: string[];
   /** The image production runs now (rolled back to when verify fails), or null on the first release. */
   previous_image_ref: string | null;
   sealed: ReadonlyArray<[string, VaultEntry]>;
@@ -75,6 +76,7 @@ function roll(r: Run, image: string, expected = r.o.expected, suffix?: string): 
     plan: { ...plan.deploy, image, environment: { ...plan.deploy.environment, SLIPWAY_IMAGE: image } },
     expected,
     failedDeployments: r.o.failedDeployments,
+    ...(r.o.supersededDeployments ? { supersededDeployments: r.o.supersededDeployments } : {}),
     sealed: r.o.sealed,
     label: r.t.resource.id,
     ...(suffix ? { suffix } : {}),

@@ -8,7 +8,7 @@ import {
   LABEL_ROLE,
   LABEL_SERVICE,
   type ImageInfo,
-  type ProductionContainer,
+  type PlacedContainer,
   type ProductionEngine,
   ROLE_PRODUCTION,
 } from "../../effects/mod.js";
@@ -31,7 +31,7 @@ import {
   mergeEnv,
   viewOf,
 } from "../production/drift.js";
-import type { DeployPlan } from "../production/deploy-plan.js";
+import { type DeployPlan, leftovers } from "../production/deploy-plan.js";
 import { readContained } from "../workspace-files.js";
 import { DEV_ENV_FILE, platformEnv } from "./platform-env.js";
 import { swapRoute, type Swapped } from "./routes.js";
@@ -65,6 +65,8 @@ export interface RollInput {
   expected: ExpectedContainer[];
   /** Deployments of the app that ended without success: their containers are leftovers. */
   failedDeployments: string[];
+  /** Succeeded rolls a later one replaced: their containers on apps hosts are leftovers. */
+  supersededDeployments?: string[];
   sealed: ReadonlyArray<[string, VaultEntry]>;
   /** The resource the containers are labelled with (`slipway.deployment`): a Deployment or a Release. */
   label: string;
@@ -138,23 +140,29 @@ async function readEnvFiles(
 
 const since = (t0: number) => Date.now() - t0;
 
-/** The drift gate again, after removing what deployments that did not succeed left; the containers the roll replaces. */
-async function checkDrift(
-  t: TaskContext,
-  o: RollInput,
-  pe: ProductionEngine,
-): Promise<ProductionContainer[]> {
+/**
+ * The drift gate again, after removing the leftovers (of deployments that did not succeed, or
+ * replaced while their apps host did not answer); the containers the roll replaces, wherever
+ * they run.
+ */
+async function checkDrift(t: TaskContext, o: RollInput): Promise<PlacedContainer[]> {
   const mac = (d: string) => t.vault.mac(d);
-  const live = await pe.list(o.app);
-  const failed = new Set(o.failedDeployments);
-  const leftover = (c: ProductionContainer) =>
-    c.deployment !== undefined && failed.has(c.deployment) && !o.expected.some((e) => e.id === c.id);
+  const { found: live, unreachable } = await ContainerRuntime.productionEverywhere(o.app);
+  const gone = new Set(
+    leftovers(live, new Set(o.failedDeployments), o.expected, new Set(o.supersededDeployments ?? [])).map(
+      (c) => c.id,
+    ),
+  );
+  const leftover = (c: PlacedContainer) => gone.has(c.id);
   for (const c of live.filter(leftover)) {
-    await t.log(`removing ${c.name}, left by deployment ${c.deployment} that did not succeed`);
-    await pe.remove(c.id, 5);
+    const where = c.engine ? ` on the apps host ${c.engine}` : "";
+    await t.log(
+      `removing ${c.name}${where}, left by deployment ${c.deployment} (it did not succeed, or a later roll replaced it)`,
+    );
+    await c.runtime.production().remove(c.id, 5);
   }
   const views = live.filter((c) => !leftover(c)).map((c) => viewOf(c, mac));
-  const drift = driftOf(o.expected, views);
+  const drift = driftOf(o.expected, views, unreachable);
   if (drift.length > 0)
     throw new RollBack(`drift_detected: ${drift.map((d) => d.message).join("; ")}`, [], drift);
   return live.filter((c) => c.service === o.plan.service && o.expected.some((e) => e.id === c.id));
@@ -218,7 +226,11 @@ async function startNew(
   labels[CONFIG_HASH_LABEL] = hash;
   const network = plan.proxy_net ?? NETWORKS.proxy;
   await t.log(`starting ${name} from ${plan.image} on network ${network}, port ${port}`);
-  const { id, address } = await pe.start({
+  const {
+    id,
+    address,
+    port: reachedOn,
+  } = await pe.start({
     name,
     image: image.id,
     env,
@@ -228,7 +240,7 @@ async function startNew(
     ...(plan.limits ? { limits: { memoryMb: plan.limits.memory_mb, pids: plan.limits.pids } } : {}),
     ...(plan.command ? { command: plan.command } : {}),
   });
-  const url = `http://${address}:${port}`;
+  const url = `http://${address.includes(":") ? `[${address}]` : address}:${reachedOn}`;
   await t.log(`${name} is at ${url}`);
   return { id, name, port, url, hash };
 }
@@ -238,12 +250,13 @@ async function startNew(
  * container (if it got that far) is removed and the old one still serves.
  */
 export async function rollOut(t: TaskContext, o: RollInput): Promise<RollResult> {
-  const rt = ContainerRuntime.fromEnv();
+  const rt = await ContainerRuntime.forApp(o.app);
   const pe = rt.production();
   const t0 = Date.now();
   let started: { id: string; name: string } | undefined;
   try {
     await rt.require();
+    if (rt.publishAddress) await t.log(`production engine: the apps host ${rt.endpoint}`);
     return await roll(t, o, rt, pe, t0, (s) => {
       started = s;
     });
@@ -273,7 +286,7 @@ async function roll(
   onStarted: (c: { id: string; name: string }) => void,
 ): Promise<RollResult> {
   const { plan } = o;
-  const old = await checkDrift(t, o, pe);
+  const old = await checkDrift(t, o);
   const image = await ensureImage(t, plan, pe);
   const { id, name, port, url, hash } = await startNew(t, o, pe, image);
   onStarted({ id, name });
@@ -316,13 +329,18 @@ async function roll(
     await t.log(`draining ${old.map((c) => c.name).join(", ")} for ${plan.drain_seconds} s`);
     await drain(plan.drain_seconds * 1000, t.signal);
     for (const c of old)
-      await pe.remove(c.id, 10).catch((e) => t.log(`could not stop ${c.name}: ${String(e)}`));
+      await c.runtime
+        .production()
+        .remove(c.id, 10)
+        .catch((e) => t.log(`could not stop ${c.name}: ${String(e)}`));
   }
   await pruneImages(pe, t, image.id);
   const total = since(t0);
   await t.log(`rolled ${plan.service} of ${o.app} out in ${total} ms`);
   return {
-    containers: [{ name, id, service: plan.service, config_hash: hash }],
+    containers: [
+      { name, id, service: plan.service, config_hash: hash, ...(rt.appsHost ? { engine: rt.appsHost } : {}) },
+    ],
     image_id: image.id,
     port,
     upstream: url,

@@ -1,4 +1,5 @@
 import { request, type RequestOptions } from "node:http";
+import type { SshEngineDialer } from "./apps-hosts.js";
 
 /**
  * Where the container engine is (DOCKER_HOST), whether it answers, and what
@@ -7,10 +8,16 @@ import { request, type RequestOptions } from "node:http";
 
 export const DEFAULT_SOCKET = "/var/run/docker.sock";
 const PING_TIMEOUT_MS = 1000;
+/** Over SSH the first ping also opens the connection (handshake and login). */
+const SSH_PING_TIMEOUT_MS = 10_000;
 /** How long a ping's answer is reused. */
 export const PING_CACHE_MS = 2000;
 
-export type Endpoint = { kind: "unix"; socketPath: string } | { kind: "tcp"; host: string; port: number };
+export type Endpoint =
+  | { kind: "unix"; socketPath: string }
+  | { kind: "tcp"; host: string; port: number }
+  /** An apps host's engine over SSH (effects/docker/apps-hosts.ts). */
+  | { kind: "ssh"; dialer: SshEngineDialer };
 
 /** Parses DOCKER_HOST: `unix:///path` or `tcp://<loopback>:port` (no TLS). */
 export function parseDockerHost(value: string | undefined): {
@@ -69,9 +76,14 @@ export function endpointState(label: string): EndpointState {
 /** GETs /_ping on the engine: ok on HTTP 200 within about a second, else why not. */
 export function pingEndpoint(ep: Endpoint): Promise<{ ok: boolean; reason: string }> {
   const base: RequestOptions =
-    ep.kind === "unix" ? { socketPath: ep.socketPath } : { host: ep.host, port: ep.port };
+    ep.kind === "unix"
+      ? { socketPath: ep.socketPath }
+      : ep.kind === "tcp"
+        ? { host: ep.host, port: ep.port }
+        : { host: "docker", agent: ep.dialer.agent() };
+  const timeout = ep.kind === "ssh" ? SSH_PING_TIMEOUT_MS : PING_TIMEOUT_MS;
   return new Promise<{ ok: boolean; reason: string }>((resolve) => {
-    const req = request({ ...base, path: "/_ping", method: "GET", timeout: PING_TIMEOUT_MS }, (res) => {
+    const req = request({ ...base, path: "/_ping", method: "GET", timeout }, (res) => {
       res.resume();
       resolve(
         res.statusCode === 200
@@ -79,7 +91,7 @@ export function pingEndpoint(ep: Endpoint): Promise<{ ok: boolean; reason: strin
           : { ok: false, reason: `ping answered HTTP ${res.statusCode}` },
       );
     });
-    req.on("timeout", () => req.destroy(new Error(`no answer in ${PING_TIMEOUT_MS} ms`)));
+    req.on("timeout", () => req.destroy(new Error(`no answer in ${timeout} ms`)));
     req.on("error", (e: NodeJS.ErrnoException) => resolve({ ok: false, reason: connectReason(e) }));
     req.end();
   });

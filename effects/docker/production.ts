@@ -75,17 +75,29 @@ interface PullEvent {
 }
 
 const statusOf = (e: unknown) => (e as { statusCode?: number }).statusCode;
+const shortId = (c: Docker.Container) => c.id.slice(0, 12);
 
 /** Production containers and images of one engine. */
 export class ProductionEngine {
   private readonly engine: ImageEngine;
   private readonly networks: Networks;
   private readonly socketPaths: readonly string[];
+  private readonly publishAddress: string | undefined;
 
-  constructor(engine: ImageEngine, networks: Networks, socketPaths: readonly string[]) {
+  /**
+   * `publishAddress`: an apps host's private address; containers then publish their port there
+   * (an ephemeral host port) and are reached at it, by proxies on any host.
+   */
+  constructor(
+    engine: ImageEngine,
+    networks: Networks,
+    socketPaths: readonly string[],
+    publishAddress?: string,
+  ) {
     this.engine = engine;
     this.networks = networks;
     this.socketPaths = socketPaths;
+    this.publishAddress = publishAddress;
   }
 
   private docker(): Promise<Docker> {
@@ -186,10 +198,11 @@ export class ProductionEngine {
    * Creates and starts a production container on its network (made when
    * missing), hardened, with tini as init, a restart policy, capped logs, the
    * given labels (plus role and port). A container of the same name is an
-   * error (names carry the deployment id). Answers its id and its address on
-   * the network.
+   * error (names carry the deployment id). Answers its id and where it is
+   * reached: its address on the network and the app port, or, on an apps
+   * host, the host's private address and the port published there.
    */
-  async start(spec: ProductionSpec): Promise<{ id: string; address: string }> {
+  async start(spec: ProductionSpec): Promise<{ id: string; address: string; port: number }> {
     const d = await this.docker();
     const net = await this.networks.ensure(spec.network, "proxy");
     const network = net.name;
@@ -199,6 +212,9 @@ export class ProductionEngine {
       ...containerHardening(spec.limits ?? PRODUCTION_LIMITS),
       RestartPolicy: { Name: "unless-stopped" },
       LogConfig: { Type: "json-file", Config: { "max-size": "10m", "max-file": "3" } },
+      ...(this.publishAddress
+        ? { PortBindings: { [`${spec.port}/tcp`]: [{ HostIp: this.publishAddress, HostPort: "" }] } }
+        : {}),
     };
     checkBinds(hostConfig.Binds ?? [], this.socketPaths);
     let c: Docker.Container;
@@ -215,6 +231,7 @@ export class ProductionEngine {
         Tty: false,
         OpenStdin: false,
         StopTimeout: 10,
+        ...(this.publishAddress ? { ExposedPorts: { [`${spec.port}/tcp`]: {} } } : {}),
         HostConfig: hostConfig,
       });
     } catch (e) {
@@ -231,7 +248,25 @@ export class ProductionEngine {
       await c.remove({ force: true }).catch(() => {});
       throw new Error(`container ${spec.name} has no address on network ${network}`);
     }
-    return { id: c.id, address };
+    if (!this.publishAddress) return { id: c.id, address, port: spec.port };
+    const published = await this.publishedPort(c, spec.port);
+    if (!published) {
+      await c.remove({ force: true }).catch(() => {});
+      throw new Error(`container ${spec.name} has no port published on ${this.publishAddress}`);
+    }
+    return { id: c.id, address: this.publishAddress, port: published };
+  }
+
+  /** The host port the engine chose for `port` of a started container. */
+  private async publishedPort(c: Docker.Container, port: number): Promise<number | undefined> {
+    try {
+      const i = await c.inspect();
+      const bound = i.NetworkSettings?.Ports?.[`${port}/tcp`]?.find((b) => b.HostIp === this.publishAddress);
+      const n = Number(bound?.HostPort);
+      return Number.isInteger(n) && n > 0 ? n : undefined;
+    } catch (e) {
+      this.engine.fail(e, `inspecting container ${shortId(c)}`);
+    }
   }
 
   /** The container's last `n` lines of output (both streams, in order), for a rollback's reason. */
