@@ -5,8 +5,10 @@
  * data gateways and the proxies, host by host; then what a host no longer wants is removed. The
  * first host a step fails on is tainted in the state and apply stops there (the hosts after it
  * are untouched). A tainted host stops apply before anything is done: fix the cause, `infra
- * untaint <host>`, apply again (what is not running is replaced). CI-only: the CLI refuses it
- * outside CI, and so does this function.
+ * untaint <host>`, apply again (what is not running is replaced). Before the node phase, the
+ * environment's `apps` engine key is authorized on every `apps` host (infra/apps-key.ts): the
+ * nodes reach those hosts' engines with it. CI-only: the CLI refuses it outside CI, and so does
+ * this function.
  */
 import { ContainerRuntime } from "../effects/mod.js";
 import {
@@ -18,11 +20,12 @@ import {
   waitNatsCurrent,
   waitStarted,
 } from "./apply-host.js";
+import { type AuthorizeChange, authorizeAppsKey, authorizedKeysFile } from "./apps-key.js";
 import { openPinned } from "./bootstrap.js";
-import type { InfraHost } from "./config.js";
+import { type InfraFile, type InfraHost, hostsWithRole } from "./config.js";
 import { type ContainerRole, type WantedContainer, wantedOnHost } from "./containers.js";
 import { outputsOf } from "./layout.js";
-import { type Bootstrapped, failedToLoad, loadBootstrapped } from "./loaded.js";
+import { type Bootstrapped, appsEngineRefusal, failedToLoad, loadBootstrapped } from "./loaded.js";
 import { errorOutcome, type InfraContext, type InfraOutcome, resultOutcome } from "./outcome.js";
 import { diffHost, listEnvContainers, type PlannedChange } from "./plan.js";
 import { SshError, type SshSession } from "./ssh.js";
@@ -32,13 +35,61 @@ import { writeState } from "./state.js";
 const PHASES: readonly ContainerRole[] = ["nats", "node", "control", "data", "proxy"];
 
 /** What apply did to one container. */
-export interface AppliedStep {
+export interface ContainerStep {
   readonly host: string;
   readonly container: string;
   readonly role: string;
   readonly action: PlannedChange["action"];
   readonly reason: string;
   readonly ms?: number;
+}
+
+/** The `apps` engine key written into an `apps` host's authorized keys file. */
+export interface AuthorizeStep {
+  readonly host: string;
+  readonly role: "apps";
+  readonly action: "authorize";
+  /** The authorized keys file, as the infrastructure file names it. */
+  readonly file: string;
+  readonly change: Exclude<AuthorizeChange, "kept">;
+  readonly reason: string;
+  readonly ms: number;
+}
+
+export type AppliedStep = ContainerStep | AuthorizeStep;
+
+/** What the phases share: the sessions, the steps done, the host being worked on. */
+interface Run {
+  readonly env: string;
+  readonly steps: AppliedStep[];
+  session(h: InfraHost): Promise<SshSession>;
+  say(host: string, line: string): void;
+  enter(h: InfraHost): void;
+}
+
+/** The step before the node phase: the `apps` engine key authorized on every `apps` host. */
+async function authorizeAppsHosts(run: Run, file: InfraFile, publicKey: string | undefined): Promise<void> {
+  for (const h of hostsWithRole(file, "apps")) {
+    // without a key there is no apps host (apply refused it before anything was done)
+    if (publicKey === undefined) return;
+    run.enter(h);
+    const path = authorizedKeysFile(h);
+    const t0 = Date.now();
+    run.say(h.name, `authorize the apps engine key in ${path}`);
+    const change = await authorizeAppsKey(await run.session(h), h, run.env, publicKey);
+    const reason = `apps engine key ${change === "kept" ? "already there" : change} in ${path}`;
+    run.say(h.name, reason);
+    if (change !== "kept")
+      run.steps.push({
+        host: h.name,
+        role: "apps",
+        action: "authorize",
+        file: path,
+        change,
+        reason,
+        ms: Date.now() - t0,
+      });
+  }
 }
 
 /** The operator's engine as an image source (a bare `sha256:` image id is loaded from there). */
@@ -68,8 +119,12 @@ export function inCi(env: InfraContext["env"]): boolean {
   return ci !== undefined && ci !== "" && ci !== "false" && ci !== "0";
 }
 
-/** Refusals before anything is done: a tainted host, a host never bootstrapped. */
-function preflight({ file, state }: Bootstrapped): InfraOutcome | undefined {
+/**
+ * Refusals before anything is done: a tainted host, a host never bootstrapped, secrets without
+ * the `apps` engine key.
+ */
+function preflight(got: Bootstrapped): InfraOutcome | undefined {
+  const { file, state } = got;
   const tainted = file.hosts.filter((h) => state.hosts[h.name]?.taint);
   if (tainted.length > 0)
     return errorOutcome(
@@ -84,8 +139,7 @@ function preflight({ file, state }: Bootstrapped): InfraOutcome | undefined {
       "no_infra_state",
       `hosts ${unpinned.map((h) => `'${h.name}'`).join(", ")} not bootstrapped: run slipway infra bootstrap first`,
     );
-
-  return undefined;
+  return appsEngineRefusal(got);
 }
 
 /** Runs `infra apply`. */
@@ -107,7 +161,7 @@ export async function runApply(ctx: InfraContext): Promise<InfraOutcome> {
   const sessions = new Map<string, SshSession>();
   const images = new Map<string, string>();
   const source = localImageSource(ctx.env);
-  const wanted = new Map(file.hosts.map((h) => [h.name, wantedOnHost(file, h, secrets)]));
+  const wanted = new Map(file.hosts.map((h) => [h.name, wantedOnHost(file, h, secrets, state.hosts)]));
   const say = (host: string, line: string) => ctx.progress(`host '${host}': ${line}`);
   const session = async (h: InfraHost) => {
     let s = sessions.get(h.name);
@@ -117,6 +171,7 @@ export async function runApply(ctx: InfraContext): Promise<InfraOutcome> {
     }
     return s;
   };
+  const run: Run = { env, steps, session, say, enter: (h) => (current = h) };
   const save = () => {
     state.outputs = outputsOf(file, secretsFile);
     state.updated_at = new Date().toISOString();
@@ -144,13 +199,15 @@ export async function runApply(ctx: InfraContext): Promise<InfraOutcome> {
         (changes.get(h.name) ?? []).some(
           (c) =>
             c.role === "nats" &&
-            (c.action === "keep" || steps.some((s) => s.container === c.container && s.host === h.name)),
+            (c.action === "keep" ||
+              steps.some((s) => "container" in s && s.container === c.container && s.host === h.name)),
         ),
       ).length;
     const natsHosts = file.hosts.filter((h) => (h.roles as readonly string[]).includes("nats")).length;
     const quorum = Math.floor(natsHosts / 2) + 1;
 
     for (const role of PHASES) {
+      if (role === "node") await authorizeAppsHosts(run, file, secrets.apps_engine?.public_key);
       for (const h of file.hosts) {
         const change = changes.get(h.name)?.find((c) => c.role === role && c.action !== "remove");
         if (!change || change.action === "keep") continue;
@@ -218,7 +275,7 @@ function applyOutcome(
   outputs: unknown,
   failed: { host: string; message: string } | undefined,
 ): InfraOutcome {
-  const counts = { create: 0, replace: 0, remove: 0 };
+  const counts = { create: 0, replace: 0, remove: 0, authorize: 0 };
   for (const s of steps) if (s.action !== "keep") counts[s.action]++;
   const result = {
     environment: env,
@@ -229,11 +286,15 @@ function applyOutcome(
     outputs,
   };
   const lines = [
-    ...steps.map((s) => `${s.action.padEnd(7)} ${s.host}/${s.container}: ${s.reason}`),
+    ...steps.map((s) =>
+      "container" in s
+        ? `${s.action.padEnd(7)} ${s.host}/${s.container}: ${s.reason}`
+        : `${s.action} ${s.host}: ${s.reason}`,
+    ),
     ...(failed
       ? [`FAILED  ${failed.host}: ${failed.message}`, `host '${failed.host}' is tainted; apply stopped there`]
       : []),
-    `apply: ${counts.create} created, ${counts.replace} replaced, ${counts.remove} removed (${(elapsedMs / 1000).toFixed(1)} s)`,
+    `apply: ${counts.create} created, ${counts.replace} replaced, ${counts.remove} removed${counts.authorize > 0 ? `, apps engine key written on ${counts.authorize} hosts` : ""} (${(elapsedMs / 1000).toFixed(1)} s)`,
   ];
   return resultOutcome("apply", !failed, result, lines);
 }

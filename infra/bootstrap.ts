@@ -1,6 +1,6 @@
 /**
  * `infra bootstrap` (DESIGN §12): makes the environment's secrets when they are missing (never
- * replaced), then reaches every host over SSH, pins the host key it offers on first contact (a
+ * replaced; an entry an older file lacks, the `apps` engine key, is added), then reaches every host over SSH, pins the host key it offers on first contact (a
  * different key later is refused), checks its container engine and installs Debian's docker.io
  * when the `docker` command is missing. The state is written after each host, so what was
  * learnt is kept when a later host fails. Every host is tried; one that fails makes the verb fail.
@@ -163,7 +163,8 @@ export async function runBootstrap(ctx: InfraContext): Promise<InfraOutcome> {
     if (e instanceof InfraSecretsError) return errorOutcome("infra_secrets_unusable", e.message);
     throw e;
   }
-  ctx.progress(`secrets ${secrets.created ? "made" : "kept"}: ${shownPath(ctx.cwd, secrets.file)}`);
+  const added = secrets.added.length > 0 ? ` (${secrets.added.join(", ")} added)` : "";
+  ctx.progress(`secrets ${secrets.created ? "made" : "kept"}${added}: ${shownPath(ctx.cwd, secrets.file)}`);
   const hosts: HostReport[] = [];
   for (const host of file.hosts) {
     hosts.push(await bootstrapHost(host, state, ctx, baseDir));
@@ -175,6 +176,7 @@ export async function runBootstrap(ctx: InfraContext): Promise<InfraOutcome> {
     stateFile,
     secretsFile: secrets.file,
     created: secrets.created,
+    added: secrets.added,
   });
 }
 
@@ -182,19 +184,19 @@ function bootstrapOutcome(
   ctx: InfraContext,
   file: InfraFile,
   hosts: HostReport[],
-  files: { stateFile: string; secretsFile: string; created: boolean },
+  files: { stateFile: string; secretsFile: string; created: boolean; added: readonly string[] },
 ): InfraOutcome {
   const failed = hosts.filter((h) => !h.ok);
   const result = {
     environment: file.environment.name,
     hosts,
-    secrets: { file: files.secretsFile, created: files.created },
+    secrets: { file: files.secretsFile, created: files.created, added: files.added },
     state_file: files.stateFile,
   };
   const lines = [
     `environment ${file.environment.name}: ${hosts.length - failed.length} of ${hosts.length} hosts ready`,
     ...hosts.map(hostLine),
-    `secrets: ${shownPath(ctx.cwd, files.secretsFile)} (${files.created ? "made now" : "kept"}, mode 0600)`,
+    `secrets: ${shownPath(ctx.cwd, files.secretsFile)} (${files.created ? "made now" : files.added.length > 0 ? `kept, ${files.added.join(", ")} added` : "kept"}, mode 0600)`,
     `state: ${shownPath(ctx.cwd, files.stateFile)}`,
   ];
   return resultOutcome("bootstrap", failed.length === 0, result, lines);

@@ -24,6 +24,10 @@ export const HOST_LABEL_PATTERN = "^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$";
 export const ADDRESS_PATTERN = "^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|[0-9A-Fa-f:.]{2,45})$";
 /** A POSIX login name. */
 export const SSH_USER_PATTERN = "^[a-z_][a-z0-9_-]{0,31}$";
+/** A file on the host: absolute, or `~/...` (under the login user's home); no line break or NUL. */
+export const HOST_FILE_PATTERN = "^(?:/|~/)[^\\n\\r\\u0000]*[^/\\n\\r\\u0000]$";
+/** Where the `apps` engine key is authorized when the host does not say (the login user's home). */
+export const DEFAULT_AUTHORIZED_KEYS = "~/.ssh/authorized_keys";
 /**
  * The platform image pinned by digest: `<repository>@sha256:<64 hex>` (a registry's manifest
  * digest) or `sha256:<64 hex>` (a local image id, for an image loaded onto the hosts).
@@ -46,6 +50,14 @@ export const SshLoginSchema = Type.Object(
         maxLength: 4096,
         description:
           "private key file on the operator's machine (relative to this file, or ~/...); without it the ssh agent of SSH_AUTH_SOCK is used",
+      }),
+    ),
+    authorized_keys: Type.Optional(
+      Type.String({
+        pattern: HOST_FILE_PATTERN,
+        maxLength: 4096,
+        description:
+          "apps hosts: the authorized keys file on the host where apply authorizes the environment's engine key (absolute, or ~/... in the login user's home); default ~/.ssh/authorized_keys",
       }),
     ),
   },

@@ -5,7 +5,9 @@
  * (image, command, environment, ports, files) and summed up by a config hash; the labels
  * `slipway.infra.*` carry the environment, host, role and hash, so `plan` compares what runs on a
  * host with what is wanted without reading anything else. Secret values enter the hash only as
- * their own SHA-256: the hash changes when a secret does, and says nothing about it.
+ * their own SHA-256: the hash changes when a secret does, and says nothing about it. The node
+ * containers also get the `apps` hosts (`SLIPWAY_APPS_HOSTS`, with their pinned host keys) and
+ * the key that logs in to their engines (`SLIPWAY_APPS_SSH_KEY`, a secret): {@link appsEngineEnv}.
  */
 import { createHash } from "node:crypto";
 import { canonicalJson } from "../proto/mod.js";
@@ -13,6 +15,7 @@ import { NATS_ROLES, type NatsRole, authorizationConfig } from "../store/mod.js"
 import { type InfraFile, type InfraHost, hostsWithRole, privateAddress } from "./config.js";
 import { INFRA_PORTS, urlHost } from "./layout.js";
 import type { InfraSecrets } from "./secrets.js";
+import type { HostState } from "./state.js";
 
 /** The platform roles that run as a container of their own. */
 export const CONTAINER_ROLES = ["nats", "node", "control", "data", "proxy"] as const;
@@ -130,6 +133,73 @@ function wanted(
   };
 }
 
+/** One `apps` host as a node reaches its engine: an entry of `SLIPWAY_APPS_HOSTS`. */
+export interface AppsHostEntry {
+  readonly name: string;
+  /** The host's private address (where the nodes reach its sshd). */
+  readonly address: string;
+  readonly port: number;
+  readonly user: string;
+  /** The host key pinned in the state, `SHA256:<unpadded base64>`. */
+  readonly host_key: string;
+}
+
+/** What each host's pinned key is: the state's hosts. */
+export type PinnedHosts = Readonly<Record<string, Pick<HostState, "host_key"> | undefined>>;
+
+/** The node containers cannot be described: an `apps` host not pinned, or no engine key in the secrets. */
+export class AppsEngineError extends Error {
+  override readonly name = "AppsEngineError";
+  constructor(
+    readonly code: "no_infra_state" | "infra_secrets_outdated",
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** The `apps` hosts in the file's order, each with its pinned host key. */
+export function appsHostsOf(file: InfraFile, pinned: PinnedHosts): AppsHostEntry[] {
+  return hostsWithRole(file, "apps").map((h) => {
+    const fingerprint = pinned[h.name]?.host_key?.fingerprint;
+    if (!fingerprint)
+      throw new AppsEngineError(
+        "no_infra_state",
+        `apps host '${h.name}' has no pinned host key (the nodes pin it too): run slipway infra bootstrap first`,
+      );
+    return {
+      name: h.name,
+      address: privateAddress(h),
+      port: h.ssh.port,
+      user: h.ssh.user,
+      host_key: fingerprint,
+    };
+  });
+}
+
+/**
+ * The node containers' `apps` variables: `SLIPWAY_APPS_HOSTS` (JSON, {@link AppsHostEntry} per
+ * host) and `SLIPWAY_APPS_SSH_KEY` (base64 of the engine key's OpenSSH private key: a secret);
+ * none when the file has no `apps` host. Throws {@link AppsEngineError}.
+ */
+export function appsEngineEnv(
+  file: InfraFile,
+  pinned: PinnedHosts,
+  secrets: InfraSecrets,
+): Record<string, string> {
+  const hosts = appsHostsOf(file, pinned);
+  if (hosts.length === 0) return {};
+  if (!secrets.apps_engine)
+    throw new AppsEngineError(
+      "infra_secrets_outdated",
+      `the secrets of environment '${file.environment.name}' have no apps engine key (apps_engine): run slipway infra bootstrap, which adds it and keeps every other secret`,
+    );
+  return {
+    SLIPWAY_APPS_HOSTS: JSON.stringify(hosts),
+    SLIPWAY_APPS_SSH_KEY: Buffer.from(secrets.apps_engine.private_key, "utf8").toString("base64"),
+  };
+}
+
 /** The platform's processes' common environment: NATS (every `nats` host), replicas, their role's seed. */
 function platformEnv(
   file: InfraFile,
@@ -160,8 +230,16 @@ const seedFile = (role: NatsRole, secrets: InfraSecrets) => ({
   [`${RUN_DIR}/nats-${role}.nk`]: `${secrets.nats_roles[role].seed}\n`,
 });
 
-/** What a host runs, by role, in the order apply makes them (NATS first, then nodes, gateways, proxies). */
-export function wantedOnHost(file: InfraFile, host: InfraHost, secrets: InfraSecrets): WantedContainer[] {
+/**
+ * What a host runs, by role, in the order apply makes them (NATS first, then nodes, gateways,
+ * proxies). `pinned` is the state's hosts: the node containers carry the `apps` hosts' keys.
+ */
+export function wantedOnHost(
+  file: InfraFile,
+  host: InfraHost,
+  secrets: InfraSecrets,
+  pinned: PinnedHosts,
+): WantedContainer[] {
   const roles = host.roles as readonly string[];
   const out: WantedContainer[] = [];
   const pub = urlHost(host.address);
@@ -179,16 +257,18 @@ export function wantedOnHost(file: InfraFile, host: InfraHost, secrets: InfraSec
         files: { [`${RUN_DIR}/nats.conf`]: natsConfig(file, host, secrets) },
       }),
     );
-  if (roles.includes("node"))
+  if (roles.includes("node")) {
+    const apps = appsEngineEnv(file, pinned, secrets);
     out.push(
       wanted(file, host, "node", {
         command: ["node"],
-        env: { ...platformEnv(file, host, "node", secrets), SLIPWAY_NODE_ID: host.name },
-        secretEnv: ["SLIPWAY_VAULT_KEY"],
+        env: { ...platformEnv(file, host, "node", secrets), SLIPWAY_NODE_ID: host.name, ...apps },
+        secretEnv: ["SLIPWAY_VAULT_KEY", ...(apps.SLIPWAY_APPS_SSH_KEY ? ["SLIPWAY_APPS_SSH_KEY"] : [])],
         ports: [],
         files: seedFile("node", secrets),
       }),
     );
+  }
   for (const plane of ["control", "data"] as const) {
     if (!roles.includes(plane)) continue;
     const port = INFRA_PORTS[plane];

@@ -4,10 +4,13 @@
  * come first: production (the file's `environment.production: true`, or an `--env` named
  * production or prod, checked by the CLI) needs `--i-know-this-is-prod`, and the operator types
  * the environment's name unless `--yes`. Another environment's containers on the same host, and
- * anything without the label, are left alone. The state keeps the pinned host keys (the machines
- * are the same) and forgets what was applied and the taints; the secrets file stays (a new apply
- * reuses it). A host that cannot be reached is reported and the others are still destroyed: exit 1.
+ * anything without the label, are left alone. On an `apps` host the environment's engine key line
+ * is removed from its authorized keys file (infra/apps-key.ts). The state keeps the pinned host
+ * keys (the machines are the same) and forgets what was applied and the taints; the secrets file
+ * stays (a new apply reuses it). A host that cannot be reached is reported and the others are
+ * still destroyed: exit 1.
  */
+import { revokeAppsKey } from "./apps-key.js";
 import { openPinned } from "./bootstrap.js";
 import type { InfraHost } from "./config.js";
 import { LABELS } from "./containers.js";
@@ -28,6 +31,8 @@ interface HostRemoved {
   containers: string[];
   volumes: string[];
   networks: string[];
+  /** On an `apps` host: whether the environment's engine key line was there and is now removed. */
+  apps_key_removed?: boolean;
 }
 
 /** Lists one kind of the environment's objects on a host and removes them; their names. */
@@ -70,7 +75,10 @@ async function destroyHost(
     const containers = await removeAll(s, h.name, "container", env);
     const volumes = await removeAll(s, h.name, "volume", env);
     const networks = await removeAll(s, h.name, "network", env);
-    return { host: h.name, containers, volumes, networks };
+    if (!(h.roles as readonly string[]).includes("apps"))
+      return { host: h.name, containers, volumes, networks };
+    const removed = await revokeAppsKey(s, h, env);
+    return { host: h.name, containers, volumes, networks, apps_key_removed: removed };
   } finally {
     s.close();
   }
@@ -115,7 +123,7 @@ export async function runDestroy(ctx: InfraContext): Promise<InfraOutcome> {
       try {
         const r = await destroyHost(ctx, baseDir, h, env.name, known.hosts[h.name]);
         ctx.progress(
-          `${h.name}: ${r.containers.length} containers, ${r.volumes.length} volumes, ${r.networks.length} networks removed`,
+          `${h.name}: ${r.containers.length} containers, ${r.volumes.length} volumes, ${r.networks.length} networks${r.apps_key_removed ? ", the apps engine key" : ""} removed`,
         );
         return r;
       } catch (e) {
@@ -138,7 +146,7 @@ export async function runDestroy(ctx: InfraContext): Promise<InfraOutcome> {
   const lines = results.map((r) =>
     "error" in r
       ? `error   ${r.host}: ${r.error.code}: ${r.error.message}`
-      : `removed ${r.host}: ${[...r.containers, ...r.volumes.map((v) => `volume ${v}`), ...r.networks.map((n) => `network ${n}`)].join(", ") || "nothing of this environment was there"}`,
+      : `removed ${r.host}: ${[...r.containers, ...r.volumes.map((v) => `volume ${v}`), ...r.networks.map((n) => `network ${n}`), ...(r.apps_key_removed ? ["the apps engine key"] : [])].join(", ") || "nothing of this environment was there"}`,
   );
   return resultOutcome("destroy", failed.length === 0, { environment: env.name, hosts: results }, lines);
 }

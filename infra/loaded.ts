@@ -4,6 +4,7 @@
  * unusable.
  */
 import type { InfraFile } from "./config.js";
+import { AppsEngineError, appsEngineEnv } from "./containers.js";
 import { type InfraContext, type InfraOutcome, errorOutcome } from "./outcome.js";
 import { type InfraSecrets, InfraSecretsError, readSecrets, secretsPath } from "./secrets.js";
 import type { InfraState } from "./state.js";
@@ -40,3 +41,17 @@ export function loadBootstrapped(ctx: InfraContext): Bootstrapped | InfraOutcome
 }
 
 export const failedToLoad = (v: Bootstrapped | InfraOutcome): v is InfraOutcome => "kind" in v;
+
+/**
+ * Why the node containers cannot be described (plan, apply): an `apps` host without a pinned key,
+ * secrets without the `apps` engine key (a file older than it: bootstrap adds it); else undefined.
+ */
+export function appsEngineRefusal({ file, state, secrets }: Bootstrapped): InfraOutcome | undefined {
+  try {
+    appsEngineEnv(file, state.hosts, secrets);
+    return undefined;
+  } catch (e) {
+    if (e instanceof AppsEngineError) return errorOutcome(e.code, e.message);
+    throw e;
+  }
+}

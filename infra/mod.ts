@@ -22,6 +22,7 @@ export * from "./state.js";
 export * from "./ssh.js";
 export * from "./engine.js";
 export * from "./containers.js";
+export * from "./apps-key.js";
 export { diffHost, parseDockerPs, type PlannedChange, type ActualContainer } from "./plan.js";
 export { outputsOf, INFRA_PORTS } from "./layout.js";
 export * from "./live.js";

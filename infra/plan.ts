@@ -9,7 +9,7 @@ import type { InfraHost } from "./config.js";
 import { LABELS, type WantedContainer, wantedOnHost } from "./containers.js";
 import { openPinned } from "./bootstrap.js";
 import { stderrTail } from "./engine.js";
-import { failedToLoad, loadBootstrapped } from "./loaded.js";
+import { appsEngineRefusal, failedToLoad, loadBootstrapped } from "./loaded.js";
 import { type InfraContext, type InfraOutcome, resultOutcome } from "./outcome.js";
 import { SshError, type SshSession } from "./ssh.js";
 import type { HostState } from "./state.js";
@@ -117,6 +117,8 @@ export async function listEnvContainers(session: SshSession, env: string): Promi
 export async function runPlan(ctx: InfraContext): Promise<InfraOutcome> {
   const got = loadBootstrapped(ctx);
   if (failedToLoad(got)) return got;
+  const refused = appsEngineRefusal(got);
+  if (refused) return refused;
   const { file, baseDir, state, secrets } = got;
   const env = file.environment.name;
   const known = state;
@@ -133,7 +135,7 @@ export async function runPlan(ctx: InfraContext): Promise<InfraOutcome> {
         const actual = await actualOnHost(ctx, baseDir, h, env, hostState);
         return {
           host: h.name,
-          changes: diffHost(h.name, wantedOnHost(file, h, keys), actual, hostState?.taint),
+          changes: diffHost(h.name, wantedOnHost(file, h, keys, known.hosts), actual, hostState?.taint),
         };
       } catch (e) {
         if (e instanceof SshError) return { host: h.name, error: { code: e.code, message: e.message } };

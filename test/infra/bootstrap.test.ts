@@ -190,7 +190,8 @@ test.serial(
     const lint = lintInfraFile(file);
     if (!lint.ok) throw new Error("the test's file is not valid");
     const secrets = readSecrets(join(dir, ".slipway", "infra", "staging.secrets"))!;
-    const want = wantedOnHost(lint.file, lint.file.hosts[0]!, secrets);
+    const pinned = readState(statePath(dir, "staging"))!.hosts;
+    const want = wantedOnHost(lint.file, lint.file.hosts[0]!, secrets, pinned);
     const d = dockerAt(engine!.host);
     await buildBusyboxImage(d);
     const run = async (name: string, labels: Record<string, string>) => {

@@ -1,5 +1,6 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { type InfraFile, type PinnedHosts, hostKeyOf } from "../../infra/mod.js";
 
 /** Words a remote command may carry: host names, paths and values with shell characters. */
 export const NASTY_WORDS = [
@@ -95,4 +96,11 @@ export function writeInfra(dir: string, text: string, name = "slipway.infra.yaml
   const path = join(dir, name);
   writeFileSync(path, text);
   return path;
+}
+
+/** A pinned host key for each host of the file, as bootstrap leaves them in the state (made up, stable). */
+export function pinnedFor(file: InfraFile): PinnedHosts {
+  return Object.fromEntries(
+    file.hosts.map((h) => [h.name, { host_key: hostKeyOf(Buffer.from(`ssh-ed25519 key of ${h.name}`)) }]),
+  );
 }

@@ -8,7 +8,7 @@ import {
   parseDockerPs,
   wantedOnHost,
 } from "../../infra/mod.js";
-import { ALL_ROLES, clusterYaml, hostYaml, infraYaml } from "./fixtures.js";
+import { ALL_ROLES, clusterYaml, hostYaml, infraYaml, pinnedFor } from "./fixtures.js";
 
 function parse(text: string): InfraFile {
   const r = lintInfraText(text);
@@ -19,7 +19,7 @@ function parse(text: string): InfraFile {
 test("wanted containers: one per platform role, NATS routes to the other nats hosts, secrets only hashed", (t) => {
   const file = parse(clusterYaml());
   const secrets = generateSecrets("staging");
-  const a = wantedOnHost(file, file.hosts[0]!, secrets);
+  const a = wantedOnHost(file, file.hosts[0]!, secrets, pinnedFor(file));
   t.deepEqual(
     a.map((w) => w.name),
     ["nats", "node", "control", "data", "proxy"].map((r) => `slipway-staging-${r}`),
@@ -45,10 +45,10 @@ test("wanted containers: one per platform role, NATS routes to the other nats ho
   }
   // the same inputs give the same hashes; new secrets change every one of them
   t.deepEqual(
-    wantedOnHost(file, file.hosts[0]!, secrets).map((w) => w.configHash),
+    wantedOnHost(file, file.hosts[0]!, secrets, pinnedFor(file)).map((w) => w.configHash),
     a.map((w) => w.configHash),
   );
-  const other = wantedOnHost(file, file.hosts[0]!, generateSecrets("staging"));
+  const other = wantedOnHost(file, file.hosts[0]!, generateSecrets("staging"), pinnedFor(file));
   t.true(other.every((w, i) => w.configHash !== a[i]!.configHash));
   // an apps-only host runs no platform container
   const withApps = parse(
@@ -59,7 +59,7 @@ test("wanted containers: one per platform role, NATS routes to the other nats ho
       ],
     }),
   );
-  t.deepEqual(wantedOnHost(withApps, withApps.hosts[1]!, secrets), []);
+  t.deepEqual(wantedOnHost(withApps, withApps.hosts[1]!, secrets, pinnedFor(withApps)), []);
 });
 
 test("docker ps lines are parsed, labels included", (t) => {
@@ -84,7 +84,7 @@ test("docker ps lines are parsed, labels included", (t) => {
 
 test("diff: create, replace (config, state, taint), remove, keep", (t) => {
   const file = parse(clusterYaml());
-  const want = wantedOnHost(file, file.hosts[0]!, generateSecrets("staging"));
+  const want = wantedOnHost(file, file.hosts[0]!, generateSecrets("staging"), pinnedFor(file));
   const actual = want.map((w) => ({ name: w.name, state: "running", labels: { ...w.labels } }));
   t.true(diffHost("a", want, actual, undefined).every((c) => c.action === "keep"));
   const changed = [

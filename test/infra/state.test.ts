@@ -3,9 +3,11 @@ import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, w
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fromSeed } from "@nats-io/nkeys";
+import ssh2 from "ssh2";
 import {
   InfraSecretsError,
   InfraStateError,
+  appsKeyComment,
   emptyState,
   ensureSecrets,
   readSecrets,
@@ -61,6 +63,81 @@ test("secrets: made once, 0600 from creation (even under umask 0), in a 0700 dir
   // another environment has its own secrets
   const other = ensureSecrets(base, "prod");
   t.not(other.secrets.env.SLIPWAY_VAULT_KEY, s.env.SLIPWAY_VAULT_KEY);
+});
+
+/** The ed25519 key of an OpenSSH private key text, or a failure. */
+function parsedKey(text: string) {
+  const parsed = ssh2.utils.parseKey(text);
+  if (parsed instanceof Error || Array.isArray(parsed)) throw new Error("not one OpenSSH private key");
+  return parsed;
+}
+
+test("secrets: the apps engine key is an unencrypted ed25519 key in OpenSSH's formats, named for the environment", (t) => {
+  const base = tempBase(t);
+  const { secrets } = ensureSecrets(base, "staging");
+  const key = secrets.apps_engine!;
+  t.regex(
+    key.private_key,
+    /^-----BEGIN OPENSSH PRIVATE KEY-----\n[A-Za-z0-9+/=\n]+-----END OPENSSH PRIVATE KEY-----\n$/,
+  );
+  t.regex(key.public_key, /^ssh-ed25519 AAAAC3NzaC1lZDI1NTE5[A-Za-z0-9+/]+={0,2} slipway-apps@staging$/);
+  t.is(appsKeyComment("staging"), "slipway-apps@staging");
+  const parsed = parsedKey(key.private_key);
+  t.is(parsed.type, "ssh-ed25519");
+  t.true(parsed.isPrivateKey());
+  t.is(parsed.getPublicSSH().toString("base64"), key.public_key.split(" ")[1]!);
+  // it signs, and its public half verifies
+  const data = Buffer.from("dial-stdio");
+  const sig = parsed.sign(data);
+  if (sig instanceof Error) throw sig;
+  t.true(parsed.verify(data, sig) === true);
+  t.not(ensureSecrets(base, "prod").secrets.apps_engine!.private_key, key.private_key);
+  // two halves of different keys are refused, without a value in the message
+  const other = ensureSecrets(base, "prod").secrets.apps_engine!;
+  const file = secretsPath(base, "staging");
+  writeFileSync(file, JSON.stringify({ ...secrets, apps_engine: { ...key, public_key: other.public_key } }));
+  const e = t.throws(() => readSecrets(file), { instanceOf: InfraSecretsError });
+  t.regex(
+    e?.message ?? "",
+    /apps_engine\.private_key is not .* whose public half is apps_engine\.public_key/,
+  );
+  t.false(e?.message.includes(other.public_key.split(" ")[1]!) ?? true);
+});
+
+test("secrets: a file made before the apps engine key reads, and bootstrap's ensureSecrets adds it, keeping the rest", (t) => {
+  const base = tempBase(t);
+  const { file, secrets } = ensureSecrets(base, "staging");
+  const { apps_engine: _key, ...older } = secrets;
+  rmSync(file);
+  writeFileSync(file, `${JSON.stringify(older, null, 2)}\n`, { mode: 0o600 });
+  const read = readSecrets(file)!;
+  t.is(read.apps_engine, undefined, "the older file still reads");
+  t.deepEqual(read, older);
+  const old = process.umask(0);
+  let upgraded: ReturnType<typeof ensureSecrets>;
+  try {
+    upgraded = ensureSecrets(base, "staging");
+  } finally {
+    process.umask(old);
+  }
+  t.false(upgraded.created);
+  t.deepEqual(upgraded.added, ["apps_engine"]);
+  t.is(modeOf(file), 0o600, "0600 as before, even under umask 0");
+  const { apps_engine: added, ...rest } = upgraded.secrets;
+  t.deepEqual(rest, older, "every other value kept");
+  t.truthy(added);
+  t.is(parsedKey(added!.private_key).getPublicSSH().toString("base64"), added!.public_key.split(" ")[1]!);
+  t.deepEqual(readSecrets(file), upgraded.secrets, "what is returned is what the file holds");
+  t.deepEqual(
+    readdirSync(join(base, ".slipway", "infra")),
+    ["staging.secrets"],
+    "no temporary file left behind",
+  );
+  // from then on the file is kept byte for byte
+  const text = readFileSync(file, "utf8");
+  const again = ensureSecrets(base, "staging");
+  t.deepEqual(again.added, []);
+  t.is(readFileSync(file, "utf8"), text);
 });
 
 test("secrets: a file readable by others is refused, and no message carries a secret", (t) => {
