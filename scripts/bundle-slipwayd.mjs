@@ -3,7 +3,8 @@
 // dist/bin/slipwayd.mjs, which `npm start` and the image run. Loading ~300 small ES modules (most
 // of them TypeBox's) takes about 0.6 s at every start; one file loads in about 0.15 s.
 //
-// Kept external: native addons (uWebSockets.js, level's classic-level), packages loaded only when
+// Kept external: native addons (uWebSockets.js, level's classic-level, ssh2's optional crypto
+// binding: a node reaches the apps hosts' engines over SSH), packages loaded only when
 // first used (dockerode, @anthropic-ai/sdk) and esbuild itself (the client is bundled with it).
 // The bundle sits beside the module it replaces, so the paths it derives from its own location
 // (the starter template, dist/client/slipway.mjs) stay the same.
@@ -28,6 +29,7 @@ export const SLIPWAYD_BUNDLE_OPTIONS = {
     "classic-level",
     "@node-rs/argon2",
     "dockerode",
+    "ssh2",
     "@anthropic-ai/sdk",
     "esbuild",
   ],

@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import { Agent, type AgentOptions } from "node:http";
 import type { Duplex } from "node:stream";
-import { Client, type ClientChannel } from "ssh2";
+import type { Client, ClientChannel } from "ssh2";
 import Type, { type Static } from "typebox";
 import { Value } from "typebox/value";
 
@@ -86,8 +86,9 @@ const CHANNELS_PER_CONNECTION = 8;
 const READY_TIMEOUT_MS = 10_000;
 
 interface Connection {
-  client: Client;
-  ready: Promise<void>;
+  /** Set once ssh2 is loaded (on first use: it costs every process's start otherwise). */
+  client?: Client;
+  ready: Promise<Client>;
   channels: number;
   closed: boolean;
 }
@@ -113,36 +114,41 @@ export class SshEngineDialer {
   }
 
   private connect(): Connection {
-    const client = new Client();
-    const conn: Connection = { client, channels: 0, closed: false, ready: Promise.resolve() };
-    let refused: string | undefined;
-    conn.ready = new Promise<void>((resolve, reject) => {
-      client.once("ready", () => resolve());
-      client.once("error", (e: Error) => reject(new Error(refused ?? `${this.label}: ${e.message}`)));
-    });
-    conn.ready.catch(() => {});
+    const conn = { channels: 0, closed: false } as Connection; // `ready` is set below
     const drop = () => {
       conn.closed = true;
       const i = this.conns.indexOf(conn);
       if (i >= 0) this.conns.splice(i, 1);
     };
-    client.on("close", drop);
-    client.on("error", drop);
-    client.connect({
-      host: this.host.address,
-      port: this.host.port,
-      username: this.host.user,
-      privateKey: this.key,
-      readyTimeout: READY_TIMEOUT_MS,
-      keepaliveInterval: 5000,
-      keepaliveCountMax: 3,
-      hostVerifier: (blob: Buffer) => {
-        const offered = hostKeyFingerprint(blob);
-        if (offered === this.host.host_key) return true;
-        refused = `${this.label}: the host offered the key ${offered}, not the pinned ${this.host.host_key}: refused before logging in`;
-        return false;
-      },
-    });
+    conn.ready = import("ssh2").then(
+      ({ Client }) =>
+        new Promise<Client>((resolve, reject) => {
+          const client = new Client();
+          conn.client = client;
+          let refused: string | undefined;
+          client.once("ready", () => resolve(client));
+          client.once("error", (e: Error) => reject(new Error(refused ?? `${this.label}: ${e.message}`)));
+          client.on("close", drop);
+          client.on("error", drop);
+          if (conn.closed) return reject(new Error(`${this.label}: closed`));
+          client.connect({
+            host: this.host.address,
+            port: this.host.port,
+            username: this.host.user,
+            privateKey: this.key,
+            readyTimeout: READY_TIMEOUT_MS,
+            keepaliveInterval: 5000,
+            keepaliveCountMax: 3,
+            hostVerifier: (blob: Buffer) => {
+              const offered = hostKeyFingerprint(blob);
+              if (offered === this.host.host_key) return true;
+              refused = `${this.label}: the host offered the key ${offered}, not the pinned ${this.host.host_key}: refused before logging in`;
+              return false;
+            },
+          });
+        }),
+    );
+    conn.ready.catch(drop);
     this.conns.push(conn);
     return conn;
   }
@@ -152,9 +158,9 @@ export class SshEngineDialer {
     const conn = this.conns.find((c) => !c.closed && c.channels < CHANNELS_PER_CONNECTION) ?? this.connect();
     conn.channels++;
     try {
-      await conn.ready;
+      const client = await conn.ready;
       const ch = await new Promise<ClientChannel>((resolve, reject) =>
-        conn.client.exec("docker system dial-stdio", (err, stream) => (err ? reject(err) : resolve(stream))),
+        client.exec("docker system dial-stdio", (err, stream) => (err ? reject(err) : resolve(stream))),
       );
       ch.once("close", () => {
         conn.channels--;
@@ -190,7 +196,10 @@ export class SshEngineDialer {
   }
 
   close(): void {
-    for (const c of this.conns.splice(0)) c.client.end();
+    for (const c of this.conns.splice(0)) {
+      c.closed = true;
+      c.client?.end();
+    }
   }
 }
 

@@ -1,5 +1,6 @@
 import anyTest, { type TestFn } from "ava";
 import { spawnSync } from "node:child_process";
+import { request as httpRequest } from "node:http";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -9,7 +10,8 @@ import { releaseImage } from "../../infra/image.js";
 import { collectingIo } from "../cli/fake-platform.js";
 import { dockerAt } from "../helpers/busybox.js";
 import { ACTOR, rememberControlToken, sleep } from "../helpers/infra.js";
-import { startTestHosts, type TestHosts } from "../helpers/infra-hosts.js";
+import { startTestHosts, type TestHost, type TestHosts } from "../helpers/infra-hosts.js";
+import { buildAppImage } from "../helpers/app-images.js";
 import { REPO_ROOT } from "../helpers/repo.js";
 import { ALL_ROLES, hostYaml, infraYaml, writeInfra } from "../infra/fixtures.js";
 
@@ -53,7 +55,14 @@ test.before(async (t) => {
       replicas: 3,
       image,
       hosts: hosts.hosts.map((h) =>
-        hostYaml({ name: h.name, address: h.address, keyFile: hosts.privateKeyPath, roles: ALL_ROLES }),
+        hostYaml({
+          name: h.name,
+          address: h.address,
+          keyFile: hosts.privateKeyPath,
+          roles: ALL_ROLES,
+          // the test hosts' sshd reads the group's file (never the machine's own ~/.ssh)
+          authorizedKeys: join(hosts.dir, "authorized_keys"),
+        }),
       ),
     }),
   );
@@ -147,6 +156,100 @@ test.serial(
     t.true(seen, "the write through h0 was read through h1");
   },
 );
+
+/** `GET <path>` with `host` through a proxy listening at `base` (http://address:port). */
+function viaProxy(base: string, host: string, path: string): Promise<string> {
+  const u = new URL(base);
+  return new Promise((resolve) => {
+    const req = httpRequest(
+      { host: u.hostname, port: Number(u.port || 80), path, headers: { host }, timeout: 5000 },
+      (res) => {
+        let text = "";
+        res.setEncoding("utf8");
+        res.on("data", (c) => (text += c));
+        res.on("end", () => resolve(`${res.statusCode} ${text}`));
+      },
+    );
+    req.on("timeout", () => req.destroy(new Error("timeout")));
+    req.on("error", (e) => resolve(`error ${String(e)}`));
+    req.end();
+  });
+}
+
+test.serial(
+  "an app initialized, productionized and deployed through the control URLs runs on an apps host and answers through every host's proxy",
+  async (t) => {
+    t.timeout(300_000);
+    const { hosts } = t.context.hosts;
+    // the app's image on every apps host's engine (what a registry would do)
+    const image = await buildAppImage(`unix://${hosts[0]!.dockerSocket}`, "infratest/app:v1", "v1");
+    for (const h of hosts.slice(1)) await copyImage(hosts[0]!, h, image.id);
+    const out = await cli(t, ["infra", "outputs", "--json"]);
+    const urls: string[] = out.json.result.control_urls;
+    const proxies: string[] = out.json.result.proxy_urls;
+    t.is(proxies.length, 3);
+    const token = readSecrets(secretsPath(t.context.dir, ENV_NAME))!.env.SLIPWAY_CONTROL_TOKEN;
+    const headers = { "content-type": "application/json", authorization: `Bearer ${token}`, ...ACTOR };
+    const post = async (base: string, cap: string, body: unknown) => {
+      const r = await fetch(`${base}/capabilities/${cap}`, {
+        method: "POST",
+        headers,
+        body: JSON.stringify(body),
+        signal: AbortSignal.timeout(60_000),
+      });
+      return { status: r.status, body: (await r.json()) as any };
+    };
+    const app = `web${Date.now().toString(36)}`;
+    const host = `${app}.example.com`;
+    t.is((await post(urls[0]!, "initialize-app", { name: app })).status, 200);
+    const prod = await post(urls[1]!, "productionize", { app, web_image: image.id, host });
+    t.is(prod.status, 200, JSON.stringify(prod.body));
+    const dep = await post(urls[2]!, "deploy", { app, drain_seconds: 1, timeout_seconds: 60 });
+    t.is(dep.status, 202, JSON.stringify(dep.body));
+    const id = dep.body.resource.id as string;
+    let doc: any;
+    for (let i = 0; i < 240; i++) {
+      const r = await fetch(`${urls[0]}/resources/Deployment/${id}`, { headers });
+      doc = r.status === 200 ? await r.json() : undefined;
+      if (["succeeded", "rolled_back", "failed"].includes(doc?.status)) break;
+      await sleep(500);
+    }
+    t.is(doc?.status, "succeeded", JSON.stringify(doc));
+    const on = hosts.find((h) => String(doc.upstream).startsWith(`http://${h.address}:`));
+    t.truthy(on, `the upstream ${doc.upstream} is on an apps host's private address`);
+    t.is(doc.containers[0].engine, on?.name);
+    const running = await dockerAt(`unix://${on!.dockerSocket}`).listContainers({
+      filters: { label: [`slipway.app=${app}`, "slipway.role=production"] },
+    });
+    t.deepEqual(
+      running.map((c) => c.Names[0]?.slice(1)),
+      [doc.containers[0].name],
+    );
+    for (const p of proxies) {
+      let seen = "";
+      for (let i = 0; i < 40 && !seen.startsWith("200 "); i++) {
+        seen = await viaProxy(p, host, "/");
+        if (!seen.startsWith("200 ")) await sleep(500);
+      }
+      t.true(seen.startsWith("200 "), `${p} serves ${host}: ${seen}`);
+      if (seen.startsWith("200 ")) t.is(JSON.parse(seen.slice(4)).version, "v1");
+    }
+    t.log(`deployed ${app} to ${on?.name} (${doc.upstream}); served through ${proxies.join(", ")}`);
+  },
+);
+
+/** Copies an image from one test host's engine to another's (docker save | docker load). */
+async function copyImage(from: TestHost, to: TestHost, id: string): Promise<void> {
+  const saved = await dockerAt(`unix://${from.dockerSocket}`).getImage(id).get();
+  await new Promise<void>((resolve, reject) => {
+    dockerAt(`unix://${to.dockerSocket}`).loadImage(saved, {}, (err, res) => {
+      if (err) return reject(err);
+      res?.resume();
+      res?.on("end", () => resolve());
+      res?.on("error", reject);
+    });
+  });
+}
 
 interface Acked {
   key: string;

@@ -47,6 +47,8 @@ export function hostYaml(h: {
   keyFile?: string;
   roles: string[];
   privateAddress?: string;
+  /** `ssh.authorized_keys`: where apply authorizes the apps engine key. */
+  authorizedKeys?: string;
 }): string {
   return [
     `  - name: ${h.name}`,
@@ -56,6 +58,7 @@ export function hostYaml(h: {
     `      user: ${h.user ?? "root"}`,
     `      port: ${h.port ?? 22}`,
     ...(h.keyFile ? [`      key_file: ${JSON.stringify(h.keyFile)}`] : []),
+    ...(h.authorizedKeys ? [`      authorized_keys: ${JSON.stringify(h.authorizedKeys)}`] : []),
     `    roles: [${h.roles.join(", ")}]`,
   ].join("\n");
 }
