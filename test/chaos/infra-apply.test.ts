@@ -1,6 +1,5 @@
 import anyTest, { type TestFn } from "ava";
 import { spawnSync } from "node:child_process";
-import { request as httpRequest } from "node:http";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -12,6 +11,7 @@ import { dockerAt } from "../helpers/busybox.js";
 import { ACTOR, rememberControlToken, sleep } from "../helpers/infra.js";
 import { startTestHosts, type TestHost, type TestHosts } from "../helpers/infra-hosts.js";
 import { buildAppImage } from "../helpers/app-images.js";
+import { getWithHost } from "../helpers/raw-http.js";
 import { REPO_ROOT } from "../helpers/repo.js";
 import { ALL_ROLES, hostYaml, infraYaml, writeInfra } from "../infra/fixtures.js";
 
@@ -156,26 +156,6 @@ test.serial(
     t.true(seen, "the write through h0 was read through h1");
   },
 );
-
-/** `GET <path>` with `host` through a proxy listening at `base` (http://address:port). */
-function viaProxy(base: string, host: string, path: string): Promise<string> {
-  const u = new URL(base);
-  return new Promise((resolve) => {
-    const req = httpRequest(
-      { host: u.hostname, port: Number(u.port || 80), path, headers: { host }, timeout: 5000 },
-      (res) => {
-        let text = "";
-        res.setEncoding("utf8");
-        res.on("data", (c) => (text += c));
-        res.on("end", () => resolve(`${res.statusCode} ${text}`));
-      },
-    );
-    req.on("timeout", () => req.destroy(new Error("timeout")));
-    req.on("error", (e) => resolve(`error ${String(e)}`));
-    req.end();
-  });
-}
-
 test.serial(
   "an app initialized, productionized and deployed through the control URLs runs on an apps host and answers through every host's proxy",
   async (t) => {
@@ -228,7 +208,7 @@ test.serial(
     for (const p of proxies) {
       let seen = "";
       for (let i = 0; i < 40 && !seen.startsWith("200 "); i++) {
-        seen = await viaProxy(p, host, "/");
+        seen = await getWithHost(p, host, "/");
         if (!seen.startsWith("200 ")) await sleep(500);
       }
       t.true(seen.startsWith("200 "), `${p} serves ${host}: ${seen}`);

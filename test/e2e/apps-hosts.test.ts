@@ -1,11 +1,11 @@
 import { randomUUID } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
-import { request as httpRequest } from "node:http";
 import { join } from "node:path";
 import anyTest, { type ExecutionContext, type TestFn } from "ava";
 import Docker from "dockerode";
 import { ContainerRuntime, preferredHosts, type AppsHost } from "../../effects/mod.js";
 import { type AppImage, buildAppImage } from "../helpers/app-images.js";
+import { getWithHost } from "../helpers/raw-http.js";
 import { call, eventually, get, type PlatformContext, platformPerFile, type Stub } from "../helpers/infra.js";
 import { hostsMissing, startTestHosts, type TestHost, type TestHosts } from "../helpers/infra-hosts.js";
 
@@ -112,19 +112,6 @@ async function whereRunning(t: ExecutionContext<Ctx>, app: string): Promise<Reco
   return out;
 }
 
-function viaProxy(port: number, host: string, path: string): Promise<string> {
-  return new Promise((resolve) => {
-    const req = httpRequest({ host: "127.0.0.1", port, path, headers: { host } }, (res) => {
-      let text = "";
-      res.setEncoding("utf8");
-      res.on("data", (c) => (text += c));
-      res.on("end", () => resolve(`${res.statusCode} ${text}`));
-    });
-    req.on("error", (e) => resolve(`error ${String(e)}`));
-    req.end();
-  });
-}
-
 const hostByName = (t: ExecutionContext<Ctx>, name: string) =>
   t.context.hs.hosts.find((h) => h.name === name)!;
 
@@ -166,7 +153,7 @@ test.serial(
     if (!proxyPort) throw new Error("the platform runs no proxy");
     let seen = "";
     await eventually(async () => {
-      seen = await viaProxy(proxyPort, `${app}.example.com`, "/");
+      seen = await getWithHost(proxyPort, `${app}.example.com`, "/");
       return seen.startsWith("200 ");
     }, 15_000).catch(() => t.fail(`the proxy does not serve the app: ${seen}`));
     const body = JSON.parse(seen.slice(4)) as { version: string; greeting: string };

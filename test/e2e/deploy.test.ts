@@ -6,6 +6,7 @@ import anyTest, { type ExecutionContext, type TestFn } from "ava";
 import Docker from "dockerode";
 import { type AppImage, buildAppImage, pushImage, removeLocalImage } from "../helpers/app-images.js";
 import { type EngineContext, enginePlatform } from "../helpers/engine-platform.js";
+import { getWithHost } from "../helpers/raw-http.js";
 import { call, eventually, get, platformPerFile, sleep } from "../helpers/infra.js";
 
 /**
@@ -379,21 +380,6 @@ test("a deploy called while another runs waits its turn with its place shown, th
   );
   t.deepEqual(started?.actor, { type: "builder", id: "test-suite" }, "the queued call's actor");
 });
-
-/** One GET through the proxy with a Host header (fetch may not set Host): "<status> <body>". */
-function viaProxy(port: number, host: string, path: string): Promise<string> {
-  return new Promise((resolve) => {
-    const req = httpRequest({ host: "127.0.0.1", port, path, headers: { host } }, (res) => {
-      let text = "";
-      res.setEncoding("utf8");
-      res.on("data", (c) => (text += c));
-      res.on("end", () => resolve(`${res.statusCode} ${text}`));
-    });
-    req.on("error", (e) => resolve(`error ${String(e)}`));
-    req.end();
-  });
-}
-
 /** `n` keep-alive connections through the proxy, GET and POST (its body echoed), counted by what served them. */
 function proxyLoad(port: number, host: string, n: number) {
   const agent = new HttpAgent({ keepAlive: true, maxSockets: n });
@@ -466,7 +452,7 @@ test("8 rolls in a row under 16 keep-alive connections through the proxy (GET an
   t.is((await deployAndWait(t, { app })).doc.status, "succeeded");
   let last = "";
   await eventually(async () => {
-    last = await viaProxy(proxyPort, host, "/");
+    last = await getWithHost(proxyPort, host, "/");
     return last.startsWith("200 ");
   }, 10_000).catch((e) => {
     throw new Error(`the proxy does not serve ${host}: ${last} (${String(e)})`);

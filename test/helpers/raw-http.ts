@@ -1,3 +1,4 @@
+import { request as httpRequest } from "node:http";
 import { connect } from "node:net";
 
 export interface RawAnswer {
@@ -80,4 +81,27 @@ export function rawGet(path: string, headers: Record<string, string> = {}): stri
   return `GET ${path} HTTP/1.1\r\n${Object.entries(h)
     .map(([k, v]) => `${k}: ${v}`)
     .join("\r\n")}\r\n\r\n`;
+}
+
+/**
+ * `GET <path>` with a `Host` header (which `fetch` will not set) to a proxy at `at`: a port on
+ * 127.0.0.1 or an `http://address:port` origin. `"<status> <body>"`, or `"error <why>"` when
+ * nothing answered within 5 s.
+ */
+export function getWithHost(at: number | string, host: string, path: string): Promise<string> {
+  const u = typeof at === "number" ? new URL(`http://127.0.0.1:${at}`) : new URL(at);
+  return new Promise((resolve) => {
+    const req = httpRequest(
+      { host: u.hostname, port: Number(u.port || 80), path, headers: { host }, timeout: 5000 },
+      (res) => {
+        let text = "";
+        res.setEncoding("utf8");
+        res.on("data", (c) => (text += c));
+        res.on("end", () => resolve(`${res.statusCode} ${text}`));
+      },
+    );
+    req.on("timeout", () => req.destroy(new Error("no answer in 5 s")));
+    req.on("error", (e) => resolve(`error ${String(e)}`));
+    req.end();
+  });
 }
