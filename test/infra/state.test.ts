@@ -26,15 +26,19 @@ function tempBase(t: { teardown(fn: () => void): void }): string {
 
 const modeOf = (p: string) => statSync(p).mode & 0o777;
 
-test("secrets: made once, 0600 from creation (even under umask 0), in a 0700 directory, never overwritten", (t) => {
-  const base = tempBase(t);
+/** `ensureSecrets` with the process's umask at 0 (what it makes must be 0600 all the same). */
+function ensureUnderUmask0(base: string, env: string): ReturnType<typeof ensureSecrets> {
   const old = process.umask(0);
-  let first: ReturnType<typeof ensureSecrets>;
   try {
-    first = ensureSecrets(base, "staging");
+    return ensureSecrets(base, env);
   } finally {
     process.umask(old);
   }
+}
+
+test("secrets: made once, 0600 from creation (even under umask 0), in a 0700 directory, never overwritten", (t) => {
+  const base = tempBase(t);
+  const first = ensureUnderUmask0(base, "staging");
   t.true(first.created);
   t.is(first.file, secretsPath(base, "staging"));
   t.is(first.file, join(base, ".slipway", "infra", "staging.secrets"));
@@ -113,13 +117,7 @@ test("secrets: a file made before the apps engine key reads, and bootstrap's ens
   const read = readSecrets(file)!;
   t.is(read.apps_engine, undefined, "the older file still reads");
   t.deepEqual(read, older);
-  const old = process.umask(0);
-  let upgraded: ReturnType<typeof ensureSecrets>;
-  try {
-    upgraded = ensureSecrets(base, "staging");
-  } finally {
-    process.umask(old);
-  }
+  const upgraded = ensureUnderUmask0(base, "staging");
   t.false(upgraded.created);
   t.deepEqual(upgraded.added, ["apps_engine"]);
   t.is(modeOf(file), 0o600, "0600 as before, even under umask 0");
