@@ -84,6 +84,8 @@ export function hostKeyFingerprint(blob: Buffer): string {
 /** Channels one SSH connection carries at most (sshd's MaxSessions is 10 by default). */
 const CHANNELS_PER_CONNECTION = 8;
 const READY_TIMEOUT_MS = 10_000;
+/** Idle engine connections (channels) kept per host for the next calls. */
+const IDLE_CHANNELS = 4;
 
 interface Connection {
   /** Set once ssh2 is loaded (on first use: it costs every process's start otherwise). */
@@ -172,9 +174,23 @@ export class SshEngineDialer {
     }
   }
 
-  /** An HTTP agent whose every connection is a new {@link dial} (no keep-alive: a channel is cheap). */
+  /**
+   * The HTTP agent of this host (one per dialer): each new connection is a {@link dial}, kept
+   * alive after its answer (a few idle at most) so that the next call does not start another
+   * `docker` process on the host.
+   */
   agent(): Agent {
-    const agent = new Agent({ keepAlive: false } as AgentOptions);
+    this.httpAgent ??= this.makeAgent();
+    return this.httpAgent;
+  }
+  private httpAgent: Agent | undefined;
+
+  private makeAgent(): Agent {
+    const agent = new Agent({
+      keepAlive: true,
+      maxFreeSockets: IDLE_CHANNELS,
+      scheduling: "lifo",
+    } as AgentOptions);
     const createConnection = (_opts: unknown, cb: (err: Error | null, s?: Duplex) => void) => {
       this.dial().then(
         (s) => {
@@ -196,6 +212,8 @@ export class SshEngineDialer {
   }
 
   close(): void {
+    this.httpAgent?.destroy();
+    this.httpAgent = undefined;
     for (const c of this.conns.splice(0)) {
       c.closed = true;
       c.client?.end();

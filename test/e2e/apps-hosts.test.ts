@@ -124,6 +124,9 @@ test.serial(
     const other = appsHosts.find((h) => h.name !== preferred.name)!;
     const first = await deployAndWait(t, app);
     t.is(first.status, "succeeded", JSON.stringify(first));
+    t.log(
+      `a roll on an apps host over SSH: ${first.timings.total_ms} ms (ready ${first.timings.ready_ms} ms)`,
+    );
     t.true(
       (first.upstream as string).startsWith(`http://${preferred.address}:`),
       `the upstream ${first.upstream} is on ${preferred.name} (${preferred.address})`,
