@@ -159,7 +159,6 @@ export async function runApply(ctx: InfraContext): Promise<InfraOutcome> {
   const started = Date.now();
   const steps: AppliedStep[] = [];
   const sessions = new Map<string, SshSession>();
-  const images = new Map<string, string>();
   const source = localImageSource(ctx.env);
   const wanted = new Map(file.hosts.map((h) => [h.name, wantedOnHost(file, h, secrets, state.hosts)]));
   const say = (host: string, line: string) => ctx.progress(`host '${host}': ${line}`);
@@ -194,6 +193,22 @@ export async function runApply(ctx: InfraContext): Promise<InfraOutcome> {
       current = file.hosts[unread];
       throw (reads[unread] as PromiseRejectedResult).reason;
     }
+    // the image on every host that changes, all at once and before any container changes: a load
+    // over SSH is apply's longest step, and a host that cannot get the image fails before the rest
+    const changing = file.hosts.filter((h) =>
+      (changes.get(h.name) ?? []).some((c) => c.action !== "keep" && c.action !== "remove"),
+    );
+    const loads = await Promise.allSettled(
+      changing.map(async (h) => {
+        const how = await ensureImage(await session(h), file.image, source, (l) => say(h.name, l));
+        if (how !== "present") say(h.name, `image ${how}`);
+      }),
+    );
+    const unloaded = loads.findIndex((r) => r.status === "rejected");
+    if (unloaded >= 0) {
+      current = changing[unloaded];
+      throw (loads[unloaded] as PromiseRejectedResult).reason;
+    }
     const runningNats = () =>
       file.hosts.filter((h) =>
         (changes.get(h.name) ?? []).some(
@@ -215,11 +230,6 @@ export async function runApply(ctx: InfraContext): Promise<InfraOutcome> {
         const w = wanted.get(h.name)!.find((x) => x.role === role) as WantedContainer;
         const s = await session(h);
         const t0 = Date.now();
-        if (!images.has(h.name)) {
-          const how = await ensureImage(s, file.image, source, (l) => say(h.name, l));
-          images.set(h.name, how);
-          if (how !== "present") say(h.name, `image ${how}`);
-        }
         say(h.name, `${change.action} ${w.name}: ${change.reason}`);
         await makeContainer(s, w, env);
         await waitStarted(s, w);
