@@ -1,7 +1,13 @@
 import type Docker from "dockerode";
 import { devContainerName, PlatformError } from "../proto/mod.js";
 import { describeBaseImage, type ImageEngine, provideBaseImage } from "./base-image.js";
-import { type AppsHost, dialerFor, preferredHosts, readAppsHosts } from "./docker/apps-hosts.js";
+import { type AppsHost, dialerFor } from "./docker/apps-hosts.js";
+export {
+  appsHostRuntimes,
+  type PlacedContainer,
+  productionEverywhere,
+  runtimeForApp,
+} from "./docker/placement.js";
 import { checkDevServerSpec, devContainerOptions, devServerEnv } from "./docker/dev-container.js";
 import { DevCallerDirectory } from "./docker/dev-callers.js";
 import { checkBinds } from "./docker/hardening.js";
@@ -18,7 +24,7 @@ import {
 } from "./docker/endpoint.js";
 import { waitHealthy } from "./docker/health.js";
 import { demuxLines, splitTimestamp } from "./docker/logs.js";
-import { type ProductionContainer, ProductionEngine } from "./docker/production.js";
+import { ProductionEngine } from "./docker/production.js";
 export { ImagePublisher, REVISION_LABEL, runtimeDockerfile } from "./docker/publish.js";
 import { ImagePublisher } from "./docker/publish.js";
 import {
@@ -82,9 +88,6 @@ export {
   ROLE_PRODUCTION,
 } from "./docker/production.js";
 
-/** A production container with the engine it is on (and the apps host's name, on one). */
-export type PlacedContainer = ProductionContainer & { runtime: ContainerRuntime; engine?: string };
-
 export class ContainerRuntime {
   /** Where the engine is expected, e.g. `unix:///var/run/docker.sock`. */
   readonly endpoint: string;
@@ -146,75 +149,6 @@ export class ContainerRuntime {
   /** On DOCKER_HOST, or /var/run/docker.sock when it is not set. */
   static fromEnv(env: NodeJS.ProcessEnv = process.env): ContainerRuntime {
     return new ContainerRuntime({ host: env.DOCKER_HOST });
-  }
-
-  /**
-   * The engine an app's production containers run on (docs/infra.md, "Apps hosts"): without
-   * `SLIPWAY_APPS_HOSTS`, the local one ({@link fromEnv}). With it, the apps host that runs the
-   * container of the app's newest roll (a node that takes the app over finds it there: nothing
-   * moves), else the first host of the app's preferred order whose engine answers.
-   */
-  static async forApp(app: string, env: NodeJS.ProcessEnv = process.env): Promise<ContainerRuntime> {
-    const apps = readAppsHosts(env);
-    if (!apps) return ContainerRuntime.fromEnv(env);
-    if ("error" in apps) return new ContainerRuntime({ error: apps.error });
-    const runtimes = preferredHosts(app, apps.hosts).map(
-      (host) => new ContainerRuntime({ apps: { host, key: apps.key } }),
-    );
-    const seen = await Promise.all(
-      runtimes.map(async (rt) => {
-        if (!(await rt.available())) return { rt, up: false, newest: "" };
-        const list = await rt
-          .production()
-          .list(app)
-          .catch(() => []);
-        // the newest roll's container (ids are time-ordered after their prefix), not the one last
-        // started: an engine that comes back restarts what an outage left behind
-        const rolls = list.filter((c) => c.running).map((c) => (c.deployment ?? "").replace(/^[a-z]+_/, ""));
-        const newest = rolls.sort().pop() ?? "";
-        return { rt, up: true, newest };
-      }),
-    );
-    const holding = seen.filter((s) => s.newest).sort((a, b) => (a.newest < b.newest ? 1 : -1))[0];
-    return (holding ?? seen.find((s) => s.up) ?? seen[0]!).rt;
-  }
-
-  /** The runtimes of every apps host (none without `SLIPWAY_APPS_HOSTS`): where an app's old containers may be. */
-  static appsHosts(env: NodeJS.ProcessEnv = process.env): ContainerRuntime[] {
-    const apps = readAppsHosts(env);
-    if (!apps || "error" in apps) return [];
-    return apps.hosts.map((host) => new ContainerRuntime({ apps: { host, key: apps.key } }));
-  }
-
-  /**
-   * The app's production containers on every engine they may be on: the local one (which must
-   * answer), or every apps host that answers, each container with its runtime and host; the apps
-   * hosts that do not answer are named.
-   */
-  static async productionEverywhere(
-    app: string,
-    env: NodeJS.ProcessEnv = process.env,
-  ): Promise<{ found: PlacedContainer[]; unreachable: string[] }> {
-    const hosts = ContainerRuntime.appsHosts(env);
-    if (hosts.length === 0) {
-      const rt = ContainerRuntime.fromEnv(env);
-      await rt.require();
-      return {
-        found: (await rt.production().list(app)).map((c) => ({ ...c, runtime: rt })),
-        unreachable: [],
-      };
-    }
-    const unreachable: string[] = [];
-    const lists = await Promise.all(
-      hosts.map(async (rt) => {
-        if (!(await rt.available())) {
-          unreachable.push(rt.appsHost!);
-          return [];
-        }
-        return (await rt.production().list(app)).map((c) => ({ ...c, runtime: rt, engine: rt.appsHost! }));
-      }),
-    );
-    return { found: lists.flat(), unreachable: unreachable.sort() };
   }
 
   /** True when the engine answers a ping within about a second (cached for two seconds). */

@@ -11,6 +11,9 @@ import {
   modelConfigFromEnv,
   NO_MODEL_MESSAGE,
   providerConfigFromEnv,
+  appsHostRuntimes,
+  productionEverywhere,
+  runtimeForApp,
 } from "../../effects/mod.js";
 import { type Bus, kvKeys, latestAppEvents, listAppEvents } from "../../store/mod.js";
 import { check, appUrl, AppRecordSchema, BUCKETS, isAppName, keys, RouteSchema } from "../../proto/mod.js";
@@ -88,7 +91,7 @@ async function describeEngines(rt: ContainerRuntime, app: string): Promise<Recor
   const local: Record<string, unknown> = (await rt.available())
     ? ((await rt.describe(app)) as unknown as Record<string, unknown>)
     : { available: false, message: "no container engine is reachable; run-dev-server answers 503" };
-  const hosts = ContainerRuntime.appsHosts();
+  const hosts = appsHostRuntimes();
   if (hosts.length === 0) return local;
   const seen = await Promise.all(hosts.map(async (h) => ({ name: h.appsHost!, d: await h.describe(app) })));
   const containers = [
@@ -117,7 +120,7 @@ export async function gatherFacts(
   let prod: Promise<ContainerRuntime> | undefined;
   // the engine of the app's production containers: an apps host's when the infra has them
   const production = () => {
-    prod ??= ContainerRuntime.forApp(app);
+    prod ??= runtimeForApp(app);
     return prod;
   };
   const engineUp = async (which: ContainerRuntime) => {
@@ -157,7 +160,7 @@ export async function gatherFacts(
         }
         case "production-containers":
           try {
-            const { found, unreachable } = await ContainerRuntime.productionEverywhere(app);
+            const { found, unreachable } = await productionEverywhere(app);
             facts.production = found.map((c) => viewOf(c, mac));
             if (unreachable.length > 0) facts.productionUnreachable = unreachable;
           } catch (e) {

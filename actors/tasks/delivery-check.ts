@@ -5,11 +5,12 @@ import { request as httpsRequest } from "node:https";
 import { isIP } from "node:net";
 import { isAbsolute, relative, resolve } from "node:path";
 import {
-  ContainerRuntime,
+  type ContainerRuntime,
   containsCommit,
   isRepository,
   lastCommitTouching,
   tagsAt,
+  runtimeForApp,
 } from "../../effects/mod.js";
 import { BUCKETS, check, keys, type Resource, ResourceSchema } from "../../proto/mod.js";
 import { kvKeys } from "../../store/mod.js";
@@ -253,7 +254,7 @@ export function deliveryCheckTask(o: DeliveryCheckTaskInput): TaskSpec {
     onFailure: "DeliveryCheckFailed",
     async run(t) {
       const asks = (c: CheckName) => o.checks.includes(c);
-      const rt = await ContainerRuntime.forApp(o.app);
+      const rt = await runtimeForApp(o.app);
       const repo = repositoryDir(t.workspaceRoot, o);
       const latest =
         (asks("producer") || asks("release")) && "dir" in repo

@@ -4,7 +4,6 @@ import { join, resolve, sep } from "node:path";
 import { parseDocument } from "yaml";
 import {
   commitPaths,
-  ContainerRuntime,
   exportCommit,
   fileAt,
   Masker,
@@ -14,6 +13,7 @@ import {
   tagCommit,
   toolEnv,
   uncommitted,
+  runtimeForApp,
 } from "../../effects/mod.js";
 import { LABELS } from "../../proto/mod.js";
 import type { ReleasePlan } from "../production/release-plan.js";
@@ -125,7 +125,7 @@ export async function publish(
   dir: string,
   plan: ReleasePlan,
 ): Promise<{ image_ref: string; image_id: string; tag: string }> {
-  const rt = await ContainerRuntime.forApp(t.app);
+  const rt = await runtimeForApp(t.app);
   await rt.require();
   if (rt.publishAddress) await t.log(`building on the apps host's engine ${rt.endpoint}`, "platform");
   const tmp = await mkdtemp(join(tmpdir(), "slipway-release-"));

@@ -1,6 +1,6 @@
 import { resolve } from "node:path";
 import {
-  ContainerRuntime,
+  type ContainerRuntime,
   LABEL_APP,
   LABEL_DEPLOYMENT,
   LABEL_PORT,
@@ -11,6 +11,8 @@ import {
   type PlacedContainer,
   type ProductionEngine,
   ROLE_PRODUCTION,
+  productionEverywhere,
+  runtimeForApp,
 } from "../../effects/mod.js";
 import {
   APP_PORT,
@@ -147,7 +149,7 @@ const since = (t0: number) => Date.now() - t0;
  */
 async function checkDrift(t: TaskContext, o: RollInput): Promise<PlacedContainer[]> {
   const mac = (d: string) => t.vault.mac(d);
-  const { found: live, unreachable } = await ContainerRuntime.productionEverywhere(o.app);
+  const { found: live, unreachable } = await productionEverywhere(o.app);
   const gone = new Set(
     leftovers(live, new Set(o.failedDeployments), o.expected, new Set(o.supersededDeployments ?? [])).map(
       (c) => c.id,
@@ -250,7 +252,7 @@ async function startNew(
  * container (if it got that far) is removed and the old one still serves.
  */
 export async function rollOut(t: TaskContext, o: RollInput): Promise<RollResult> {
-  const rt = await ContainerRuntime.forApp(o.app);
+  const rt = await runtimeForApp(o.app);
   const pe = rt.production();
   const t0 = Date.now();
   let started: { id: string; name: string } | undefined;

@@ -3,7 +3,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import anyTest, { type ExecutionContext, type TestFn } from "ava";
 import Docker from "dockerode";
-import { ContainerRuntime, preferredHosts, type AppsHost } from "../../effects/mod.js";
+import { preferredHosts, type AppsHost, runtimeForApp } from "../../effects/mod.js";
 import { type AppImage, buildAppImage } from "../helpers/app-images.js";
 import { getWithHost } from "../helpers/raw-http.js";
 import { call, eventually, get, type PlatformContext, platformPerFile, type Stub } from "../helpers/infra.js";
@@ -234,11 +234,11 @@ test.serial(
       SLIPWAY_APPS_HOSTS: JSON.stringify(wrong),
       SLIPWAY_APPS_SSH_KEY: process.env.SLIPWAY_APPS_SSH_KEY,
     };
-    const rt = await ContainerRuntime.forApp("anyapp", env);
+    const rt = await runtimeForApp("anyapp", env);
     const err = await t.throwsAsync(() => rt.require());
     t.regex(err?.message ?? "", /not the pinned SHA256:A{43}: refused before logging in/);
     t.regex(err?.message ?? "", /no container engine reachable at ssh:\/\/root@/);
-    const bad = await ContainerRuntime.forApp("anyapp", { SLIPWAY_APPS_HOSTS: "[{}]" });
+    const bad = await runtimeForApp("anyapp", { SLIPWAY_APPS_HOSTS: "[{}]" });
     const e2 = await t.throwsAsync(() => bad.require());
     t.regex(e2?.message ?? "", /SLIPWAY_APPS_HOSTS must be a non-empty array/);
   },
