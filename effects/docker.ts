@@ -3,9 +3,10 @@ import { devContainerName, PlatformError } from "../proto/mod.js";
 import { describeBaseImage, type ImageEngine, provideBaseImage } from "./base-image.js";
 import { type AppsHost, dialerFor } from "./docker/apps-hosts.js";
 export {
+  type AppPlacement,
   appsHostRuntimes,
   type PlacedContainer,
-  productionEverywhere,
+  placeApp,
   runtimeForApp,
 } from "./docker/placement.js";
 import { checkDevServerSpec, devContainerOptions, devServerEnv } from "./docker/dev-container.js";

@@ -12,8 +12,8 @@ import {
   NO_MODEL_MESSAGE,
   providerConfigFromEnv,
   appsHostRuntimes,
-  productionEverywhere,
-  runtimeForApp,
+  type AppPlacement,
+  placeApp,
 } from "../../effects/mod.js";
 import { type Bus, kvKeys, latestAppEvents, listAppEvents } from "../../store/mod.js";
 import { check, appUrl, AppRecordSchema, BUCKETS, isAppName, keys, RouteSchema } from "../../proto/mod.js";
@@ -117,11 +117,12 @@ export async function gatherFacts(
   const facts: Facts = { containers: {} };
   if (requests.length === 0) return facts;
   const rt = ContainerRuntime.fromEnv();
-  let prod: Promise<ContainerRuntime> | undefined;
-  // the engine of the app's production containers: an apps host's when the infra has them
+  let placed: Promise<AppPlacement> | undefined;
+  // the engine of the app's production containers (an apps host's when the infra has them) and
+  // what runs there, read once for the engine and the containers facts
   const production = () => {
-    prod ??= runtimeForApp(app);
-    return prod;
+    placed ??= placeApp(app);
+    return placed;
   };
   const engineUp = async (which: ContainerRuntime) => {
     try {
@@ -136,7 +137,8 @@ export async function gatherFacts(
     requests.map(async (r) => {
       switch (r.kind) {
         case "engine":
-          if (await engineUp(r.production ? await production() : rt)) facts.engine = { available: true };
+          if (await engineUp(r.production ? (await production()).runtime : rt))
+            facts.engine = { available: true };
           return;
         case "otlp-probe": {
           const secret = r.secret_key && sealer ? sealer.openString(r.secret_key, r.aad) : undefined;
@@ -158,15 +160,13 @@ export async function gatherFacts(
           facts.appHealth = base ? await probe(base, r.path) : null;
           return;
         }
-        case "production-containers":
-          try {
-            const { found, unreachable } = await productionEverywhere(app);
-            facts.production = found.map((c) => viewOf(c, mac));
-            if (unreachable.length > 0) facts.productionUnreachable = unreachable;
-          } catch (e) {
-            facts.engine = { available: false, message: e instanceof Error ? e.message : String(e) };
-          }
+        case "production-containers": {
+          const { runtime, found, unreachable } = await production();
+          if (!(await engineUp(runtime))) return;
+          facts.production = found.map((c) => viewOf(c, mac));
+          if (unreachable.length > 0) facts.productionUnreachable = unreachable;
           return;
+        }
         case "git": {
           const e = await bus.kv.apps.get(keys.app(app));
           if (e?.operation !== "PUT") return;

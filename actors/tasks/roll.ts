@@ -1,6 +1,5 @@
 import { resolve } from "node:path";
 import {
-  type ContainerRuntime,
   LABEL_APP,
   LABEL_DEPLOYMENT,
   LABEL_PORT,
@@ -11,8 +10,8 @@ import {
   type PlacedContainer,
   type ProductionEngine,
   ROLE_PRODUCTION,
-  productionEverywhere,
-  runtimeForApp,
+  type AppPlacement,
+  placeApp,
 } from "../../effects/mod.js";
 import {
   APP_PORT,
@@ -147,9 +146,9 @@ const since = (t0: number) => Date.now() - t0;
  * replaced while their apps host did not answer); the containers the roll replaces, wherever
  * they run.
  */
-async function checkDrift(t: TaskContext, o: RollInput): Promise<PlacedContainer[]> {
+async function checkDrift(t: TaskContext, o: RollInput, placed: AppPlacement): Promise<PlacedContainer[]> {
   const mac = (d: string) => t.vault.mac(d);
-  const { found: live, unreachable } = await productionEverywhere(o.app);
+  const { found: live, unreachable } = placed;
   const gone = new Set(
     leftovers(live, new Set(o.failedDeployments), o.expected, new Set(o.supersededDeployments ?? [])).map(
       (c) => c.id,
@@ -252,14 +251,15 @@ async function startNew(
  * container (if it got that far) is removed and the old one still serves.
  */
 export async function rollOut(t: TaskContext, o: RollInput): Promise<RollResult> {
-  const rt = await runtimeForApp(o.app);
+  const placed = await placeApp(o.app);
+  const rt = placed.runtime;
   const pe = rt.production();
   const t0 = Date.now();
   let started: { id: string; name: string } | undefined;
   try {
     await rt.require();
     if (rt.publishAddress) await t.log(`production engine: the apps host ${rt.endpoint}`);
-    return await roll(t, o, rt, pe, t0, (s) => {
+    return await roll(t, o, placed, pe, t0, (s) => {
       started = s;
     });
   } catch (e) {
@@ -282,13 +282,14 @@ export async function rollOut(t: TaskContext, o: RollInput): Promise<RollResult>
 async function roll(
   t: TaskContext,
   o: RollInput,
-  rt: ContainerRuntime,
+  placed: AppPlacement,
   pe: ProductionEngine,
   t0: number,
   onStarted: (c: { id: string; name: string }) => void,
 ): Promise<RollResult> {
   const { plan } = o;
-  const old = await checkDrift(t, o);
+  const rt = placed.runtime;
+  const old = await checkDrift(t, o, placed);
   const image = await ensureImage(t, plan, pe);
   const { id, name, port, url, hash } = await startNew(t, o, pe, image);
   onStarted({ id, name });

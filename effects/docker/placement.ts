@@ -19,64 +19,62 @@ export function appsHostRuntimes(env: NodeJS.ProcessEnv = process.env): Containe
   return apps.hosts.map((host) => new ContainerRuntime({ apps: { host, key: apps.key } }));
 }
 
+/** Where an app's production runs, and what runs there: read once, from the engines. */
+export interface AppPlacement {
+  /** The engine the app's next containers go to (its holder, else its first host that answers). */
+  runtime: ContainerRuntime;
+  /** The app's production containers on every engine that answered, each with its engine. */
+  found: PlacedContainer[];
+  /** Apps hosts that did not answer (their containers are not in `found`). */
+  unreachable: string[];
+}
+
 /**
- * The engine an app's production containers run on: without `SLIPWAY_APPS_HOSTS`, the local one
- * ({@link ContainerRuntime.fromEnv}). With it, the apps host that runs the container of the app's
- * newest roll (nothing moves when a node takes the app over), else the first host of the app's
- * preferred order whose engine answers. Unusable settings: a runtime that answers 503 saying why.
+ * Reads every engine the app's production may be on, once. Without `SLIPWAY_APPS_HOSTS`: the local
+ * engine ({@link ContainerRuntime.fromEnv}; nothing listed when it does not answer: the caller's
+ * `require()` says so). With it: every apps host; the app goes to the host that runs the container
+ * of its newest roll (nothing moves when a node takes the app over), else to the first host of its
+ * preferred order that answers. Unusable settings: a runtime that answers 503 saying why.
  */
+export async function placeApp(app: string, env: NodeJS.ProcessEnv = process.env): Promise<AppPlacement> {
+  const apps = readAppsHosts(env);
+  if (apps && "error" in apps)
+    return { runtime: new ContainerRuntime({ error: apps.error }), found: [], unreachable: [] };
+  const order = apps
+    ? preferredHosts(app, apps.hosts).map((host) => new ContainerRuntime({ apps: { host, key: apps.key } }))
+    : [ContainerRuntime.fromEnv(env)];
+  const seen = await Promise.all(
+    order.map(async (rt) => {
+      if (!(await rt.available())) return { rt, list: undefined };
+      const list: PlacedContainer[] | undefined = await rt
+        .production()
+        .list(app)
+        .then((l) => l.map((c) => ({ ...c, runtime: rt, ...(rt.appsHost ? { engine: rt.appsHost } : {}) })))
+        .catch(() => undefined);
+      return { rt, list };
+    }),
+  );
+  const found = seen.flatMap((s) => s.list ?? []);
+  // the newest roll's container (ids are time-ordered after their prefix), not the one last
+  // started: an engine that comes back restarts what an outage left behind
+  const rollOf = (c: PlacedContainer) => (c.deployment ?? "").replace(/^[a-z]+_/, "");
+  const holder = found.filter((c) => c.running).sort((a, b) => (rollOf(a) < rollOf(b) ? 1 : -1))[0];
+  return {
+    runtime: holder?.runtime ?? seen.find((s) => s.list)?.rt ?? order[0]!,
+    found,
+    unreachable: apps
+      ? seen
+          .filter((s) => !s.list)
+          .map((s) => s.rt.appsHost!)
+          .sort()
+      : [],
+  };
+}
+
+/** The engine an app's production containers run on ({@link placeApp}'s choice). */
 export async function runtimeForApp(
   app: string,
   env: NodeJS.ProcessEnv = process.env,
 ): Promise<ContainerRuntime> {
-  const apps = readAppsHosts(env);
-  if (!apps) return ContainerRuntime.fromEnv(env);
-  if ("error" in apps) return new ContainerRuntime({ error: apps.error });
-  const runtimes = preferredHosts(app, apps.hosts).map(
-    (host) => new ContainerRuntime({ apps: { host, key: apps.key } }),
-  );
-  const seen = await Promise.all(
-    runtimes.map(async (rt) => {
-      if (!(await rt.available())) return { rt, up: false, newest: "" };
-      const list = await rt
-        .production()
-        .list(app)
-        .catch(() => []);
-      // the newest roll's container (ids are time-ordered after their prefix), not the one last
-      // started: an engine that comes back restarts what an outage left behind
-      const rolls = list.filter((c) => c.running).map((c) => (c.deployment ?? "").replace(/^[a-z]+_/, ""));
-      const newest = rolls.sort().pop() ?? "";
-      return { rt, up: true, newest };
-    }),
-  );
-  const holding = seen.filter((s) => s.newest).sort((a, b) => (a.newest < b.newest ? 1 : -1))[0];
-  return (holding ?? seen.find((s) => s.up) ?? seen[0]!).rt;
-}
-
-/**
- * The app's production containers on every engine they may be on: the local one (which must
- * answer), or every apps host that answers, each container with its runtime and host; the apps
- * hosts that do not answer are named.
- */
-export async function productionEverywhere(
-  app: string,
-  env: NodeJS.ProcessEnv = process.env,
-): Promise<{ found: PlacedContainer[]; unreachable: string[] }> {
-  const hosts = appsHostRuntimes(env);
-  if (hosts.length === 0) {
-    const rt = ContainerRuntime.fromEnv(env);
-    await rt.require();
-    return { found: (await rt.production().list(app)).map((c) => ({ ...c, runtime: rt })), unreachable: [] };
-  }
-  const unreachable: string[] = [];
-  const lists = await Promise.all(
-    hosts.map(async (rt) => {
-      if (!(await rt.available())) {
-        unreachable.push(rt.appsHost!);
-        return [];
-      }
-      return (await rt.production().list(app)).map((c) => ({ ...c, runtime: rt, engine: rt.appsHost! }));
-    }),
-  );
-  return { found: lists.flat(), unreachable: unreachable.sort() };
+  return (await placeApp(app, env)).runtime;
 }

@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
 import test from "ava";
+import ssh2 from "ssh2";
 import { leftovers } from "../../actors/production/deploy-plan.js";
 import { type ContainerView, driftOf, type ExpectedContainer } from "../../actors/production/drift.js";
 import { type AppsHost, hostKeyFingerprint, preferredHosts, readAppsHosts } from "../../effects/mod.js";
@@ -18,16 +19,15 @@ const host = (name: string, i: number): AppsHost => ({
   user: "deploy",
   host_key: `SHA256:${"A".repeat(42)}${i}`,
 });
-const KEY = Buffer.from(
-  "-----BEGIN OPENSSH PRIVATE KEY-----\nx\n-----END OPENSSH PRIVATE KEY-----\n",
-).toString("base64");
+// a key made for this run (OpenSSH format), never one written in the repository
+const KEY = Buffer.from(ssh2.utils.generateKeyPairSync("ed25519").private).toString("base64");
 
 test("readAppsHosts: absent is undefined; a good list reads; every bad setting says what is wrong", (t) => {
   t.is(readAppsHosts({}), undefined);
   const hosts = [host("a", 1), host("b", 2)];
   const ok = readAppsHosts({ SLIPWAY_APPS_HOSTS: JSON.stringify(hosts), SLIPWAY_APPS_SSH_KEY: KEY });
   t.deepEqual(ok && "hosts" in ok ? ok.hosts : ok, hosts);
-  t.true(ok !== undefined && "key" in ok && ok.key.startsWith("-----BEGIN OPENSSH PRIVATE KEY-----"));
+  t.true(ok !== undefined && "key" in ok && ok.key === Buffer.from(KEY, "base64").toString("utf8"));
   const err = (env: Record<string, string>) => {
     const r = readAppsHosts(env);
     return r && "error" in r ? r.error : "no error";
