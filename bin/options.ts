@@ -27,6 +27,18 @@ export function parseReplicas(v: string | undefined): number {
   return n;
 }
 
+/** A `host:port` (an IPv6 host in brackets) as SLIPWAY_PROXY_ADVERTISE_* give it; OptionError otherwise. */
+export function hostPort(v: string): string {
+  const s = v.trim();
+  const m = /^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})$/.exec(s);
+  const port = m ? Number(m[2]) : 0;
+  if (!m || port < 1 || port > 65535)
+    throw new OptionError(
+      `${JSON.stringify(v)} is not an address to advertise: give host:port (e.g. 10.0.0.5:80, [fd00::5]:443)`,
+    );
+  return s;
+}
+
 /**
  * Options from the environment (DESIGN §1). A module of its own, without the platform's imports:
  * `slipwayd up` reads them and starts the embedded nats-server while the rest of the code loads.
@@ -63,6 +75,18 @@ export function optionsFromEnv(env: NodeJS.ProcessEnv = process.env): PlatformOp
           }
         : {}),
       ...(env.SLIPWAY_ACME_EMAIL ? { acme: { email: env.SLIPWAY_ACME_EMAIL } } : {}),
+      ...(env.SLIPWAY_PROXY_ADVERTISE_HTTP || env.SLIPWAY_PROXY_ADVERTISE_HTTPS
+        ? {
+            advertise: {
+              ...(env.SLIPWAY_PROXY_ADVERTISE_HTTP
+                ? { http: hostPort(env.SLIPWAY_PROXY_ADVERTISE_HTTP) }
+                : {}),
+              ...(env.SLIPWAY_PROXY_ADVERTISE_HTTPS
+                ? { https: hostPort(env.SLIPWAY_PROXY_ADVERTISE_HTTPS) }
+                : {}),
+            },
+          }
+        : {}),
     },
     nodeId: env.SLIPWAY_NODE_ID,
     nodeThread: env.SLIPWAY_NODE_THREAD !== "0",

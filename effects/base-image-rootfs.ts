@@ -1,6 +1,7 @@
 import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
 import { createReadStream, existsSync, statSync } from "node:fs";
+import { open } from "node:fs/promises";
 import { pipeline } from "node:stream/promises";
 import type { Pack, Header as TarHeader } from "tar-stream";
 
@@ -186,23 +187,32 @@ function planTag(entries: RootfsEntry[]): { tag: string; bytes: number } {
 /**
  * Absolute paths of a binary's shared libraries and dynamic loader, from ldd (none for a static
  * binary). With `lenient` (native addons), what ldd cannot resolve is left out instead of failing:
- * prebuilt addons for another libc (musl) ship beside the one node loads.
+ * prebuilt addons for another libc (musl) ship beside the one node loads. Where ldd is missing (the
+ * platform's own image has no ldd: a node building an app's base image there), the binary's own
+ * loader is asked (`<PT_INTERP> --list`, what ldd runs).
  */
 export async function sharedLibraries(bin: string, lenient = false): Promise<string[]> {
-  const r = await new Promise<{ out: string; error?: NodeJS.ErrnoException }>((resolve) =>
-    execFile("ldd", [bin], { encoding: "utf8" }, (error, stdout, stderr) =>
-      resolve({ out: `${stdout}${stderr}`, ...(error ? { error: error as NodeJS.ErrnoException } : {}) }),
-    ),
-  );
-  // a static binary: ldd says so (and exits 1)
-  if (/not a dynamic executable|statically linked/.test(r.out)) return [];
-  if (r.error) {
-    if (r.error.code === "ENOENT")
+  const run = (cmd: string, args: string[]) =>
+    new Promise<{ out: string; error?: NodeJS.ErrnoException }>((resolve) =>
+      execFile(cmd, args, { encoding: "utf8" }, (error, stdout, stderr) =>
+        resolve({ out: `${stdout}${stderr}`, ...(error ? { error: error as NodeJS.ErrnoException } : {}) }),
+      ),
+    );
+  let r = await run("ldd", [bin]);
+  if (r.error?.code === "ENOENT") {
+    const loader = await interpreterOf(bin);
+    if (loader === null) return [];
+    if (loader === undefined)
       throw new Error(
         `building an image needs ldd (Debian package libc-bin) to find the shared libraries of ${bin}`,
       );
+    r = await run(loader, ["--list", bin]);
+  }
+  // a static binary: ldd says so (and exits 1)
+  if (/not a dynamic executable|statically linked/.test(r.out)) return [];
+  if (r.error) {
     if (lenient) return [];
-    throw new Error(`ldd ${bin} failed: ${r.out.trim() || r.error.message}`);
+    throw new Error(`listing the shared libraries of ${bin} failed: ${r.out.trim() || r.error.message}`);
   }
   const libs: string[] = [];
   for (const line of r.out.split("\n")) {
@@ -214,6 +224,39 @@ export async function sharedLibraries(bin: string, lenient = false): Promise<str
     if (m?.[1]) libs.push(m[1]);
   }
   return libs;
+}
+
+/**
+ * The dynamic loader an ELF binary names (its PT_INTERP), null for one without (static), undefined
+ * when the file is not a 64-bit little-endian ELF file this reads.
+ */
+export async function interpreterOf(bin: string): Promise<string | null | undefined> {
+  const f = await open(bin, "r");
+  try {
+    const head = Buffer.alloc(64);
+    await f.read(head, 0, 64, 0);
+    // \x7fELF, ELFCLASS64, ELFDATA2LSB
+    if (head.readUInt32BE(0) !== 0x7f454c46 || head[4] !== 2 || head[5] !== 1) return undefined;
+    const phoff = Number(head.readBigUInt64LE(32));
+    const phentsize = head.readUInt16LE(54);
+    const phnum = head.readUInt16LE(56);
+    if (phentsize < 56 || phnum > 256) return undefined;
+    const ph = Buffer.alloc(phentsize * phnum);
+    await f.read(ph, 0, ph.length, phoff);
+    for (let i = 0; i < phnum; i++) {
+      const at = i * phentsize;
+      if (ph.readUInt32LE(at) !== 3) continue; // PT_INTERP
+      const offset = Number(ph.readBigUInt64LE(at + 8));
+      const size = Number(ph.readBigUInt64LE(at + 32));
+      if (size < 2 || size > 4096) return undefined;
+      const name = Buffer.alloc(size);
+      await f.read(name, 0, size, offset);
+      return name.toString("utf8").replace(/\0+$/, "");
+    }
+    return null;
+  } finally {
+    await f.close();
+  }
 }
 
 /** Streams the plan into a tar archive, entry by entry. */

@@ -106,6 +106,8 @@ export class ContainerRuntime {
   readonly publishAddress: string | undefined;
   /** The apps host's name, on an apps host's engine. */
   readonly appsHost: string | undefined;
+  /** Where containers on an apps host reach the data plane (the infra says), else undefined. */
+  readonly containerDataUrl: string | undefined;
 
   constructor(opts: { host?: string; apps?: { host: AppsHost; key: string }; error?: string } = {}) {
     if (opts.apps) {
@@ -114,6 +116,7 @@ export class ContainerRuntime {
       this.ep = { kind: "ssh", dialer };
       this.publishAddress = opts.apps.host.address;
       this.appsHost = opts.apps.host.name;
+      this.containerDataUrl = opts.apps.host.data_url;
       this.configError = opts.error;
     } else {
       const p = parseDockerHost(opts.host);
@@ -122,6 +125,7 @@ export class ContainerRuntime {
       this.configError = opts.error ?? p.error;
       this.publishAddress = undefined;
       this.appsHost = undefined;
+      this.containerDataUrl = undefined;
     }
     this.shared = endpointState(this.ep?.kind === "ssh" ? this.ep.dialer.id : this.endpoint);
   }
@@ -212,7 +216,13 @@ export class ContainerRuntime {
 
   /** Production containers and images (deploy); the caller checks the engine is up ({@link require}). */
   production(): ProductionEngine {
-    return new ProductionEngine(this.imageEngine(), this.networks(), this.socketPaths(), this.publishAddress);
+    return new ProductionEngine(
+      this.imageEngine(),
+      this.networks(),
+      this.socketPaths(),
+      this.publishAddress,
+      this.containerDataUrl,
+    );
   }
 
   /** The bridge networks app containers join, and container addresses on them. */

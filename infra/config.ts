@@ -84,6 +84,9 @@ export const InfraHostSchema = Type.Object(
   { additionalProperties: false },
 );
 
+/** An http(s) URL with no user or password (a mirror that needs a login takes it from the node's npm config, not this file). */
+export const NPM_REGISTRY_PATTERN = "^https?://[^/@\\s]+(/[^@\\s]*)?$";
+
 export const InfraFileSchema = Type.Object(
   {
     environment: Type.Object(
@@ -106,6 +109,14 @@ export const InfraFileSchema = Type.Object(
       description:
         "the platform image pinned by digest: <repository>@sha256:<64 hex>, or a local image id sha256:<64 hex>",
     }),
+    npm_registry: Type.Optional(
+      Type.String({
+        pattern: NPM_REGISTRY_PATTERN,
+        maxLength: 2048,
+        description:
+          "the npm registry (or the operator's mirror) the nodes install apps' packages from, an http(s) URL without credentials; default npm's own",
+      }),
+    ),
   },
   { additionalProperties: false, title: "slipway.infra.yaml", description: "Slipway's infrastructure file" },
 );

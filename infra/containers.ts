@@ -142,6 +142,8 @@ export interface AppsHostEntry {
   readonly user: string;
   /** The host key pinned in the state, `SHA256:<unpadded base64>`. */
   readonly host_key: string;
+  /** Where the host's app containers reach the data plane: its own data gateway, else the first one. */
+  readonly data_url?: string;
 }
 
 /** What each host's pinned key is: the state's hosts. */
@@ -160,7 +162,9 @@ export class AppsEngineError extends Error {
 
 /** The `apps` hosts in the file's order, each with its pinned host key. */
 export function appsHostsOf(file: InfraFile, pinned: PinnedHosts): AppsHostEntry[] {
+  const gateways = hostsWithRole(file, "data");
   return hostsWithRole(file, "apps").map((h) => {
+    const gateway = gateways.find((g) => g.name === h.name) ?? gateways[0];
     const fingerprint = pinned[h.name]?.host_key?.fingerprint;
     if (!fingerprint)
       throw new AppsEngineError(
@@ -173,6 +177,7 @@ export function appsHostsOf(file: InfraFile, pinned: PinnedHosts): AppsHostEntry
       port: h.ssh.port,
       user: h.ssh.user,
       host_key: fingerprint,
+      ...(gateway ? { data_url: `http://${urlHost(gateway.address)}:${INFRA_PORTS.data}` } : {}),
     };
   });
 }
@@ -262,7 +267,13 @@ export function wantedOnHost(
     out.push(
       wanted(file, host, "node", {
         command: ["node"],
-        env: { ...platformEnv(file, host, "node", secrets), SLIPWAY_NODE_ID: host.name, ...apps },
+        env: {
+          ...platformEnv(file, host, "node", secrets),
+          SLIPWAY_NODE_ID: host.name,
+          ...apps,
+          // npm (release's build, install-dependencies) installs from here; toolEnv passes npm_config_*
+          ...(file.npm_registry ? { npm_config_registry: file.npm_registry } : {}),
+        },
         secretEnv: ["SLIPWAY_VAULT_KEY", ...(apps.SLIPWAY_APPS_SSH_KEY ? ["SLIPWAY_APPS_SSH_KEY"] : [])],
         ports: [],
         files: seedFile("node", secrets),
@@ -300,6 +311,9 @@ export function wantedOnHost(
           SLIPWAY_HTTP_PORT: "8080",
           SLIPWAY_HTTPS_PORT: "8443",
           SLIPWAY_PROXY_ID: host.name,
+          // where the other hosts' processes reach it (release's verify goes through a proxy)
+          SLIPWAY_PROXY_ADVERTISE_HTTP: `${pub}:${INFRA_PORTS.proxyHttp}`,
+          SLIPWAY_PROXY_ADVERTISE_HTTPS: `${pub}:${INFRA_PORTS.proxyHttps}`,
         },
         secretEnv: ["SLIPWAY_VAULT_KEY"],
         ports: [`${pub}:${INFRA_PORTS.proxyHttp}:8080`, `${pub}:${INFRA_PORTS.proxyHttps}:8443`],

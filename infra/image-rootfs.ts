@@ -15,6 +15,7 @@ import { pipeline } from "node:stream/promises";
 import tar, { type Pack, type Header as TarHeader } from "tar-stream";
 import { sharedLibraries } from "../effects/mod.js";
 import { planModules } from "./image-modules.js";
+import { planBuildTools, type ToolsPlan } from "./image-tools.js";
 
 /**
  * The platform image's one layer (docs/release-image.md): this machine's
@@ -23,7 +24,9 @@ import { planModules } from "./image-modules.js";
  * with slipwayd through it: store/embedded-nats.ts), the two bundles from
  * `npm run build`, the client bundle and the starter template that
  * initialize-app ships, the packages the bundles leave external, passwd and
- * group with a non-root user, CA certificates, /tmp and /data. Written as one
+ * group with a non-root user, CA certificates, /tmp and /data, and the build
+ * tools a node runs for apps (git, busybox's sh, env and tar, npm:
+ * infra/image-tools.ts). Written as one
  * tar with every entry in name order, owned by root (but /data), all with one
  * fixed mtime: the same inputs give the same bytes, so the same layer digest.
  */
@@ -64,6 +67,8 @@ export interface LayerPlan {
   skippedPackages: string[];
   /** Dependencies named by an installed package that are not installed (left out, reported). */
   missingPackages: string[];
+  /** The build tools (git, busybox, npm: infra/image-tools.ts). */
+  tools: Pick<ToolsPlan, "git" | "busybox" | "npm">;
 }
 
 /** The first executable `cmd` on PATH (or `cmd` itself when it is a path). */
@@ -119,8 +124,10 @@ export async function planLayer(checkout: string, natsServer: string): Promise<L
     join(checkout, "dist/bin/slipwayd.mjs"),
     join(checkout, "dist/bin/node-thread.mjs"),
   ]);
+  const tools = planBuildTools();
   const libs = new Set<string>();
-  for (const bin of [node, natsServer, setpriv]) for (const l of await sharedLibraries(bin)) libs.add(l);
+  for (const bin of [node, natsServer, setpriv, ...tools.binaries])
+    for (const l of await sharedLibraries(bin)) libs.add(l);
   for (const addon of modules.addons) for (const l of await sharedLibraries(addon, true)) libs.add(l);
 
   dir("/tmp", 0o1777);
@@ -136,6 +143,9 @@ export async function planLayer(checkout: string, natsServer: string): Promise<L
   for (const f of templateFiles(join(checkout, "starter", "template")))
     file(`${APP_DIR}/starter/template/${f}`, join(checkout, "starter", "template", f));
   for (const m of modules.files) file(`${APP_DIR}/${m.name}`, m.src, m.mode);
+  for (const t of tools.entries)
+    if (t.kind === "file") file(t.path, t.src, t.mode);
+    else add({ type: "symlink", name: strip(t.path), target: t.target });
 
   data(
     "/etc/passwd",
@@ -160,6 +170,7 @@ export async function planLayer(checkout: string, natsServer: string): Promise<L
     packages: modules.packages,
     skippedPackages: modules.skipped,
     missingPackages: modules.missing,
+    tools: { git: tools.git, busybox: tools.busybox, npm: tools.npm },
   };
 }
 

@@ -279,7 +279,7 @@ export async function releaseImage(o: ReleaseImageOptions): Promise<ReleaseImage
   const t0 = Date.now();
   const plan: LayerPlan = await planLayer(o.checkout, natsBin);
   say(
-    `layer: node ${contents.node}, nats-server ${contents.nats_server}, setpriv, ${plan.libraries.length} shared libraries, ${plan.packages.length} packages (${plan.packages.filter((p) => !p.includes("/node_modules/")).length} top-level), ${(plan.bytes / 1e6).toFixed(1)} MB in ${plan.entries.length} entries`,
+    `layer: node ${contents.node}, nats-server ${contents.nats_server}, setpriv, git, busybox, npm ${plan.tools.npm}, ${plan.libraries.length} shared libraries, ${plan.packages.length} packages (${plan.packages.filter((p) => !p.includes("/node_modules/")).length} top-level), ${(plan.bytes / 1e6).toFixed(1)} MB in ${plan.entries.length} entries`,
   );
   if (plan.missingPackages.length)
     say(`not installed, left out (the image may miss them): ${plan.missingPackages.join(", ")}`);

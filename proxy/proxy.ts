@@ -36,6 +36,11 @@ export interface ProxyOptions {
   acme?: Partial<AcmeSettings>;
   /** How often the presence key is put (default 3 s; the bucket keeps it 10 s). */
   presenceEveryMs?: number;
+  /**
+   * The `host:port` addresses other processes reach this proxy at (its presence: release's verify
+   * goes through it), when they are not the listen addresses (a container's published ports).
+   */
+  advertise?: { http?: string; https?: string };
   log?: (msg: string) => void;
 }
 
@@ -130,8 +135,8 @@ export async function startProxy(opts: ProxyOptions): Promise<ProxyHandle> {
     const local = host === "0.0.0.0" || host === "::" ? "127.0.0.1" : host;
     const at = (port: number) => (local.includes(":") ? `[${local}]:${port}` : `${local}:${port}`);
     await presence.start(opts.presenceEveryMs ?? PRESENCE_EVERY_MS, {
-      http: at(httpPort),
-      https: at(httpsPort),
+      http: opts.advertise?.http ?? at(httpPort),
+      https: opts.advertise?.https ?? at(httpsPort),
     });
     acme = new AcmeManager({
       bus,

@@ -197,7 +197,8 @@ async function startNew(
   const envMap: Record<string, string> = {
     ...(await platformEnv(t, {
       app: o.app,
-      dataUrl: plan.data_url,
+      // on an apps host, its data gateway (the infra's); else where this node's containers reach it
+      dataUrl: pe.dataUrl ?? plan.data_url,
       readToken: async () => (await readEnvFiles(t.workspaceRoot, o.workspace, [DEV_ENV_FILE])).SLIPWAY_TOKEN,
     })),
     ...fromFiles,

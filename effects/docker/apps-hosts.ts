@@ -28,6 +28,8 @@ export const AppsHostSchema = Type.Object(
     user: Type.String({ minLength: 1, maxLength: 64, pattern: "^[A-Za-z0-9._-]+$" }),
     /** Its pinned host key, `SHA256:` and the unpadded base64 of the key blob's digest. */
     host_key: Type.String({ pattern: "^SHA256:[A-Za-z0-9+/]{43}$" }),
+    /** Where app containers on the host reach the data plane (`SLIPWAY_DATA_URL`). */
+    data_url: Type.Optional(Type.String({ pattern: "^https?://[^/@\\s]+/?$", maxLength: 300 })),
   },
   { additionalProperties: false },
 );
@@ -55,7 +57,10 @@ export function readAppsHosts(
     return { error: "SLIPWAY_APPS_HOSTS is not JSON" };
   }
   if (!Array.isArray(hosts) || hosts.length === 0 || !hosts.every((h) => Value.Check(AppsHostSchema, h)))
-    return { error: "SLIPWAY_APPS_HOSTS must be a non-empty array of {name, address, port, user, host_key}" };
+    return {
+      error:
+        "SLIPWAY_APPS_HOSTS must be a non-empty array of {name, address, port, user, host_key, data_url?}",
+    };
   if (new Set(hosts.map((h: AppsHost) => h.name)).size !== hosts.length)
     return { error: "SLIPWAY_APPS_HOSTS names a host twice" };
   const key = Buffer.from(env.SLIPWAY_APPS_SSH_KEY ?? "", "base64").toString("utf8");

@@ -83,21 +83,26 @@ export class ProductionEngine {
   private readonly networks: Networks;
   private readonly socketPaths: readonly string[];
   private readonly publishAddress: string | undefined;
+  /** Where containers on this engine reach the data plane, when the infra says (an apps host's). */
+  readonly dataUrl: string | undefined;
 
   /**
    * `publishAddress`: an apps host's private address; containers then publish their port there
-   * (an ephemeral host port) and are reached at it, by proxies on any host.
+   * (an ephemeral host port) and are reached at it, by proxies on any host. `dataUrl`: the data
+   * plane as those containers reach it.
    */
   constructor(
     engine: ImageEngine,
     networks: Networks,
     socketPaths: readonly string[],
     publishAddress?: string,
+    dataUrl?: string,
   ) {
     this.engine = engine;
     this.networks = networks;
     this.socketPaths = socketPaths;
     this.publishAddress = publishAddress;
+    this.dataUrl = dataUrl;
   }
 
   private docker(): Promise<Docker> {

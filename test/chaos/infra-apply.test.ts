@@ -9,8 +9,8 @@ import { releaseImage } from "../../infra/image.js";
 import { collectingIo } from "../cli/fake-platform.js";
 import { dockerAt } from "../helpers/busybox.js";
 import { ACTOR, rememberControlToken, sleep } from "../helpers/infra.js";
-import { startTestHosts, type TestHost, type TestHosts } from "../helpers/infra-hosts.js";
-import { buildAppImage } from "../helpers/app-images.js";
+import { startTestHosts, type TestHosts } from "../helpers/infra-hosts.js";
+import { type NpmMirror, startNpmMirror } from "../helpers/npm-mirror.js";
 import { getWithHost } from "../helpers/raw-http.js";
 import { REPO_ROOT } from "../helpers/repo.js";
 import { ALL_ROLES, hostYaml, infraYaml, writeInfra } from "../infra/fixtures.js";
@@ -31,6 +31,7 @@ interface Ctx {
   env: Record<string, string>;
 }
 const test = anyTest as TestFn<Ctx>;
+let mirror: NpmMirror | undefined;
 
 const ENV_NAME = "stage";
 /** How long one host's link is down under the write load. */
@@ -40,6 +41,10 @@ test.before(async (t) => {
   t.timeout(600_000);
   const hosts = await startTestHosts({ count: 3 });
   t.context.hosts = hosts;
+  // the nodes install apps' packages through a mirror on the bridge (the internet is closed here)
+  mirror = await startNpmMirror(hosts.bridgeAddress, [
+    join(REPO_ROOT, "starter", "template", "package-lock.json"),
+  ]);
   // the operator's engine: the image is built there (release-image), apply loads it on the other
   // hosts with docker save | docker load over SSH; it happens to be host h0's engine
   const engine = `unix://${hosts.hosts[0]!.dockerSocket}`;
@@ -54,6 +59,7 @@ test.before(async (t) => {
       env: ENV_NAME,
       replicas: 3,
       image,
+      npmRegistry: mirror.url,
       hosts: hosts.hosts.map((h) =>
         hostYaml({
           name: h.name,
@@ -70,6 +76,7 @@ test.before(async (t) => {
 });
 
 test.after.always(async (t) => {
+  await mirror?.close();
   await t.context.hosts?.closeAll();
   if (t.context.dir) rmSync(t.context.dir, { recursive: true, force: true });
 });
@@ -157,13 +164,10 @@ test.serial(
   },
 );
 test.serial(
-  "an app initialized, productionized and deployed through the control URLs runs on an apps host and answers through every host's proxy",
+  "an app initialized, productionized and released through the control URLs runs on an apps host and answers through every host's proxy",
   async (t) => {
-    t.timeout(300_000);
+    t.timeout(420_000);
     const { hosts } = t.context.hosts;
-    // the app's image on every apps host's engine (what a registry would do)
-    const image = await buildAppImage(`unix://${hosts[0]!.dockerSocket}`, "infratest/app:v1", "v1");
-    for (const h of hosts.slice(1)) await copyImage(hosts[0]!, h, image.id);
     const out = await cli(t, ["infra", "outputs", "--json"]);
     const urls: string[] = out.json.result.control_urls;
     const proxies: string[] = out.json.result.proxy_urls;
@@ -182,19 +186,33 @@ test.serial(
     const app = `web${Date.now().toString(36)}`;
     const host = `${app}.example.com`;
     t.is((await post(urls[0]!, "initialize-app", { name: app })).status, 200);
-    const prod = await post(urls[1]!, "productionize", { app, web_image: image.id, host });
+    const prod = await post(urls[1]!, "productionize", { app, host });
     t.is(prod.status, 200, JSON.stringify(prod.body));
-    const dep = await post(urls[2]!, "deploy", { app, drain_seconds: 1, timeout_seconds: 60 });
-    t.is(dep.status, 202, JSON.stringify(dep.body));
-    const id = dep.body.resource.id as string;
+    // the node exports the commit, installs from the mirror, builds, and builds the image on an
+    // apps host's engine (git, npm and sh are in the platform image)
+    const t0 = Date.now();
+    const rel = await post(urls[2]!, "release", { app });
+    t.is(rel.status, 202, JSON.stringify(rel.body));
+    const id = rel.body.resource.id as string;
     let doc: any;
-    for (let i = 0; i < 240; i++) {
-      const r = await fetch(`${urls[0]}/resources/Deployment/${id}`, { headers });
+    for (let i = 0; i < 600; i++) {
+      const r = await fetch(`${urls[0]}/resources/Release/${id}`, { headers });
       doc = r.status === 200 ? await r.json() : undefined;
-      if (["succeeded", "rolled_back", "failed"].includes(doc?.status)) break;
+      if (["succeeded", "failed"].includes(doc?.status)) break;
       await sleep(500);
     }
-    t.is(doc?.status, "succeeded", JSON.stringify(doc));
+    t.log(
+      `released ${app} in ${((Date.now() - t0) / 1000).toFixed(1)} s; npm packages from the mirror: ${mirror?.served.length}`,
+    );
+    if (doc?.status !== "succeeded") {
+      const logs = await fetch(`${urls[0]}/logs/${id}`, { headers });
+      t.log((await logs.text()).slice(-4000));
+    }
+    t.is(doc?.status, "succeeded", JSON.stringify({ error: doc?.error, phases: doc?.phases }));
+    t.deepEqual(
+      (doc.phases as { name: string; status: string }[]).map((p) => `${p.name}:${p.status}`),
+      ["assess:succeeded", "publish:succeeded", "repin:succeeded", "deploy:succeeded", "verify:succeeded"],
+    );
     const on = hosts.find((h) => String(doc.upstream).startsWith(`http://${h.address}:`));
     t.truthy(on, `the upstream ${doc.upstream} is on an apps host's private address`);
     t.is(doc.containers[0].engine, on?.name);
@@ -205,31 +223,19 @@ test.serial(
       running.map((c) => c.Names[0]?.slice(1)),
       [doc.containers[0].name],
     );
+    t.is(running[0]?.ImageID, doc.image_ref, "the release's image, built on that apps host's engine");
     for (const p of proxies) {
       let seen = "";
       for (let i = 0; i < 40 && !seen.startsWith("200 "); i++) {
-        seen = await getWithHost(p, host, "/");
+        seen = await getWithHost(p, host, "/version");
         if (!seen.startsWith("200 ")) await sleep(500);
       }
       t.true(seen.startsWith("200 "), `${p} serves ${host}: ${seen}`);
-      if (seen.startsWith("200 ")) t.is(JSON.parse(seen.slice(4)).version, "v1");
+      if (seen.startsWith("200 ")) t.is(JSON.parse(seen.slice(4)).commit, doc.commit);
     }
-    t.log(`deployed ${app} to ${on?.name} (${doc.upstream}); served through ${proxies.join(", ")}`);
+    t.log(`${app} runs on ${on?.name} (${doc.upstream}); served through ${proxies.join(", ")}`);
   },
 );
-
-/** Copies an image from one test host's engine to another's (docker save | docker load). */
-async function copyImage(from: TestHost, to: TestHost, id: string): Promise<void> {
-  const saved = await dockerAt(`unix://${from.dockerSocket}`).getImage(id).get();
-  await new Promise<void>((resolve, reject) => {
-    dockerAt(`unix://${to.dockerSocket}`).loadImage(saved, {}, (err, res) => {
-      if (err) return reject(err);
-      res?.resume();
-      res?.on("end", () => resolve());
-      res?.on("error", reject);
-    });
-  });
-}
 
 interface Acked {
   key: string;

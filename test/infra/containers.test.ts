@@ -91,6 +91,8 @@ test("node containers get the apps hosts (private address, ssh port and user, pi
         port: 2222,
         user: "deploy",
         host_key: pinned["app-1"]!.host_key!.fingerprint,
+        // no data gateway of its own: the first one's (its apps reach the data plane there)
+        data_url: "http://10.0.0.1:3718",
       },
       {
         name: "app-2",
@@ -98,9 +100,18 @@ test("node containers get the apps hosts (private address, ssh port and user, pi
         port: 22,
         user: "root",
         host_key: pinned["app-2"]!.host_key!.fingerprint,
+        data_url: "http://10.0.0.1:3718",
       },
     ]),
   );
+  // a host with both roles: its apps use its own data gateway
+  const cluster = parse(clusterYaml());
+  const entries = JSON.parse(
+    wantedOnHost(cluster, cluster.hosts[0]!, SECRETS, pinnedFor(cluster)).find((w) => w.role === "node")!.env
+      .SLIPWAY_APPS_HOSTS!,
+  ) as { name: string; data_url: string }[];
+  for (const e of entries)
+    t.is(e.data_url, `http://${cluster.hosts.find((h) => h.name === e.name)!.address}:3718`, e.name);
   for (const h of JSON.parse(node.env.SLIPWAY_APPS_HOSTS!) as { host_key: string }[])
     t.regex(h.host_key, /^SHA256:[A-Za-z0-9+/]{43}$/);
   // the key: base64 of the OpenSSH private key text, which ssh2 reads as the ed25519 key of the public half

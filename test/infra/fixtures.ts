@@ -71,6 +71,7 @@ export function infraYaml(opts: {
   production?: boolean;
   replicas?: number;
   image?: string;
+  npmRegistry?: string;
   hosts: string[];
 }): string {
   return [
@@ -79,6 +80,7 @@ export function infraYaml(opts: {
     `  production: ${opts.production ?? false}`,
     `replicas: ${opts.replicas ?? 1}`,
     `image: "${opts.image ?? IMAGE}"`,
+    ...(opts.npmRegistry ? [`npm_registry: "${opts.npmRegistry}"`] : []),
     "hosts:",
     ...opts.hosts,
     "",

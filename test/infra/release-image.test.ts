@@ -137,6 +137,20 @@ test.serial("builds the image from the checkout: versions, labels, a non-root us
   const loaded = await runOnce(t.context.d, r.image_id, ["--input-type=module", "-e", load], ["node"]);
   t.is(loaded.exitCode, 0, loaded.output);
   t.is(loaded.output, `uws_${process.platform}_${process.arch}_${process.versions.modules}.node`);
+
+  // the build tools a node runs for apps: git (a commit in a fresh repository), npm (its entry
+  // through /usr/bin/env node), sh and tar (busybox)
+  const tools = await runOnce(
+    t.context.d,
+    r.image_id,
+    [
+      "-c",
+      "cd /tmp && git init -q r && cd r && echo x > f && git -c user.name=a -c user.email=a@b add f && git -c user.name=a -c user.email=a@b commit -qm m && git archive HEAD | tar -t && npm --version && echo ok",
+    ],
+    ["/bin/sh"],
+  );
+  t.is(tools.exitCode, 0, tools.output);
+  t.regex(tools.output, /(^|\n)f\n\d+\.\d+\.\d+\nok$/);
 });
 
 test.serial("slipwayd up in the image answers /readyz at the container's address", async (t) => {
