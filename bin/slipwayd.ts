@@ -30,6 +30,7 @@ environment:
   SLIPWAY_TAILS_PER_TOKEN (32)  SLIPWAY_JOB_QUOTA (100)  SLIPWAY_JOB_TIMEOUT_MS (30000)
   proxy: SLIPWAY_HTTP_PORT (${PROXY_DEFAULT_PORTS.http})  SLIPWAY_HTTPS_PORT (${PROXY_DEFAULT_PORTS.https})  SLIPWAY_PROXY_HOST (127.0.0.1)  SLIPWAY_PROXY_ID
          SLIPWAY_PUBLIC_HTTPS_PORT  SLIPWAY_TRUSTED_PROXIES  SLIPWAY_ACME_CA_FILE  SLIPWAY_ACME_EMAIL
+         SLIPWAY_PROXY_ADVERTISE_HTTP/HTTPS (host:port others reach it at, when not the listen address)
 `;
 
 /** Errors whose message says what to do: printed as one line, without a stack trace. */
