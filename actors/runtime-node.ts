@@ -89,6 +89,8 @@ export class RuntimeNode implements WorkerHost {
       // the platform's replica count (SLIPWAY_REPLICAS); boot matches an existing bucket to it
       replicas: this.bus.replicas,
       log: this.log,
+      // the env files (the app's secrets, never committed) are saved sealed beside the bundle
+      sealer: this.vault,
     }).then(
       (b) => {
         this.bundlesFailed = false;

@@ -5,6 +5,14 @@ import { basename, dirname, join } from "node:path";
 import { git, headCommit } from "../effects/mod.js";
 import type { JetStreamClient } from "@nats-io/jetstream";
 import { type BundleState, type StoredBundle, WorkspaceStore } from "../store/mod.js";
+import {
+  type EnvSealer,
+  envDigest,
+  openEnv,
+  readWorkspaceEnv,
+  sealEnv,
+  writeMissingEnv,
+} from "./workspace-env.js";
 
 /**
  * Workspaces leave the node's disk (DESIGN §12, docs/deploy.md "Workspaces in the object
@@ -75,6 +83,8 @@ export interface WorkspaceBundlesOptions {
   /** Copies of the bucket when it is created: the platform's replica count (default 1). */
   replicas?: number;
   log?: (msg: string) => void;
+  /** Seals the workspace's env files saved beside the bundle (the vault); without it they are not saved. */
+  sealer?: EnvSealer;
 }
 
 /** Saves and restores app workspaces as git bundles (one instance per node; one app's calls run one at a time). */
@@ -82,15 +92,19 @@ export class WorkspaceBundles {
   readonly store: WorkspaceStore;
   private readonly log: (msg: string) => void;
   private readonly chains = new Map<string, Promise<unknown>>();
+  private readonly sealer: EnvSealer | undefined;
+  /** Per app, the digest of the env files this process stored last (unchanged: not stored again). */
+  private readonly envSaved = new Map<string, string>();
 
-  constructor(store: WorkspaceStore, log: (msg: string) => void = () => {}) {
+  constructor(store: WorkspaceStore, log: (msg: string) => void = () => {}, sealer?: EnvSealer) {
     this.store = store;
     this.log = log;
+    this.sealer = sealer;
   }
 
   /** Opens (and creates when missing) the bucket `slipway_workspaces`. */
   static async open(js: JetStreamClient, opts: WorkspaceBundlesOptions = {}): Promise<WorkspaceBundles> {
-    return new WorkspaceBundles(await WorkspaceStore.open(js, opts.replicas ?? 1), opts.log);
+    return new WorkspaceBundles(await WorkspaceStore.open(js, opts.replicas ?? 1), opts.log, opts.sealer);
   }
 
   /** The commit HEAD named when `app`'s bundle was saved, or undefined. */
@@ -103,7 +117,42 @@ export class WorkspaceBundles {
    * refs, or is newer (its HEAD is not in this copy, or this copy's HEAD is one of its ancestors).
    */
   save(app: string, dir: string): Promise<SaveResult> {
-    return this.serial(app, () => this.saveNow(app, dir));
+    return this.serial(app, async () => {
+      const r = await this.saveNow(app, dir);
+      // a copy behind the stored bundle is no source for the env files either
+      if (r.outcome === "saved" || r.outcome === "unchanged") await this.saveEnv(app, dir);
+      return r;
+    });
+  }
+
+  /** Stores the workspace's env files (sealed) beside its bundle when they changed; a failure is logged. */
+  private async saveEnv(app: string, dir: string): Promise<void> {
+    if (!this.sealer) return;
+    try {
+      const files = await readWorkspaceEnv(dir);
+      const digest = envDigest(files);
+      if (this.envSaved.get(app) === digest) return;
+      if ((await this.store.envDigest(app)) !== digest)
+        await this.store.putEnv(app, sealEnv(this.sealer, app, files), digest);
+      this.envSaved.set(app, digest);
+    } catch (e) {
+      this.log(`workspace of ${app}: env files not saved: ${e instanceof Error ? e.message : String(e)}`);
+    }
+  }
+
+  /** Writes back the stored env files a restored workspace lacks; a failure is logged. */
+  private async restoreEnv(app: string, dir: string): Promise<void> {
+    if (!this.sealer) return;
+    try {
+      const data = await this.store.getEnv(app);
+      if (!data) return;
+      const files = openEnv(this.sealer, app, data);
+      const wrote = await writeMissingEnv(dir, files);
+      this.envSaved.set(app, envDigest(files));
+      if (wrote.length > 0) this.log(`workspace of ${app}: env files restored: ${wrote.join(", ")}`);
+    } catch (e) {
+      this.log(`workspace of ${app}: env files not restored: ${e instanceof Error ? e.message : String(e)}`);
+    }
   }
 
   /**
@@ -161,6 +210,7 @@ export class WorkspaceBundles {
       throw new Error(`the workspace ${dir} is not a folder (a link is never followed)`);
     if (!st || (await readdir(dir)).length === 0) {
       await this.fresh(app, dir, stored);
+      await this.restoreEnv(app, dir);
       this.log(
         `workspace of ${app}: restored from its bundle at ${short(stored.head)} (the local copy was missing)`,
       );

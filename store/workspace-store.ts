@@ -35,6 +35,9 @@ export interface StoredBundle extends BundleState {
   mtime: string;
 }
 
+/** The object of an app's sealed env files (beside its bundle, `app`). */
+const envObject = (app: string) => `${app}.env`;
+
 /** Each time bound of the object store's requests (chunk writes, metadata reads). */
 const TIMEOUT_MS = 30_000;
 
@@ -143,6 +146,33 @@ export class WorkspaceStore {
     if (size !== stored.size)
       throw new Error(`the bundle of ${app} came back with ${size} of ${stored.size} bytes`);
     return stored;
+  }
+
+  /**
+   * Stores `app`'s env files snapshot (sealed by the caller: the files hold secrets) under
+   * `<app>.env` (no app name has a dot), with the digest of what it holds in its metadata.
+   */
+  async putEnv(app: string, sealed: Uint8Array, digest: string): Promise<void> {
+    await this.os.putBlob(
+      {
+        name: envObject(app),
+        description: `sealed env files of the workspace of ${app}`,
+        metadata: { digest },
+      },
+      sealed,
+      { timeout: TIMEOUT_MS },
+    );
+  }
+
+  /** The digest of `app`'s stored env files snapshot, or undefined. */
+  async envDigest(app: string): Promise<string | undefined> {
+    const info = await this.os.info(envObject(app));
+    return info && !info.deleted ? info.metadata?.digest : undefined;
+  }
+
+  /** `app`'s stored env files snapshot (sealed), or undefined. */
+  async getEnv(app: string): Promise<Uint8Array | undefined> {
+    return (await this.os.getBlob(envObject(app))) ?? undefined;
   }
 
   /** Removes `app`'s bundle (tests; an app removed). */

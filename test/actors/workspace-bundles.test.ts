@@ -1,8 +1,10 @@
 import anyTest, { type TestFn } from "ava";
 import { randomUUID } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { WorkspaceBundles } from "../../actors/workspace-bundles.js";
+import { openEnv } from "../../actors/workspace-env.js";
+import { Vault } from "../../store/vault.js";
 import { commitAll, git, headCommit, tagCommit } from "../../effects/git.js";
 import type { Bus } from "../../store/bus.js";
 import {
@@ -266,4 +268,54 @@ test("a wiped workspace: the node restores it from the bundle before inspect rea
   } finally {
     for (const p of platforms) await p.close().catch(() => undefined);
   }
+});
+
+test("the env files travel sealed beside the bundle: a wiped workspace gets them back (0600), never a link's target", async (t) => {
+  const { bus } = t.context;
+  const vault = new Vault({ keys: new Map([["k1", Buffer.alloc(32, 9)]]), active: "k1", oldest: "k1" });
+  const logs: string[] = [];
+  const bundles = await WorkspaceBundles.open(bus.js, {
+    replicas: 1,
+    log: (m) => logs.push(m),
+    sealer: vault,
+  });
+  const app = appName("env");
+  // .env files are never committed (the starter's .gitignore says so)
+  const a = await repo({ ".gitignore": ".env*\n", "package.json": '{"name":"e"}\n' });
+  writeFileSync(join(a.dir, ".env.prod"), "API_KEY=s3cret-value\n", { mode: 0o600 });
+  writeFileSync(join(a.dir, ".env"), "DEV=1\n");
+  const outside = join(tempDir("slipway-ws-"), "host-file");
+  writeFileSync(outside, "NOT_FOR_THE_APP=1\n");
+  symlinkSync(outside, join(a.dir, ".env.local"));
+  t.is((await bundles.save(app, a.dir)).outcome, "saved");
+  // what the store holds is sealed: no value in clear
+  const stored = Buffer.from((await bundles.store.getEnv(app))!).toString("utf8");
+  t.false(stored.includes("s3cret-value"));
+  t.false(stored.includes("NOT_FOR_THE_APP"));
+
+  const target = join(tempDir("slipway-ws-"), "app");
+  t.is((await bundles.restore(app, target)).outcome, "restored");
+  t.is(readFileSync(join(target, ".env.prod"), "utf8"), "API_KEY=s3cret-value\n");
+  t.is(statSync(join(target, ".env.prod")).mode & 0o777, 0o600);
+  t.is(readFileSync(join(target, ".env"), "utf8"), "DEV=1\n");
+  t.false(existsSync(join(target, ".env.local")), "a link is never saved, nor what it points at");
+  t.true(
+    logs.some((l) => /env files restored: \.env, \.env\.prod/.test(l)),
+    logs.join("\n"),
+  );
+
+  // a changed file is saved again at the next save; a file the workspace has is never overwritten
+  writeFileSync(join(target, ".env.prod"), "API_KEY=rotated\n");
+  await bundles.save(app, target);
+  const again = join(tempDir("slipway-ws-"), "app");
+  await bundles.restore(app, again);
+  t.is(readFileSync(join(again, ".env.prod"), "utf8"), "API_KEY=rotated\n");
+
+  // another app's name does not open it (the app is in the sealed data's associated data)
+  t.throws(() => openEnv(vault, `${app}x`, Buffer.from(stored)));
+  // without a vault nothing is saved or restored
+  const plain = await WorkspaceBundles.open(bus.js, { replicas: 1 });
+  const bare = join(tempDir("slipway-ws-"), "app");
+  await plain.restore(app, bare);
+  t.false(existsSync(join(bare, ".env.prod")));
 });
