@@ -120,6 +120,7 @@ export async function makeContainer(s: SshSession, w: WantedContainer, env: stri
   const args = ["create", "--name", w.name, "--restart", "unless-stopped", "--no-healthcheck"];
   for (const [k, v] of Object.entries(w.labels)) args.push("--label", `${k}=${v}`);
   for (const p of w.ports) args.push("--publish", p);
+  for (const [k, v] of Object.entries(w.sysctls ?? {})) args.push("--sysctl", `${k}=${v}`);
   args.push("--volume", `${volume}:${DATA_MOUNT}`, "--env-file", "/dev/stdin");
   args.push("--log-opt", "max-size=10m", "--log-opt", "max-file=3");
   if (w.entrypoint) args.push("--entrypoint", w.entrypoint[0]!);

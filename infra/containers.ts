@@ -51,6 +51,8 @@ export interface WantedContainer {
   readonly ports: readonly string[];
   /** Files apply writes for the container (path inside the container -> text). */
   readonly files: Readonly<Record<string, string>>;
+  /** Kernel settings of the container's own network namespace (`docker create --sysctl`). */
+  readonly sysctls?: Readonly<Record<string, string>>;
   readonly configHash: string;
   readonly labels: Readonly<Record<string, string>>;
 }
@@ -61,6 +63,14 @@ const sha = (text: string) => createHash("sha256").update(text).digest("hex");
 export function containerName(env: string, role: ContainerRole): string {
   return `slipway-${env}-${role}`;
 }
+
+/**
+ * `net.ipv4.tcp_retries2` in the NATS containers' network namespace: data a peer does not
+ * acknowledge is retransmitted this many times (about 6.2 s from the first loss; Linux's default
+ * of 15 is 15 minutes) before the kernel fails the connection, so a route to a silent member is
+ * closed at once by the error, while a route to a member that answers never is.
+ */
+export const NATS_TCP_RETRIES = 4;
 
 /** nats.conf of a `nats` host: JetStream, the cluster routes to the other `nats` hosts, the roles' users. */
 function natsConfig(file: InfraFile, host: InfraHost, secrets: InfraSecrets): string {
@@ -115,6 +125,7 @@ function wanted(
     ),
     ports: spec.ports,
     files: Object.fromEntries(Object.entries(spec.files).map(([k, v]) => [k, sha(v)])),
+    ...(spec.sysctls ? { sysctls: spec.sysctls } : {}),
   };
   const configHash = sha(canonicalJson(hashed)).slice(0, 32);
   return {
@@ -260,6 +271,10 @@ export function wantedOnHost(
           `${privateAddress(host)}:${INFRA_PORTS.natsCluster}:${INFRA_PORTS.natsCluster}`,
         ],
         files: { [`${RUN_DIR}/nats.conf`]: natsConfig(file, host, secrets) },
+        // a route to a member whose link went silent fails in about 6 s (unacknowledged data
+        // retransmitted 4 times), not after 15 retries (minutes) or once a 10 s write deadline hits
+        // a full socket buffer: until then the other two members stall (docs/infra.md, "A host's link cut")
+        sysctls: { "net.ipv4.tcp_retries2": String(NATS_TCP_RETRIES) },
       }),
     );
   if (roles.includes("node")) {

@@ -1,5 +1,5 @@
 import anyTest, { type TestFn } from "ava";
-import { spawnSync } from "node:child_process";
+import { execFile, spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -295,6 +295,59 @@ function writeLoad(urls: readonly string[], token: string, app: string, lanes: n
   };
 }
 
+/**
+ * INFRA_LINK_DIAG=1: every 2 s, each given host's view of its JetStream (stream leaders and their
+ * replicas' currency, routes' pending bytes), printed when the test ends: where a stall hangs.
+ */
+function sampleJetStream(
+  t: { log: (...a: unknown[]) => void },
+  hosts: readonly TestHosts["hosts"][number][],
+) {
+  let stop = false;
+  const t0 = Date.now();
+  const script = [
+    "const g = (p) => fetch('http://127.0.0.1:8222' + p).then((r) => r.json());",
+    "Promise.all([g('/jsz?streams=true&consumers=true'), g('/routez')]).then(([j, r]) => {",
+    "const by = (cs) => { const n = {}; for (const c of cs ?? []) { const l = c.cluster?.leader ?? '-'; n[l] = (n[l] ?? 0) + 1; } return Object.entries(n).map(([k, v]) => k + '=' + v).join('/'); };",
+    "const s = (j.account_details ?? []).flatMap((a) => a.stream_detail ?? []).map((x) => x.name + ':' + (x.cluster?.leader ?? '-') + '[' + (x.cluster?.replicas ?? []).map((p) => p.name + (p.current ? '' : '!') + Math.round((p.active ?? 0) / 1e9)).join(',') + ']{' + by(x.consumer_detail) + '}');",
+    "const rt = (r.routes ?? []).map((x) => x.remote_name + ' pend ' + x.pending_size + ' out ' + x.out_msgs);",
+    "process.stdout.write('meta ' + (j.meta_cluster?.leader ?? '-') + ' | ' + rt.join('; ') + ' | ' + s.join(' '));",
+    "}, (e) => process.stdout.write('error ' + e));",
+  ].join("");
+  const lines: string[] = [];
+  const running = (async () => {
+    while (!stop) {
+      for (const h of hosts) {
+        const at = ((Date.now() - t0) / 1000).toFixed(1);
+        const out = await new Promise<string>((resolve) =>
+          execFile(
+            "ssh",
+            h.sshArgs(
+              "docker",
+              "exec",
+              `slipway-${ENV_NAME}-nats`,
+              "/usr/local/bin/node",
+              "-e",
+              JSON.stringify(script),
+            ),
+            { encoding: "utf8", timeout: 5000 },
+            (err, stdout, stderr) => resolve(stdout.trim() || stderr.trim() || String(err)),
+          ),
+        );
+        lines.push(`+${at} ${h.name}: ${out}`);
+      }
+      await sleep(2000);
+    }
+  })();
+  return {
+    async stop() {
+      stop = true;
+      await running;
+      t.log(`jetstream samples:\n${lines.join("\n")}`);
+    },
+  };
+}
+
 /** The ids of every SecretSet event of the app, read through one gateway. */
 async function secretWrites(base: string, token: string, app: string): Promise<Set<string>> {
   const out = new Set<string>();
@@ -328,6 +381,7 @@ test.serial(
     t.is(init.status, 200, await init.text());
     const down = hosts[2]!;
     const load = writeLoad(urls.slice(0, 2), token, app, 4);
+    const diag = process.env.INFRA_LINK_DIAG === "1" ? sampleJetStream(t, hosts.slice(0, 2)) : undefined;
     await sleep(5000);
     const before = load.acked.length;
     const downAt = Date.now();
@@ -340,26 +394,6 @@ test.serial(
     const seen = status.json.result.live.hosts.find((h: any) => h.name === down.name);
     t.false(seen.reachable, JSON.stringify(seen));
     t.log(`status while ${down.name} is down: ${seen.error?.code}`);
-    // the JetStream meta group as the members that stayed see it (for the notes of a stall)
-    for (const h of hosts.slice(0, 2)) {
-      const script =
-        "fetch('http://127.0.0.1:8222/jsz').then(async (r) => { const j = await r.json(); process.stdout.write(JSON.stringify(j.meta_cluster ?? null)) })";
-      const r = spawnSync(
-        "ssh",
-        h.sshArgs(
-          "docker",
-          "exec",
-          `slipway-${ENV_NAME}-nats`,
-          "/usr/local/bin/node",
-          "-e",
-          JSON.stringify(script),
-        ),
-        { encoding: "utf8" },
-      );
-      t.log(
-        `${h.name} meta group at +${((Date.now() - downAt) / 1000).toFixed(0)} s: ${r.stdout.trim() || r.stderr.trim()}`,
-      );
-    }
     await sleep(LINK_DOWN_MS - 10_000);
     const during = load.acked.filter((a) => a.at > downAt).length;
     const firstAfter = load.acked.find((a) => a.at > downAt + 1000)?.at;
@@ -380,6 +414,7 @@ test.serial(
       t.log(`writes acknowledged again ${((again - upAt) / 1000).toFixed(1)} s after the link's return`);
     await sleep(5000);
     await load.stop();
+    await diag?.stop();
     const gaps = load.acked
       .map((a) => a.at)
       .sort((a, b) => a - b)
@@ -393,24 +428,38 @@ test.serial(
     if (during === 0 || gaps > 15_000) {
       // what the hosts that stayed said while the link was down
       const since = new Date(downAt - 1000).toISOString();
-      const until = new Date(downAt + LINK_DOWN_MS).toISOString();
+      const until = new Date(
+        process.env.INFRA_LINK_DIAG === "1" ? Date.now() : downAt + LINK_DOWN_MS,
+      ).toISOString();
       for (const h of hosts.slice(0, 2))
         for (const role of ["nats", "node"]) {
           const r = spawnSync(
             "ssh",
-            h.sshArgs("docker", "logs", "--since", since, "--until", until, `slipway-${ENV_NAME}-${role}`),
+            h.sshArgs(
+              "docker",
+              "logs",
+              "-t",
+              "--since",
+              since,
+              "--until",
+              until,
+              `slipway-${ENV_NAME}-${role}`,
+            ),
             { encoding: "utf8" },
           );
           const lines = `${r.stdout}${r.stderr}`
             .split("\n")
             .filter((l) => !/new consumer leader|Catchup for stream/.test(l))
-            .slice(0, 40);
+            .slice(0, process.env.INFRA_LINK_DIAG === "1" ? 400 : 40);
           t.log(`--- ${h.name} ${role}:\n${lines.join("\n")}`);
         }
     }
-    // not asserted: writes should go on through the cut, and on nats-server 2.9.10 they stall
-    // 10 to 35 s or longer first (docs/infra.md, "A host's link cut"); measured and printed
-    t.log(`writes acknowledged while the link was down: ${during}`);
+    // not asserted: writes should go on through the other two hosts. With the routes to the silent
+    // member failing in about 6 s (tcp_retries2) they do in some runs (first write after 11 to
+    // 12.5 s); in others they stall until about the link's return (docs/infra.md, "A host's link
+    // cut"): measured and printed
+    const late = load.acked.filter((a) => a.at > downAt + 20_000 && a.at < upAt).length;
+    t.log(`writes acknowledged while the link was down: ${during} (${late} in its last 10 s)`);
     const stored = await secretWrites(urls[0]!, token, app);
     const lost = load.acked.filter((a) => !stored.has(a.eventId));
     t.is(lost.length, 0, `acknowledged writes lost: ${lost.map((l) => l.key).join(", ")}`);

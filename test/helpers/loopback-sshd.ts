@@ -76,7 +76,9 @@ export async function startLoopbackSshd(
   keygen(clientKey, "test-client");
   writeFileSync(join(dir, "authorized_keys"), readFileSync(`${clientKey}.pub`), { mode: 0o600 });
   const config = join(dir, "sshd_config");
-  const setEnv = Object.entries(opts.setEnv ?? {}).map(([k, v]) => `SetEnv ${k}=${v}`);
+  // one SetEnv line: sshd keeps the first SetEnv it reads and ignores the later ones
+  const pairs = Object.entries(opts.setEnv ?? {}).map(([k, v]) => `${k}=${v}`);
+  const setEnv = pairs.length > 0 ? [`SetEnv ${pairs.join(" ")}`] : [];
   writeFileSync(
     config,
     [

@@ -73,6 +73,9 @@ test("each host's platform processes list their own NATS member first, tried in 
     const conf = nats.files["/run/slipway/nats.conf"]!;
     t.true(conf.includes(`client_advertise: "${host.address}:4222"`), conf);
     t.true(conf.includes(`advertise: "${host.address}:6222"`), conf);
+    // a route to a silent member fails within seconds (kernel retransmissions), in the member's own netns
+    t.deepEqual(nats.sysctls, { "net.ipv4.tcp_retries2": "4" });
+    for (const w of want.filter((x) => x.role !== "nats")) t.is(w.sysctls, undefined, w.role);
   }
 });
 
