@@ -307,7 +307,9 @@ function sampleJetStream(
   const t0 = Date.now();
   const script = [
     "const g = (p) => fetch('http://127.0.0.1:8222' + p).then((r) => r.json());",
-    "Promise.all([g('/jsz?streams=true&consumers=true'), g('/routez')]).then(([j, r]) => {",
+    "Promise.all([g('/jsz?streams=true&consumers=true'), g('/routez'), g('/connz'), g('/varz')]).then(([j, r, cz, v]) => {",
+    "const cs = (cz.connections ?? []).map((c) => (c.name ?? c.cid) + ':p' + c.pending_bytes + ':o' + c.out_msgs + ':i' + c.in_msgs).join(' ');",
+    "process.stdout.write('cpu ' + v.cpu + ' slow ' + v.slow_consumers + ' | conns ' + cs + ' | ');",
     "const by = (cs) => { const n = {}; for (const c of cs ?? []) { const l = c.cluster?.leader ?? '-'; n[l] = (n[l] ?? 0) + 1; } return Object.entries(n).map(([k, v]) => k + '=' + v).join('/'); };",
     "const s = (j.account_details ?? []).flatMap((a) => a.stream_detail ?? []).map((x) => x.name + ':' + (x.cluster?.leader ?? '-') + '[' + (x.cluster?.replicas ?? []).map((p) => p.name + (p.current ? '' : '!') + Math.round((p.active ?? 0) / 1e9)).join(',') + ']{' + by(x.consumer_detail) + '}');",
     "const rt = (r.routes ?? []).map((x) => x.remote_name + ' pend ' + x.pending_size + ' out ' + x.out_msgs);",
