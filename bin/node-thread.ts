@@ -32,6 +32,7 @@ async function main(): Promise<void> {
     name: "slipway-up-node",
     auth: data.natsAuth,
     inboxPrefix: subjects.inboxPrefix("node"),
+    role: "node",
     skipSetup: true,
     ...(data.replicas ? { replicas: data.replicas } : {}),
   });

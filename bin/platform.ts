@@ -189,6 +189,7 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
         name,
         auth: natsAuth(r),
         inboxPrefix: subjects.inboxPrefix(r),
+        role: r,
         skipSetup,
         replicas,
       });

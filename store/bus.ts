@@ -21,11 +21,13 @@ import {
   BUCKETS,
   COMMAND_DEDUP_MS,
   COMMAND_RETENTION_MS,
+  jsApi,
   kvStream,
   LEASE_TTL_MS,
   STREAMS,
   subjects,
 } from "../proto/mod.js";
+import { type NatsRole, natsPermissions } from "./nats-permissions.js";
 
 /*
  * nats.js 3.4 ends every answered request with cancel(), which builds a fresh
@@ -116,6 +118,12 @@ export interface BusOptions {
    * with `replicas`).
    */
   skipSetup?: boolean;
+  /**
+   * The role the connection's credentials are (store/nats-permissions.ts): its KV reads of the
+   * buckets it may read whole go to each bucket's leader ({@link preferLeaderReads}). Unset: direct
+   * gets, as the library does by default.
+   */
+  role?: NatsRole;
   /**
    * Replicas of every stream and KV bucket (SLIPWAY_REPLICAS; default 1). At setup, streams and
    * buckets that exist with another count are raised or lowered to it ({@link Bus.setupNotes}); a
@@ -331,6 +339,23 @@ async function openBuckets(nc: NatsConnection, replicas: number): Promise<Record
   return out;
 }
 
+/**
+ * KV reads from each bucket's stream leader (`$JS.API.STREAM.MSG.GET`) instead of direct gets
+ * (`$JS.API.DIRECT.GET`, answered by any replica), for the buckets `role` may read whole. On
+ * nats-server 2.9.10 a replica that has followed a new leader turns its direct gets off until it
+ * counts itself synchronized, and after a member went silent that happened only when the member
+ * came back: reads then waited out their time-out on the two members that stayed, for the whole
+ * cut (docs/infra.md, "A host's link cut"). The leader answers as long as there is one. Buckets a
+ * role reads only some keys of keep direct gets: the message get's subject names no key, so its
+ * permission cannot be narrowed to them (DESIGN §5).
+ */
+function preferLeaderReads(kv: Record<keyof typeof BUCKETS, KV>, role: NatsRole): void {
+  const pub = new Set(natsPermissions(role).publish);
+  for (const [k, name] of Object.entries(BUCKETS) as [keyof typeof BUCKETS, string][])
+    if (pub.has(">") || pub.has(jsApi.msgGet(kvStream(name))))
+      (kv[k] as KV & { direct: boolean }).direct = false;
+}
+
 /** Every stream openBus makes: the platform's streams, then its KV buckets' (`KV_<bucket>`). */
 export function platformStreamNames(): string[] {
   return [...streamConfigs().map((c) => c.name), ...Object.values(BUCKETS).map(kvStream)];
@@ -394,6 +419,7 @@ export async function openBus(opts: BusOptions): Promise<Bus> {
   try {
     const seen = opts.skipSetup ? new Map<string, number>() : await ensureStreams(jsm, replicas);
     kv = await openBuckets(nc, replicas);
+    if (opts.role) preferLeaderReads(kv, opts.role);
     // streams and buckets made earlier with another count (DESIGN §12); the streams' counts are
     // known from ensureStreams, only the buckets' are read
     if (!opts.skipSetup)

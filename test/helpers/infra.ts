@@ -86,7 +86,7 @@ export async function startTestNats(): Promise<TestNats> {
     seedFile: (role) => natsSeedFile(dir, role),
     env: (role) => ({ NATS_URL: url, SLIPWAY_NATS_CREDS: natsSeedFile(dir, role) }),
     bus: (name, role = "admin") =>
-      openBus({ servers: url, name, auth: t.auth(role), inboxPrefix: subjects.inboxPrefix(role) }),
+      openBus({ servers: url, name, auth: t.auth(role), inboxPrefix: subjects.inboxPrefix(role), role }),
     async restart(downMs = 0) {
       await t.server.stop();
       if (downMs) await new Promise((r) => setTimeout(r, downMs));

@@ -119,6 +119,7 @@ export async function startTestNatsCluster(opts: { readyTimeoutMs?: number } = {
         name,
         auth: auth(role),
         inboxPrefix: subjects.inboxPrefix(role),
+        role,
         ...(o.replicas ? { replicas: o.replicas } : {}),
         ...(o.skipSetup ? { skipSetup: true } : {}),
       }),
