@@ -347,9 +347,11 @@ async function openBuckets(nc: NatsConnection, replicas: number): Promise<Record
  * came back: reads then waited out their time-out on the two members that stayed, for the whole
  * cut (docs/infra.md, "A host's link cut"). The leader answers as long as there is one. Buckets a
  * role reads only some keys of keep direct gets: the message get's subject names no key, so its
- * permission cannot be narrowed to them (DESIGN §5).
+ * permission cannot be narrowed to them (DESIGN §5). Only with replicas (a cluster): on a single
+ * server a message get waited out a 5 s time-out after the server's restart, where a direct get
+ * answered at once (test/e2e/bus-restart.test.ts).
  */
-function preferLeaderReads(kv: Record<keyof typeof BUCKETS, KV>, role: NatsRole): void {
+export function preferLeaderReads(kv: Record<keyof typeof BUCKETS, KV>, role: NatsRole): void {
   const pub = new Set(natsPermissions(role).publish);
   for (const [k, name] of Object.entries(BUCKETS) as [keyof typeof BUCKETS, string][])
     if (pub.has(">") || pub.has(jsApi.msgGet(kvStream(name))))
@@ -419,7 +421,8 @@ export async function openBus(opts: BusOptions): Promise<Bus> {
   try {
     const seen = opts.skipSetup ? new Map<string, number>() : await ensureStreams(jsm, replicas);
     kv = await openBuckets(nc, replicas);
-    if (opts.role) preferLeaderReads(kv, opts.role);
+    // a single server is every stream's only replica and leader: nothing to choose there
+    if (opts.role && replicas > 1) preferLeaderReads(kv, opts.role);
     // streams and buckets made earlier with another count (DESIGN §12); the streams' counts are
     // known from ensureStreams, only the buckets' are read
     if (!opts.skipSetup)

@@ -1,6 +1,6 @@
 import anyTest, { type TestFn } from "ava";
 import { BUCKETS, keys } from "../../proto/mod.js";
-import type { Bus } from "../../store/bus.js";
+import { type Bus, preferLeaderReads } from "../../store/bus.js";
 import { startTestNats, type TestNats } from "../helpers/infra.js";
 
 /**
@@ -21,12 +21,17 @@ test.after.always(async (t) => {
 
 const direct = (kv: unknown) => (kv as { direct: boolean }).direct;
 
-test("a gateway and a node read their buckets from the leader; a proxy keeps direct gets where it reads some keys only", async (t) => {
+test("leader reads: a gateway and a node read their buckets from the leader; a proxy keeps direct gets where it reads some keys only", async (t) => {
   const { nats, buses } = t.context;
   const node = await nats.bus("leader-reads-node", "node");
   const gateway = await nats.bus("leader-reads-gateway", "gateway");
   const proxy = await nats.bus("leader-reads-proxy", "proxy");
   buses.push(node, gateway, proxy);
+  // a single server: direct gets, as the library does (leader reads are for clusters)
+  t.true(direct(node.kv.resources));
+  preferLeaderReads(node.kv, "node");
+  preferLeaderReads(gateway.kv, "gateway");
+  preferLeaderReads(proxy.kv, "proxy");
   for (const k of Object.keys(BUCKETS) as (keyof typeof BUCKETS)[]) t.false(direct(node.kv[k]), `node ${k}`);
   for (const k of ["resources", "vault", "apps", "idempotency", "jobs"] as const)
     t.false(direct(gateway.kv[k]), `gateway ${k}`);
