@@ -210,7 +210,16 @@ test.serial(
       await down.startEngine();
     }
     // back: its old container restarts with the engine (restart policy), but the app now runs on
-    // the second host, newest first: the next roll goes there and removes the one left behind
+    // the second host, newest first: the next roll goes there and removes the one left behind.
+    // The roll waits until that engine answers again with the old container running (and the
+    // platform's 2 s ping cache has passed): a roll while it still starts finds it unreachable,
+    // and leaves what it cannot see
+    await eventually(
+      async () => (await whereRunning(t, app))[preferred.name]?.some((c) => c.endsWith(" running")),
+      60_000,
+      500,
+    );
+    await new Promise((r) => setTimeout(r, 2500));
     const again = await deployAndWait(t, app);
     t.is(again.status, "succeeded", JSON.stringify(again));
     t.true((again.upstream as string).startsWith(`http://${second.address}:`), again.upstream);
