@@ -25,13 +25,20 @@ export class StaleLease {
     return Math.max(this.ttlMs / 2, 3000);
   }
 
-  /** Records a sight of the holder's lease at revision `rev` (time `t`); whether it is stale. */
-  observe(rev: number, t: number): boolean {
+  /**
+   * Records a read of the holder's lease at revision `rev`, asked at `askedAt` and answered at
+   * `answeredAt`; whether it is stale. A revision first seen counts from the answer (the holder
+   * wrote it before then, so its validity ends within a TTL of that moment, whatever the read's
+   * delay); an unchanged one is stale once it was still current when a read was asked half the
+   * TTL later. A read that took seconds (a stream leader being elected) must not date the first
+   * sight to its asking: the holder may have written that revision while the read waited.
+   */
+  observe(rev: number, askedAt: number, answeredAt: number = askedAt): boolean {
     if (this.seen?.rev !== rev) {
-      this.seen = { rev, at: t };
+      this.seen = { rev, at: answeredAt };
       return false;
     }
-    return t - this.seen.at >= this.staleMs;
+    return askedAt - this.seen.at >= this.staleMs;
   }
 
   /** The latest moment the previous holder may still believe it leads (after this, it cannot). */

@@ -153,10 +153,11 @@ class Scheduler {
     } catch {
       // held: by this node's previous life under the same id (a restarted `slipwayd up`), taken back
       // on its revision; by another node, taken over on its revision once it stopped renewing it
+      const askedAt = now();
       const cur = await kv.get(keys.schedulerLease).catch(() => null);
       if (cur?.operation !== "PUT") return;
       const mine = cur.string() === this.o.nodeId;
-      if (!mine && !this.stale.observe(cur.revision, sent)) return;
+      if (!mine && !this.stale.observe(cur.revision, askedAt, now())) return;
       try {
         this.leaseRev = await kv.update(keys.schedulerLease, this.o.nodeId, cur.revision);
       } catch {

@@ -119,9 +119,10 @@ export interface BusOptions {
    */
   skipSetup?: boolean;
   /**
-   * The role the connection's credentials are (store/nats-permissions.ts): its KV reads of the
-   * buckets it may read whole go to each bucket's leader ({@link preferLeaderReads}). Unset: direct
-   * gets, as the library does by default.
+   * The role the connection's credentials are (store/nats-permissions.ts). With
+   * `SLIPWAY_KV_LEADER_READS=1` in a cluster (opt-in, not safe: {@link preferLeaderReads}), its KV
+   * reads of the buckets it may read whole go to each bucket's leader. Else direct gets, as the
+   * library does by default.
    */
   role?: NatsRole;
   /**
@@ -421,8 +422,9 @@ export async function openBus(opts: BusOptions): Promise<Bus> {
   try {
     const seen = opts.skipSetup ? new Map<string, number>() : await ensureStreams(jsm, replicas);
     kv = await openBuckets(nc, replicas);
-    // opt-in (docs/infra.md, "A host's link cut"): not the default while a chaos run saw scheduler
-    // ticks overlap with it; a single server is every stream's only replica and leader
+    // opt-in, not safe on nats-server 2.9.10 (docs/infra.md, "A host's link cut"): a member frozen
+    // while leading answers message gets from its stale state when it wakes; chaos runs with it
+    // stored writes out of order. A single server is every stream's only replica and leader
     if (opts.role && replicas > 1 && process.env.SLIPWAY_KV_LEADER_READS === "1")
       preferLeaderReads(kv, opts.role);
     // streams and buckets made earlier with another count (DESIGN §12); the streams' counts are

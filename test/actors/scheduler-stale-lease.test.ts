@@ -19,6 +19,16 @@ test("StaleLease: a revision is stale after half the TTL of unchanged sightings;
   t.is(new StaleLease(3_000).staleMs, 3_000, "at least three renewal steps");
 });
 
+test("StaleLease: a first sight counts from the read's answer, a stale one from its asking", (t) => {
+  // the read waited 4 s (a stream leader being elected): the holder may have written revision 7
+  // just before the answer, so its validity is counted from then, not from the asking
+  const s = new StaleLease(10_000);
+  t.false(s.observe(7, 1_000, 5_000));
+  t.is(s.holderValidUntil(), 15_000);
+  t.false(s.observe(7, 9_999, 10_500), "asked less than half the TTL after the first answer");
+  t.true(s.observe(7, 10_000, 14_000));
+});
+
 /**
  * A scheduler leader that stops renewing its lease (killed, paused, cut off) is taken over after
  * about half the lease TTL instead of the whole of it; the tick it left in doubt is fired again
