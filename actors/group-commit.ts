@@ -16,6 +16,7 @@ import {
 } from "../proto/mod.js";
 import { type Bus, isCasConflict } from "../store/mod.js";
 import { batchApplied, commandApplied } from "../effects/mod.js";
+import { eventCommitted } from "../proto/mod.js";
 import type { AppActor, Decided } from "./app-actor.js";
 import {
   foldedLogs,
@@ -325,6 +326,7 @@ export class CommitLog {
       }
     }
     await Promise.all(writes);
+    for (const d of batch) for (const ev of d.outbox?.events ?? []) eventCommitted(ev.type);
     for (let i = 0; i < batch.length; i++) actors.get(batch[i]!.app)?.state.acknowledged(await revisions[i]!);
     for (const d of batch) if (d.outbox) await runSideEffects(this.host, d.outbox);
     for (const d of batch)

@@ -11,6 +11,7 @@ import {
 } from "../proto/mod.js";
 import { type Bus, isTransientBusError, kvKeys, PULL_EXPIRES_MS, type Vault } from "../store/mod.js";
 import { commandRead } from "../effects/mod.js";
+import { actorTurn } from "../proto/mod.js";
 import { type ActorHost, AppActor, type Decided } from "./app-actor.js";
 import type { PlatformUrls } from "./context.js";
 import type { Facts } from "./facts/types.js";
@@ -110,6 +111,11 @@ export class PartitionWorker {
 
   leaseValid(): boolean {
     return !this.stopped && Date.now() < this.leaseValidUntil;
+  }
+
+  /** Commands read and not yet answered (`slipway_actor_queue_depth`). */
+  queued(): number {
+    return this.inflight.size;
   }
 
   /** True while a batch is being decided or committed. */
@@ -299,7 +305,9 @@ export class PartitionWorker {
         for (const en of entries) {
           bySeq.set(en.seq, en);
           const known = { outcome: (id: string) => this.log.outcome(id), quiet: en.retry === true };
+          const t0 = performance.now();
           const d = await actor.decide(en.cmd, en.seq, known, en.facts);
+          actorTurn.observe((performance.now() - t0) / 1000);
           if (d) out.push(d);
           else this.inflight.delete(en.seq);
         }

@@ -1,3 +1,4 @@
+import { countQueued } from "../proto/mod.js";
 import { randomBytes } from "node:crypto";
 import { resolve, sep } from "node:path";
 import { closeAppsDialers } from "../effects/mod.js";
@@ -46,6 +47,8 @@ export class RuntimeNode implements WorkerHost {
   private readonly margin: number;
   private readonly tickMs: number;
   private readonly workers = new Map<number, PartitionWorker>();
+  /** Stops counting this node's queued commands in the metrics. */
+  private uncount: (() => void) | undefined;
   /** Dropped workers whose last batch may still be committing or applying, by partition. */
   private readonly stopping = new Map<number, Promise<void>>();
   private timer: NodeJS.Timeout | undefined;
@@ -179,6 +182,11 @@ export class RuntimeNode implements WorkerHost {
   }
 
   async start(): Promise<void> {
+    this.uncount = countQueued(() => {
+      let n = 0;
+      for (const w of this.workers.values()) n += w.queued();
+      return n;
+    });
     // a batch in flight when the connection drops would wait for its requests' time-outs (5 s):
     // drop its worker now; the next tick after the return takes the partition again
     this.bus.onStatus((up) => {
@@ -434,6 +442,7 @@ export class RuntimeNode implements WorkerHost {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.uncount?.();
     if (this.timer) clearInterval(this.timer);
     await this.ticking.catch(() => {});
     await this.renewing;

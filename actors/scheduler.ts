@@ -1,3 +1,4 @@
+import { countMissed, reportLeader, tickEnded } from "../proto/mod.js";
 import type { KvEntry } from "@nats-io/kv";
 import { type Bus, isCasConflict, type Vault } from "../store/mod.js";
 import {
@@ -93,6 +94,7 @@ class Scheduler {
   private readonly caller: TickCaller;
   private readonly reporter: TickReporter;
   private readonly stale: StaleLease;
+  private unreport: (() => void) | undefined;
 
   constructor(opts: SchedulerOptions, hooks: SchedulerHooks) {
     this.hooks = hooks;
@@ -113,6 +115,7 @@ class Scheduler {
   }
 
   start(): void {
+    this.unreport = reportLeader(() => this.isLeader());
     const every = Math.max(200, Math.floor(this.o.leaseTtlMs / 3));
     const step = () => {
       // a renewal that hangs (a leader election on the bus) must not keep a leadership past its lease
@@ -381,7 +384,7 @@ class Scheduler {
       // the ticks that fell due meanwhile are missed (counted, not fired)
       tick = Date.parse(state.running.tick);
       refire = true;
-      state.missed += ticksBetween(job.schedule, tick, t, anchor);
+      state.missed += countMissed(ticksBetween(job.schedule, tick, t, anchor));
     } else {
       const due =
         state.generation === job.def.generation && state.next_due !== null
@@ -393,7 +396,7 @@ class Scheduler {
       tick = latestDue(job.schedule, due, Math.max(t, due), anchor);
       const missed = ticksBetween(job.schedule, due - 1, tick - 1, anchor);
       if (state.generation !== job.def.generation) state = { ...state, generation: job.def.generation };
-      state.missed += missed;
+      state.missed += countMissed(missed);
     }
     const nextDue = nextTick(job.schedule, tick, anchor);
     const deadline = Math.max(t, tick) + this.o.tickTimeoutMs + 5000;
@@ -426,6 +429,7 @@ class Scheduler {
     // every due moment that passed while this tick ran was skipped: ticks never overlap
     const ended = now();
     const skipped = ticksBetween(job.schedule, refire ? t : tick, ended, anchor);
+    tickEnded(result.ok, refire, firedAt - tick, skipped);
     const after: JobState = {
       ...(job.state ?? running),
       running: null,
@@ -465,6 +469,7 @@ class Scheduler {
 
   async close(): Promise<void> {
     this.closed = true;
+    this.unreport?.();
     if (this.tickTimer) clearInterval(this.tickTimer);
     await this.loop.catch(() => {});
     const wasLeading = this.leading;

@@ -570,7 +570,9 @@ function processLines(p: ProcessesResult, upInProcess: number): string[] {
       ["scenario", "set-secret", "latency", "processes after the run"],
       row("slipwayd up (one process)", p.up),
       row("2 gateways + 2 nodes (4 processes)", p.split),
+      row("slipwayd up, SLIPWAY_METRICS=off", p.upNoMetrics),
     ]),
+    `the metrics' cost (5a with them against 5c without, one run each): ${f0(p.up.rps)} against ${f0(p.upNoMetrics.rps)} req/s, ${p.upNoMetrics.rps > 0 ? (((p.upNoMetrics.rps - p.up.rps) / p.upNoMetrics.rps) * 100).toFixed(1) : "?"} % (target <= 3 %)`,
     `RSS of slipwayd up after the run: ${upRss.toFixed(0)} MiB (target <= ${TARGETS.upRssMiB} MiB: ${upRss <= TARGETS.upRssMiB ? "met" : "NOT met"})`,
   ];
 }

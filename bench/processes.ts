@@ -63,6 +63,15 @@ export interface ProcessesResult {
   up: { rps: number; non2xx: number; errors: number; p50: number; p99: number; procs: ProcessFigure[] };
   /** 5b: 2 gateways + 2 nodes as processes. */
   split: { rps: number; non2xx: number; errors: number; p50: number; p99: number; procs: ProcessFigure[] };
+  /** 5c: `slipwayd up` as a process with its metrics off (SLIPWAY_METRICS=off): their cost. */
+  upNoMetrics: {
+    rps: number;
+    non2xx: number;
+    errors: number;
+    p50: number;
+    p99: number;
+    procs: ProcessFigure[];
+  };
   /** What the processes ran. */
   entry: string;
 }
@@ -245,5 +254,12 @@ export async function processPhases(
     o,
   );
   opts.progress(`   ${Math.round(split.rps)} req/s`);
-  return { up, split, entry: e.what };
+  opts.progress(`5c. slipwayd up as a process with SLIPWAY_METRICS=off: set-secret max`);
+  const upNoMetrics = await scenario(
+    gen,
+    [{ what: "slipwayd up", args: ["up"], env: { SLIPWAY_METRICS: "off" }, gateway: 0 }],
+    o,
+  );
+  opts.progress(`   ${Math.round(upNoMetrics.rps)} req/s`);
+  return { up, split, upNoMetrics, entry: e.what };
 }

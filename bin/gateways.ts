@@ -39,6 +39,8 @@ export interface Started {
   log: (msg: string) => void;
   /** Each part started pushes how it stops. */
   closers: (() => Promise<void>)[];
+  /** The process's metrics (with its node thread's), for the control plane's `/metrics`. */
+  metrics?: () => Promise<string>;
 }
 
 /** Opens the read index, follows the app directory and starts the gateways of the role's planes. */
@@ -82,6 +84,7 @@ export async function startGateways(opts: PlatformOptions, s: Started): Promise<
     }
     const control = await startGateway({
       ...common,
+      ...(s.metrics ? { metrics: s.metrics } : {}),
       plane: "control",
       host: controlHost,
       port: controlPort,

@@ -1,3 +1,4 @@
+import type { metricsJson } from "../proto/mod.js";
 import { Worker } from "node:worker_threads";
 import type { NodeHandle, NodeOptions } from "../actors/mod.js";
 import type { NatsAuth } from "../store/mod.js";
@@ -25,9 +26,16 @@ export type FromNodeThread =
   | { type: "log"; msg: string }
   | { type: "state"; partitions: number[]; leader: boolean }
   | { type: "closed" }
-  | { type: "stats"; id: number; stats: BusStats };
+  | { type: "stats"; id: number; stats: BusStats }
+  | { type: "metrics"; id: number; metrics: ThreadMetrics };
 
-export type ToNodeThread = { type: "close" } | { type: "stats"; id: number };
+export type ToNodeThread =
+  | { type: "close" }
+  | { type: "stats"; id: number }
+  | { type: "metrics"; id: number };
+
+/** A thread's metrics as JSON (effects/metrics.ts metricsJson), merged into its process's `/metrics`. */
+export type ThreadMetrics = ReturnType<typeof metricsJson>;
 
 /** Messages and bytes the node thread's NATS connection sent and received. */
 export interface BusStats {
@@ -43,6 +51,8 @@ export interface NodeThreadHandle extends NodeHandle {
   worker(): Worker;
   /** The node thread's NATS connection counters. */
   busStats(): Promise<BusStats>;
+  /** The node thread's metrics (none while it restarts). */
+  metrics(): Promise<ThreadMetrics>;
 }
 
 /**
@@ -83,6 +93,7 @@ export function startNodeThread(
   let nodeId = data.nodeId;
   let nextStats = 0;
   const statsWaiting = new Map<number, (s: BusStats) => void>();
+  const metricsWaiting = new Map<number, (m: ThreadMetrics) => void>();
   const { file, eval: evaluate } = entry();
 
   const launch = (first: boolean) =>
@@ -104,6 +115,9 @@ export function startNodeThread(
         else if (m.type === "stats") {
           statsWaiting.get(m.id)?.(m.stats);
           statsWaiting.delete(m.id);
+        } else if (m.type === "metrics") {
+          metricsWaiting.get(m.id)?.(m.metrics);
+          metricsWaiting.delete(m.id);
         } else if (m.type === "state") {
           partitions = m.partitions;
           leader = m.leader;
@@ -149,6 +163,17 @@ export function startNodeThread(
           setTimeout(() => {
             if (statsWaiting.delete(id)) reject(new Error("the node thread did not answer"));
           }, 5000).unref();
+        }),
+      metrics: () =>
+        new Promise<ThreadMetrics>((resolve) => {
+          if (!running) return resolve([]);
+          const id = nextStats++;
+          metricsWaiting.set(id, resolve);
+          worker.postMessage({ type: "metrics", id } satisfies ToNodeThread);
+          // a thread that does not answer (restarting, stuck) leaves its metrics out of this scrape
+          setTimeout(() => {
+            if (metricsWaiting.delete(id)) resolve([]);
+          }, 2000).unref();
         }),
       close: () => {
         if (closing) return Promise.resolve();

@@ -2,6 +2,7 @@
 // process, two threads"): the gateways and the read index keep the main thread's event loop, the
 // actors, the outbox and the scheduler get this one, so both cores work. It opens its own NATS
 // connection and vault; it talks to the main thread only by the messages of ./node-thread-api.ts.
+import { metricsJson } from "../proto/mod.js";
 import { type MessagePort, parentPort, workerData } from "node:worker_threads";
 import { startNode, type NodeHandle } from "../actors/mod.js";
 import { subjects } from "../proto/mod.js";
@@ -58,6 +59,10 @@ async function main(): Promise<void> {
   send({ type: "ready", nodeId: node.nodeId });
   state();
   port.on("message", (m: ToNodeThread) => {
+    if (m.type === "metrics") {
+      send({ type: "metrics", id: m.id, metrics: metricsJson() });
+      return;
+    }
     if (m.type === "stats") {
       const { inMsgs, outMsgs, inBytes, outBytes } = bus.nc.stats();
       send({ type: "stats", id: m.id, stats: { inMsgs, outMsgs, inBytes, outBytes } });

@@ -97,3 +97,28 @@ export function optionsFromEnv(env: NodeJS.ProcessEnv = process.env): PlatformOp
     env,
   };
 }
+
+/**
+ * `/metrics` on a port of its own (docs/metrics.md): SLIPWAY_METRICS_PORT (unset: none; 0: any
+ * free port), on SLIPWAY_METRICS_HOST (default 127.0.0.1); another address needs
+ * SLIPWAY_METRICS_TOKEN (at least 32 characters), which every scrape then sends as a bearer token.
+ */
+export function metricsOptions(
+  env: NodeJS.ProcessEnv = process.env,
+): { port: number; host: string; token?: string } | undefined {
+  const raw = env.SLIPWAY_METRICS_PORT?.trim();
+  if (!raw) return undefined;
+  const port = /^\d{1,5}$/.test(raw) ? Number(raw) : -1;
+  if (port < 0 || port > 65535)
+    throw new OptionError(`SLIPWAY_METRICS_PORT=${JSON.stringify(raw)} is not a port: give 0 to 65535`);
+  const host = env.SLIPWAY_METRICS_HOST?.trim() || "127.0.0.1";
+  const token = env.SLIPWAY_METRICS_TOKEN?.trim() || undefined;
+  const loopback = host === "127.0.0.1" || host === "::1" || host === "localhost";
+  if (!loopback && (token?.length ?? 0) < 32)
+    throw new OptionError(
+      `SLIPWAY_METRICS_HOST=${host} is not loopback: set SLIPWAY_METRICS_TOKEN (at least 32 characters) for its scrapes`,
+    );
+  if (token !== undefined && token.length < 32)
+    throw new OptionError("SLIPWAY_METRICS_TOKEN must have at least 32 characters");
+  return { port, host, ...(token ? { token } : {}) };
+}

@@ -25,6 +25,8 @@ import {
 
 import { type NodeThreadData, type NodeThreadHandle, startNodeThread } from "./node-thread-api.js";
 import { exportingLog, watchTelemetry } from "./telemetry.js";
+import { metricsOptions } from "./options.js";
+import { mergedMetrics, serveMetrics } from "../effects/mod.js";
 
 export type Role = "up" | "gateway" | "node" | "proxy";
 
@@ -117,6 +119,8 @@ export interface PlatformHandle {
   /** The edge proxy (`up` and `proxy`). */
   readonly proxy?: ProxyHandle | undefined;
   readonly controlToken: string;
+  /** The port of `/metrics` when SLIPWAY_METRICS_PORT asked for one (docs/metrics.md). */
+  readonly metricsPort?: number;
   close(): Promise<void>;
 }
 
@@ -148,6 +152,8 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
   const role = opts.role ?? "up";
   const log = exportingLog(opts.log ?? ((m: string) => console.error(m)));
   const env = opts.env ?? process.env;
+  // refused before anything starts (docs/metrics.md)
+  const metricsPort = metricsOptions(env);
   const dataDir = resolve(opts.dataDir ?? ".slipway");
   const workspaceRoot = resolve(opts.workspaceRoot ?? join(dataDir, "apps"));
   // the data dir holds the vault key, the control token and the NATS seeds: its owner's only
@@ -205,9 +211,12 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
     const telemetry = await watchTelemetry({ bus, vault, role, env, log }); // docs/observability.md
     closers.push(() => telemetry.close());
 
+    // this process's metrics, with its node thread's once it runs (effects/metrics.ts)
+    let thread: NodeThreadHandle | undefined;
+    const metrics = async () => mergedMetrics(thread ? [await thread.metrics()] : []);
     const { index, control, data, bridgeHost } =
       role === "up" || role === "gateway"
-        ? await startGateways(opts, { role, dataDir, env, bus, vault, controlToken, log, closers })
+        ? await startGateways(opts, { role, dataDir, env, bus, vault, controlToken, log, closers, metrics })
         : ({} as Gateways);
     let proxyBus = bus;
     if (role === "up") {
@@ -240,6 +249,8 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
             bridgeHost,
           })
         : ({} as Runtime);
+    thread = nodeThread;
+    const metricsServer = metricsPort ? await metricsOnPort(metricsPort, metrics, closers, log) : undefined;
     // gateways and the proxy close first (stop accepting, finish what is in flight), then the node
     // finishes in-flight work, then the bus drains, then nats stops
     const order = [control, data, proxy].filter(Boolean) as { close(): Promise<void> }[];
@@ -256,6 +267,7 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
       index,
       proxy,
       controlToken,
+      ...(metricsServer ? { metricsPort: metricsServer.port } : {}),
       // idempotent: a second call waits for the first
       close: () =>
         (closing ??= (async () => {
@@ -268,6 +280,19 @@ export async function startPlatform(opts: PlatformOptions = {}): Promise<Platfor
     await closeAll();
     throw e;
   }
+}
+
+/** `/metrics` on SLIPWAY_METRICS_PORT (docs/metrics.md). */
+async function metricsOnPort(
+  o: NonNullable<ReturnType<typeof metricsOptions>>,
+  text: () => Promise<string>,
+  closers: (() => Promise<void>)[],
+  log: (msg: string) => void,
+): Promise<{ port: number }> {
+  const m = await serveMetrics({ ...o, text });
+  closers.push(() => m.close());
+  log(`metrics on ${o.host}:${m.port}/metrics`);
+  return m;
 }
 
 /**

@@ -18,3 +18,4 @@ export * from "./telemetry.js";
 export * from "./verify.js";
 export * from "./json-schema.js";
 export * from "./safe-pattern.js";
+export { METRICS_CONTENT_TYPE, mergedMetrics, metricsText, serveMetrics } from "./metrics.js";

@@ -1,5 +1,6 @@
 import { type Context, ROOT_CONTEXT, type Span, SpanKind, SpanStatusCode, trace } from "@opentelemetry/api";
 import { PlatformError } from "../proto/mod.js";
+import { commandDuration, commandsTotal, groupCommitSize, outcomeOf } from "../proto/mod.js";
 import { emitLog, type Exporter, type ExportConfig, type Pipeline, startPipeline } from "./telemetry-sdk.js";
 
 export {
@@ -147,6 +148,8 @@ interface CommandLike {
   request_id: string;
 }
 const commands = new WeakMap<object, { span: Span; t0: number }>();
+/** When each command was read off its partition (`slipway_command_duration_seconds`). */
+const readAt = new WeakMap<object, number>();
 const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
 
 /** The context a `traceparent` value names (the gateway's span, remote); the root when none. */
@@ -166,6 +169,7 @@ export function commandRead(
   cmd: CommandLike,
   msg: { headers?: { get(k: string): string } | undefined },
 ): void {
+  readAt.set(cmd, performance.now());
   const p = pipe;
   if (!p) return;
   const span = p.tracer.startSpan(
@@ -190,9 +194,13 @@ export function commandApplied(
   reply: { http: number; ok: boolean; error?: { code: string } | undefined },
   started: boolean,
 ): void {
+  const outcome = outcomeOf(reply);
+  commandsTotal.inc({ capability: cmd.capability, outcome });
+  const t0 = readAt.get(cmd);
+  if (t0 !== undefined)
+    commandDuration.observe({ capability: cmd.capability }, (performance.now() - t0) / 1000);
   const p = pipe;
   if (!p) return;
-  const outcome = reply.ok ? "ok" : (reply.error?.code ?? "error");
   const attrs = { "slipway.capability": cmd.capability, "slipway.outcome": outcome };
   p.instruments.commands.add(1, attrs);
   if (started) p.instruments.tasks.add(1, { "slipway.capability": cmd.capability });
@@ -207,6 +215,7 @@ export function commandApplied(
 
 /** The size of a group commit. */
 export function batchApplied(size: number): void {
+  groupCommitSize.observe(size);
   pipe?.instruments.batchSize.record(size);
 }
 

@@ -1,10 +1,12 @@
 import type { HttpRequest, HttpResponse } from "uWebSockets.js";
 import { PlatformError, newId } from "../proto/mod.js";
+import { httpDuration, httpRequests, methodLabel } from "../proto/mod.js";
 import { busUnavailable, isTransientBusError } from "../store/mod.js";
 import { Res } from "./http.js";
 import { checkHostAndOrigin, type OriginPolicy } from "./origin.js";
 import { takeBody } from "./http.js";
 import { readRequest, remoteAddress, type Req } from "./request.js";
+import { routeLabel } from "./route-label.js";
 
 /** A route handler: it answers through `res`, synchronously or later. */
 export type Handler = (req: Req, res: Res) => void | Promise<void>;
@@ -22,6 +24,8 @@ export interface GuardOptions {
    * its source address, asked of the engine before the handler runs (docs/security.md).
    */
   dev?: DevCallers;
+  /** The plane, as the requests' metrics label it (effects/metrics.ts); unset: not counted. */
+  plane?: "control" | "data";
 }
 
 /** Which app's dev container holds an address (the engine knows; effects/docker's directory answers). */
@@ -66,6 +70,7 @@ export function guard(o: GuardOptions, handler: Handler): (raw: HttpResponse, rq
     let req: Req | undefined;
     try {
       res = new Res(raw, newId("req"));
+      if (o.plane) counted(res, o.plane, rq);
       req = readRequest(rq, res.requestId, remoteAddress(raw));
       checkHostAndOrigin(req.headers, o.policy);
       const p = o.dev ? viaDev(o.dev, req, res, handler) : handler(req, res);
@@ -102,4 +107,18 @@ async function viaDev(dev: DevCallers, req: Req, res: Res, handler: Handler): Pr
   takeBody(req, res);
   req.devApp = await dev.appAt(req.remote);
   await handler(req, res);
+}
+
+/**
+ * Counts the request in `slipway_http_requests_total` and its time to the answer's head in
+ * `slipway_http_request_duration_seconds` (a client that left first: status `aborted`).
+ */
+function counted(res: Res, plane: "control" | "data", rq: HttpRequest): void {
+  const t0 = performance.now();
+  const route = routeLabel(rq.getUrl());
+  const method = methodLabel(rq.getMethod());
+  res.onAnswered = (status) => {
+    httpRequests.inc({ plane, route, method, status: status === 0 ? "aborted" : String(status) });
+    httpDuration.observe({ plane, route }, (performance.now() - t0) / 1000);
+  };
 }

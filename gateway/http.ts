@@ -40,14 +40,24 @@ export class Res {
   /** The request's body once taken ({@link takeBody}: a second take gets the same). */
   body: Promise<Buffer> | undefined;
   private readonly onAbort: (() => void)[] = [];
+  /** Told once: the answer's status when its head is written, or 0 when the client left first (metrics). */
+  onAnswered: ((status: number) => void) | undefined;
 
   constructor(raw: HttpResponse, requestId: string) {
     this.raw = raw;
     this.requestId = requestId;
     raw.onAborted(() => {
       this.aborted = true;
+      this.answered(0);
       for (const f of this.onAbort) f();
     });
+  }
+
+  private answered(status: number): void {
+    const f = this.onAnswered;
+    if (!f) return;
+    this.onAnswered = undefined;
+    f(status);
   }
 
   whenAborted(f: () => void): void {
@@ -70,6 +80,7 @@ export class Res {
 
   /** Status line and headers; every answer carries the model version and the request id. */
   private head(status: number, contentType: string, headers: Record<string, string>): void {
+    this.answered(status);
     this.raw.writeStatus(statusLine(status));
     this.raw.writeHeader("content-type", contentType);
     this.raw.writeHeader("x-platform-model", PLATFORM_MODEL);

@@ -10,6 +10,7 @@ import {
   AppRecordSchema,
   keys,
 } from "../proto/mod.js";
+import { METRICS_CONTENT_TYPE, metricsText } from "../effects/mod.js";
 import { APP_EVENT_ROUTE, appEventsRoute, type AppEventDeps } from "./app-events.js";
 import { authenticate, type AppDirectory, type AuthInput, type Principal } from "./auth.js";
 import { capabilityRoute, type CapabilityDeps } from "./capability-route.js";
@@ -32,6 +33,11 @@ import { TailLimiter, wsTail } from "./tails.js";
 
 export interface GatewayOptions {
   plane: "control" | "data";
+  /**
+   * The process's metrics as Prometheus text, for the control plane's `/metrics` (default: this
+   * thread's registry; `up` merges its node thread's in: effects/metrics.ts mergedMetrics).
+   */
+  metrics?: () => Promise<string>;
   /** How long a staged action waits for approval, in seconds (default: SLIPWAY_APPROVAL_TTL_S, else 1 hour). */
   approvalTtlS?: number;
   bus: Bus;
@@ -127,6 +133,7 @@ interface RouteDeps {
   incidents: IncidentDeps;
   mcp: ReturnType<typeof mcpDeps>;
   reads: ReadDeps;
+  metrics: () => Promise<string>;
 }
 
 /** One router for every HTTP request; the guard answers whatever it throws. */
@@ -134,6 +141,7 @@ function router(r: RouteDeps): (req: Req, res: Res) => void | Promise<void> {
   const { bus, caps, appEvents, connect, identity, policyDeps, incidents, mcp, reads } = r;
   return (req, res) => {
     const path = req.url;
+    if (path === "/metrics" && r.plane === "control") return metricsRoute(r, req, res);
     const cm = /^\/capabilities\/([^/]+)$/.exec(path);
     if (cm) {
       const name = decodeComponent(cm[1]!, "capability name");
@@ -162,6 +170,16 @@ function router(r: RouteDeps): (req: Req, res: Res) => void | Promise<void> {
     }
     throw new PlatformError("not_found", `no route ${req.method.slice(0, 16)} ${path.slice(0, 200)}`);
   };
+}
+
+/** `GET /metrics` of the control plane: the process's metrics in Prometheus text, for the operator only. */
+async function metricsRoute(r: RouteDeps, req: Req, res: Res): Promise<void> {
+  if (req.method !== "GET" && req.method !== "HEAD") throw methodNotAllowed(["GET"]);
+  req.query.only([], "GET /metrics");
+  if (r.caps.auth(req).kind !== "operator")
+    throw new PlatformError("forbidden", "/metrics is for the operator's token only");
+  const text = await r.metrics();
+  res.send(200, req.method === "HEAD" ? "" : text, METRICS_CONTENT_TYPE);
 }
 
 /**
@@ -199,6 +217,7 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
     log,
     name: `gateway ${plane}`,
     inflight,
+    plane,
   };
   // users' access tokens are principals on the data plane: their apps' keys, followed
   const userKeys = plane === "data" ? new SigningKeys(vault) : undefined;
@@ -261,7 +280,20 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
   const incidents: IncidentDeps = { ...caps, apps };
   const mcp = mcpDeps({ ...caps, apps, policy: policyDeps });
 
-  const route = router({ plane, bus, caps, appEvents, connect, identity, policyDeps, incidents, mcp, reads });
+  const metrics = opts.metrics ?? metricsText;
+  const route = router({
+    plane,
+    bus,
+    caps,
+    appEvents,
+    connect,
+    identity,
+    policyDeps,
+    incidents,
+    mcp,
+    reads,
+    metrics,
+  });
 
   const {
     apps: servers,

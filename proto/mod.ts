@@ -32,3 +32,4 @@ export * from "./schedule.js";
 export * from "./service-token.js";
 export * from "./subjects.js";
 export * from "./random.js";
+export * from "./metrics.js";

@@ -1,3 +1,4 @@
+import { proxyDuration, proxyRequests } from "../proto/mod.js";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
 import type { TLSSocket } from "node:tls";
@@ -147,7 +148,11 @@ export class Front {
     }
     const head = scanHead(req.rawHeaders);
     const r = this.route(url, head, req, proto);
-    const logged = (status: number) => {
+    const logged = (status: number, upstream = "none") => {
+      // the route is the operator's (a host in the route table); a Host nobody routes is `none`
+      const route = r.entry ? (r.host ?? "none") : "none";
+      proxyRequests.inc({ route, upstream, status: String(status) });
+      proxyDuration.observe({ route }, (performance.now() - t0) / 1000);
       const subject = r.entry?.logSubject;
       if (subject === undefined) return;
       const path = url.length > MAX_LOGGED_PATH ? `${url.slice(0, MAX_LOGGED_PATH)}...` : url;
@@ -186,7 +191,7 @@ export class Front {
     this.active++;
     forward(req, res, pool, headers, head.hasBody, (status) => {
       this.active--;
-      logged(status);
+      logged(status, pool.origin.host);
     });
   }
 
@@ -230,6 +235,7 @@ export class Front {
     passUpgrade(
       { req, socket, head: rest, origin: pool.origin, headers, tracker: this.o.upgrades },
       (status) => {
+        proxyRequests.inc({ route: host, upstream: pool.origin.host, status: String(status) });
         if (entry.logSubject === undefined) return;
         this.o.accessLog.record(
           entry.logSubject,

@@ -1,3 +1,4 @@
+import { forgetProxySeries } from "../proto/mod.js";
 import { randomBytes } from "node:crypto";
 import { createServer, type Server } from "node:http";
 import type { Bus, Vault } from "../store/mod.js";
@@ -90,6 +91,10 @@ export async function startProxy(opts: ProxyOptions): Promise<ProxyHandle> {
     onChange: (h, route) => {
       certs?.routeChanged(h);
       acme?.routeChanged(route);
+      forgetProxySeries(
+        h,
+        route?.upstreams.map((u) => u.url),
+      );
     },
   });
   certs = new CertificateStore(bus, vault, (h) => routes.get(h)?.route.client_ca_pem, log);

@@ -179,7 +179,8 @@ if (!process.env.NATS_URL && !onPath(natsBin)) {
 // git (workspaces are git repositories: initialize-app and productionize commit), pebble (an
 // ACME test server with pebble-challtestsrv's mock DNS: the proxy's HTTPS tests obtain
 // certificates from it on loopback), docker-registry (the deploy tests push and pull by digest) and
-// chromium (the status page's browser test drives it with playwright-core; no browser is downloaded).
+// chromium (the status page's browser test drives it with playwright-core; no browser is downloaded)
+// and prometheus (its promtool checks every process's /metrics in the metrics tests).
 for (const tool of [
   {
     bins: ["git"],
@@ -189,6 +190,7 @@ for (const tool of [
   { bins: ["pebble", "pebble-challtestsrv"], pkg: "pebble", why: "the proxy's TLS tests" },
   { bins: ["docker-registry"], pkg: "docker-registry", why: "the deploy tests (a local registry)" },
   { bins: ["chromium"], pkg: "chromium", why: "the status page's browser test (playwright-core)" },
+  { bins: ["promtool"], pkg: "prometheus", why: "the metrics tests (promtool checks /metrics)" },
 ]) {
   if (tool.bins.every((b) => onPath(b))) continue;
   const isRoot = typeof process.getuid === "function" && process.getuid() === 0;

@@ -1,3 +1,4 @@
+import { publishDuration } from "../proto/mod.js";
 import { JetStreamApiError } from "@nats-io/jetstream";
 import {
   ClosedConnectionError,
@@ -34,6 +35,8 @@ interface Waiter {
   reject(e: unknown): void;
   subject: string;
   deadline: number;
+  /** When it was sent (performance.now(), `slipway_jetstream_publish_seconds`). */
+  sent: number;
 }
 
 const DECODER = new TextDecoder();
@@ -108,7 +111,13 @@ export class JsPublisher {
       } catch (e) {
         return reject(e);
       }
-      this.waiting.set(n, { resolve, reject, subject, deadline: Date.now() + this.timeoutMs });
+      this.waiting.set(n, {
+        resolve,
+        reject,
+        subject,
+        deadline: Date.now() + this.timeoutMs,
+        sent: performance.now(),
+      });
     });
   }
 
@@ -132,9 +141,12 @@ export class JsPublisher {
     const w = this.waiting.get(n);
     if (!w) return;
     this.waiting.delete(n);
+    const took = (performance.now() - w.sent) / 1000;
     try {
       w.resolve(readAck(msg, w.subject));
+      publishDuration.observe({ outcome: "ok" }, took);
     } catch (e) {
+      publishDuration.observe({ outcome: "refused" }, took);
       w.reject(e);
     }
   }
@@ -144,6 +156,7 @@ export class JsPublisher {
     for (const [n, w] of this.waiting) {
       if (w.deadline > now) break;
       this.waiting.delete(n);
+      publishDuration.observe({ outcome: "timeout" }, (performance.now() - w.sent) / 1000);
       w.reject(new TimeoutError());
     }
   }
