@@ -8,10 +8,14 @@ import {
   call,
   controlAuth,
   eventually,
+  freePort,
   startTestNats,
   startTestPlatform,
+  TEST_VAULT_KEY,
   type TestNats,
+  tempDir,
 } from "../helpers/infra.js";
+import { slipwaydEnv, spawnSlipwayd } from "../helpers/slipwayd-process.js";
 
 /**
  * `/metrics` (issue 27, docs/metrics.md): the control plane's, with the operator's token, and the
@@ -169,6 +173,73 @@ test("/metrics of up: the control plane's (operator only) and SLIPWAY_METRICS_PO
   for (const name of LISTED) t.true(families(ownText).has(name), `${name} on the metrics port`);
   t.is((await fetch(`${port}/metrics`, { method: "POST" })).status, 404);
   t.is((await fetch(`${port}/other`)).status, 404);
+});
+
+test("/metrics of each process on its own: a node, a data gateway and a proxy on SLIPWAY_METRICS_PORT, each parsed by promtool", async (t) => {
+  t.timeout(120_000);
+  const { nats } = t.context;
+  // the streams and buckets, made by an up as the first process of a deployment would
+  const first = await startTestPlatform(nats);
+  await first.close();
+  const roles: {
+    args: string[];
+    role: "node" | "gateway" | "proxy";
+    family: string;
+    env?: Record<string, string>;
+  }[] = [
+    {
+      args: ["node"],
+      role: "node",
+      family: "slipway_actor_queue_depth",
+      env: { SLIPWAY_NODE_ID: "metrics-node" },
+    },
+    {
+      args: ["gateway", "--plane", "data"],
+      role: "gateway",
+      family: "slipway_http_requests_total",
+      env: { SLIPWAY_DATA_PORT: String(await freePort()) },
+    },
+    {
+      args: ["proxy"],
+      role: "proxy",
+      family: "slipway_proxy_requests_total",
+      env: { SLIPWAY_HTTP_PORT: String(await freePort()), SLIPWAY_HTTPS_PORT: String(await freePort()) },
+    },
+  ];
+  for (const r of roles) {
+    const port = await freePort();
+    const p = spawnSlipwayd(
+      r.args,
+      slipwaydEnv({
+        ...nats.env(r.role),
+        SLIPWAY_VAULT_KEY: TEST_VAULT_KEY,
+        SLIPWAY_CONTROL_TOKEN: `slwc_${"m".repeat(40)}`,
+        SLIPWAY_DATA_DIR: tempDir(),
+        SLIPWAY_BRIDGE_ADDRESS: "none",
+        SLIPWAY_METRICS_PORT: String(port),
+        ...r.env,
+      }),
+    );
+    t.teardown(() => p.stop());
+    await p.ready(60_000).catch((e) => t.fail(`${r.args.join(" ")}: ${String(e)}\n${p.out()}`));
+    if (r.role === "gateway")
+      await fetch(`http://127.0.0.1:${r.env!.SLIPWAY_DATA_PORT}/healthz`).then((x) => x.text());
+    if (r.role === "proxy")
+      await fetch(`http://127.0.0.1:${r.env!.SLIPWAY_HTTP_PORT}/`, {
+        headers: { host: "nobody.example" },
+      }).then((x) => x.text());
+    const res = await fetch(`http://127.0.0.1:${port}/metrics`);
+    t.is(res.status, 200, r.args.join(" "));
+    const text = await res.text();
+    const checked = promtool(text);
+    t.true(checked.ok, `${r.args.join(" ")}: ${checked.out}`);
+    const f = families(text);
+    t.true(f.has(r.family), `${r.args.join(" ")} exports ${r.family}`);
+    t.true(f.has("process_resident_memory_bytes"), `${r.args.join(" ")} exports its memory`);
+    t.true(f.has("slipway_eventloop_delay_seconds"), `${r.args.join(" ")} exports its event-loop delay`);
+    if (r.role === "gateway") t.true((f.get(r.family) ?? []).some((l) => l.includes('route="/healthz"')));
+    if (r.role === "proxy") t.true((f.get(r.family) ?? []).some((l) => l.includes('route="none"')));
+  }
 });
 
 test("metrics settings: a port off loopback needs a long token; bad ports are refused", (t) => {
