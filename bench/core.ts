@@ -572,7 +572,7 @@ function processLines(p: ProcessesResult, upInProcess: number): string[] {
       row("2 gateways + 2 nodes (4 processes)", p.split),
       row("slipwayd up, SLIPWAY_METRICS=off", p.upNoMetrics),
     ]),
-    `the metrics' cost (5a with them against 5c without, one run each): ${f0(p.up.rps)} against ${f0(p.upNoMetrics.rps)} req/s, ${p.upNoMetrics.rps > 0 ? (((p.upNoMetrics.rps - p.up.rps) / p.upNoMetrics.rps) * 100).toFixed(1) : "?"} % (target <= 3 %)`,
+    `the metrics' cost (5a with them against 5c without, the better of two runs each; runs with ${p.metricRuns.with.map(f0).join(", ")}, without ${p.metricRuns.without.map(f0).join(", ")} req/s): ${f0(p.up.rps)} against ${f0(p.upNoMetrics.rps)} req/s, ${p.upNoMetrics.rps > 0 ? (((p.upNoMetrics.rps - p.up.rps) / p.upNoMetrics.rps) * 100).toFixed(1) : "?"} % (target <= 3 %)`,
     `RSS of slipwayd up after the run: ${upRss.toFixed(0)} MiB (target <= ${TARGETS.upRssMiB} MiB: ${upRss <= TARGETS.upRssMiB ? "met" : "NOT met"})`,
   ];
 }
