@@ -1,6 +1,5 @@
 import type { HttpRequest, HttpResponse } from "uWebSockets.js";
-import { PlatformError, newId } from "../proto/mod.js";
-import { httpDuration, httpRequests, methodLabel } from "../proto/mod.js";
+import { httpDuration, httpRequests, methodLabel, newId, PlatformError } from "../proto/mod.js";
 import { busUnavailable, isTransientBusError } from "../store/mod.js";
 import { Res } from "./http.js";
 import { checkHostAndOrigin, type OriginPolicy } from "./origin.js";
@@ -24,7 +23,7 @@ export interface GuardOptions {
    * its source address, asked of the engine before the handler runs (docs/security.md).
    */
   dev?: DevCallers;
-  /** The plane, as the requests' metrics label it (effects/metrics.ts); unset: not counted. */
+  /** The plane, as the requests' metrics label it (proto/metrics.ts); unset: not counted. */
   plane?: "control" | "data";
 }
 
