@@ -2,7 +2,7 @@ import { countQueued } from "../proto/mod.js";
 import { randomBytes } from "node:crypto";
 import { resolve, sep } from "node:path";
 import { closeAppsDialers } from "../effects/mod.js";
-import { type Bus, isCasConflict, kvKeys, type Vault } from "../store/mod.js";
+import { type Bus, isCasConflict, kvRevisions, type Vault } from "../store/mod.js";
 import {
   AppRecordSchema,
   BUCKETS,
@@ -24,6 +24,7 @@ import type { NodeInstrumentation } from "./instrument.js";
 import { PartitionWorker, type WorkerHost } from "./partition-worker.js";
 import type { NodeOptions } from "./runtime.js";
 import { SideEffectRunner } from "./side-effects.js";
+import { StaleLeases } from "./stale-leases.js";
 import { TaskRunner } from "./task-runner.js";
 import { within } from "./timing.js";
 import { WorkspaceBundles } from "./workspace-bundles.js";
@@ -60,6 +61,8 @@ export class RuntimeNode implements WorkerHost {
   private renewing: Promise<void> | undefined;
   /** Moves on when the bus returns: a tick of an older generation stops at its next step. */
   private tickGen = 0;
+  /** Other nodes' leases seen unchanged: a holder that stopped, its lease left behind by the TTL. */
+  private readonly staleLeases: StaleLeases;
   readonly tasks: TaskRunner;
   readonly sideEffects: SideEffectRunner;
   /** The workspace bundles (opened at first use; undefined while the store cannot be opened). */
@@ -77,6 +80,7 @@ export class RuntimeNode implements WorkerHost {
     this.ttl = opts.leaseTtlMs ?? LEASE_TTL_MS;
     this.margin = opts.leaseMarginMs ?? Math.min(2000, Math.floor(this.ttl / 4));
     this.tickMs = opts.tickMs ?? 1000;
+    this.staleLeases = new StaleLeases(this.ttl);
     this.sideEffects = new SideEffectRunner(opts.bus, opts.vault, opts.workspaceRoot, this.log, (app, dir) =>
       this.saveWorkspace(app, dir),
     );
@@ -362,10 +366,16 @@ export class RuntimeNode implements WorkerHost {
     const nodes = new Set<string>();
     const held = new Set<number>();
     if (stale()) return;
-    for (const k of await kvKeys(this.bus, BUCKETS.leases, ">")) {
+    const askedAt = Date.now();
+    const leases = await kvRevisions(this.bus, BUCKETS.leases, ">");
+    const answeredAt = Date.now();
+    this.staleLeases.keep(new Set(leases.keys()));
+    for (const [k, rev] of leases) {
       const lease = parseLeaseKey(k);
-      if (lease?.kind === "node") nodes.add(lease.node);
-      else if (lease?.kind === "partition") held.add(lease.partition);
+      if (lease?.kind === "node") {
+        // a node whose announcement no one renews is gone, even while the TTL leaves it behind
+        if (!this.staleLeases.observe(k, rev, askedAt, answeredAt)) nodes.add(lease.node);
+      } else if (lease?.kind === "partition") held.add(lease.partition);
     }
     nodes.add(this.nodeId);
     const share = Math.ceil(PARTITIONS / nodes.size);
@@ -412,11 +422,23 @@ export class RuntimeNode implements WorkerHost {
     let rev: number;
     try {
       if (held) {
-        // still ours on the server (a worker dropped after a bus outage, or this node's previous life
-        // under the same id): take it back on its revision
-        const cur = await kv.get(keys.partitionLease(p));
-        if (cur?.operation !== "PUT" || cur.string() !== this.nodeId) return false;
-        rev = await kv.update(keys.partitionLease(p), this.nodeId, cur.revision);
+        const key = keys.partitionLease(p);
+        const askedAt = Date.now();
+        const cur = await kv.get(key);
+        const answeredAt = Date.now();
+        if (cur?.operation !== "PUT") return false;
+        const holder = cur.string();
+        if (holder === this.nodeId) {
+          // still ours on the server (a worker dropped after a bus outage, or this node's previous
+          // life under the same id): take it back on its revision
+          rev = await kv.update(key, this.nodeId, cur.revision);
+        } else if (this.staleLeases.observe(key, cur.revision, askedAt, answeredAt)) {
+          // its holder stopped renewing it a TTL ago and the bucket's TTL left it behind
+          rev = await kv.update(key, this.nodeId, cur.revision);
+          this.log(
+            `node ${this.nodeId}: took over partition ${p} from ${holder}: its lease unchanged for ${Math.round(this.staleLeases.unchangedFor(key, askedAt) / 1000)} s`,
+          );
+        } else return false;
       } else {
         rev = await kv.create(keys.partitionLease(p), this.nodeId);
       }

@@ -11,6 +11,11 @@ import type { Bus } from "./bus.js";
  * changed under it.)
  */
 export async function kvKeys(bus: Bus, bucket: string, filter: string): Promise<string[]> {
+  return [...(await kvRevisions(bus, bucket, filter)).keys()];
+}
+
+/** {@link kvKeys} with the revision of each key's last value (its stream sequence). */
+export async function kvRevisions(bus: Bus, bucket: string, filter: string): Promise<Map<string, number>> {
   const prefix = kvSubject(bucket, "");
   const consumer = await bus.js.consumers.get(kvStream(bucket), {
     filter_subjects: kvSubject(bucket, filter),
@@ -18,7 +23,7 @@ export async function kvKeys(bus: Bus, bucket: string, filter: string): Promise<
     headers_only: true,
   });
   try {
-    const keys = new Set<string>();
+    const keys = new Map<string, number>();
     let pending = (await consumer.info()).num_pending;
     while (pending > 0) {
       const batch = await consumer.fetch({ max_messages: Math.min(pending, 1000), expires: 2000 });
@@ -29,11 +34,11 @@ export async function kvKeys(bus: Bus, bucket: string, filter: string): Promise<
         const key = m.subject.slice(prefix.length);
         const op = m.headers?.get("KV-Operation");
         if (op === "DEL" || op === "PURGE") keys.delete(key);
-        else keys.add(key);
+        else keys.set(key, m.seq);
       }
       if (got === 0) break;
     }
-    return [...keys];
+    return keys;
   } finally {
     // an ordered consumer left behind lingers on the server for minutes
     consumer.delete().catch(() => {});
