@@ -216,6 +216,29 @@ export function appsEngineEnv(
   };
 }
 
+/**
+ * A platform container's `/metrics` (docs/metrics.md): served on all its addresses inside the
+ * container with the secrets' metrics token as bearer, published on the host's private address
+ * only. Nothing when the secrets have no metrics token yet (bootstrap adds it).
+ */
+function metricsOf(
+  host: InfraHost,
+  role: keyof typeof INFRA_PORTS.metrics,
+  secrets: InfraSecrets,
+): { env: Record<string, string>; secretEnv: string[]; ports: string[] } {
+  if (!secrets.metrics_token) return { env: {}, secretEnv: [], ports: [] };
+  const port = INFRA_PORTS.metrics[role];
+  return {
+    env: {
+      SLIPWAY_METRICS_PORT: String(port),
+      SLIPWAY_METRICS_HOST: "0.0.0.0",
+      SLIPWAY_METRICS_TOKEN: secrets.metrics_token,
+    },
+    secretEnv: ["SLIPWAY_METRICS_TOKEN"],
+    ports: [`${privateAddress(host)}:${port}:${port}`],
+  };
+}
+
 /** The platform's processes' common environment: NATS (every `nats` host), replicas, their role's seed. */
 function platformEnv(
   file: InfraFile,
@@ -279,6 +302,7 @@ export function wantedOnHost(
     );
   if (roles.includes("node")) {
     const apps = appsEngineEnv(file, pinned, secrets);
+    const metrics = metricsOf(host, "node", secrets);
     out.push(
       wanted(file, host, "node", {
         command: ["node"],
@@ -288,9 +312,14 @@ export function wantedOnHost(
           ...apps,
           // npm (release's build, install-dependencies) installs from here; toolEnv passes npm_config_*
           ...(file.npm_registry ? { npm_config_registry: file.npm_registry } : {}),
+          ...metrics.env,
         },
-        secretEnv: ["SLIPWAY_VAULT_KEY", ...(apps.SLIPWAY_APPS_SSH_KEY ? ["SLIPWAY_APPS_SSH_KEY"] : [])],
-        ports: [],
+        secretEnv: [
+          "SLIPWAY_VAULT_KEY",
+          ...(apps.SLIPWAY_APPS_SSH_KEY ? ["SLIPWAY_APPS_SSH_KEY"] : []),
+          ...metrics.secretEnv,
+        ],
+        ports: metrics.ports,
         files: seedFile("node", secrets),
       }),
     );
@@ -299,6 +328,7 @@ export function wantedOnHost(
     if (!roles.includes(plane)) continue;
     const port = INFRA_PORTS[plane];
     const upper = plane.toUpperCase();
+    const metrics = metricsOf(host, plane, secrets);
     out.push(
       wanted(file, host, plane, {
         command: ["gateway", "--plane", plane],
@@ -309,14 +339,16 @@ export function wantedOnHost(
           SLIPWAY_CONTROL_TOKEN: secrets.env.SLIPWAY_CONTROL_TOKEN,
           // the host's public name, when it is one, is a Host the gateway serves (IPs always are)
           SLIPWAY_ALLOWED_HOSTS: host.address,
+          ...metrics.env,
         },
-        secretEnv: ["SLIPWAY_VAULT_KEY", "SLIPWAY_CONTROL_TOKEN"],
-        ports: [`${pub}:${port}:${port}`],
+        secretEnv: ["SLIPWAY_VAULT_KEY", "SLIPWAY_CONTROL_TOKEN", ...metrics.secretEnv],
+        ports: [`${pub}:${port}:${port}`, ...metrics.ports],
         files: seedFile("gateway", secrets),
       }),
     );
   }
-  if (roles.includes("proxy"))
+  if (roles.includes("proxy")) {
+    const metrics = metricsOf(host, "proxy", secrets);
     out.push(
       wanted(file, host, "proxy", {
         command: ["proxy"],
@@ -329,11 +361,17 @@ export function wantedOnHost(
           // where the other hosts' processes reach it (release's verify goes through a proxy)
           SLIPWAY_PROXY_ADVERTISE_HTTP: `${pub}:${INFRA_PORTS.proxyHttp}`,
           SLIPWAY_PROXY_ADVERTISE_HTTPS: `${pub}:${INFRA_PORTS.proxyHttps}`,
+          ...metrics.env,
         },
-        secretEnv: ["SLIPWAY_VAULT_KEY"],
-        ports: [`${pub}:${INFRA_PORTS.proxyHttp}:8080`, `${pub}:${INFRA_PORTS.proxyHttps}:8443`],
+        secretEnv: ["SLIPWAY_VAULT_KEY", ...metrics.secretEnv],
+        ports: [
+          `${pub}:${INFRA_PORTS.proxyHttp}:8080`,
+          `${pub}:${INFRA_PORTS.proxyHttps}:8443`,
+          ...metrics.ports,
+        ],
         files: seedFile("proxy", secrets),
       }),
     );
+  }
   return out;
 }

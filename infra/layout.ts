@@ -16,6 +16,11 @@ export const INFRA_PORTS = {
   natsCluster: 6222,
   proxyHttp: 80,
   proxyHttps: 443,
+  /**
+   * `/metrics` of each platform container (SLIPWAY_METRICS_PORT inside, published on the host's
+   * private address), one port per role so that the roles of one host do not collide.
+   */
+  metrics: { node: 9464, control: 9465, data: 9466, proxy: 9467 },
 } as const;
 
 /** `host` for a URL: an IPv6 address in brackets. */
@@ -35,6 +40,11 @@ export function outputsOf(file: InfraFile, secretsFile: string): InfraOutputs {
     proxy_urls: urls("proxy", "http", INFRA_PORTS.proxyHttp),
     nats_urls: hostsWithRole(file, "nats").map(
       (h) => `nats://${urlHost(privateAddress(h))}:${INFRA_PORTS.nats}`,
+    ),
+    metrics_urls: (["node", "control", "data", "proxy"] as const).flatMap((role) =>
+      hostsWithRole(file, role).map(
+        (h) => `http://${urlHost(privateAddress(h))}:${INFRA_PORTS.metrics[role]}/metrics`,
+      ),
     ),
     secrets_file: secretsFile,
   };

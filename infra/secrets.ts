@@ -3,10 +3,11 @@
  * creation, made once by `infra bootstrap` and never overwritten. It holds what every host of the
  * environment must share: the user and password of the NATS cluster routes, each platform role's
  * NATS nkey (the same identities store/nats-identities.ts makes for one machine), the vault key
- * (`SLIPWAY_VAULT_KEY`), the control token (`SLIPWAY_CONTROL_TOKEN`) and the `apps` engine key (an
+ * (`SLIPWAY_VAULT_KEY`), the control token (`SLIPWAY_CONTROL_TOKEN`), the `apps` engine key (an
  * ed25519 key pair, OpenSSH format: the node containers log in with it to the `apps` hosts, where
- * apply authorizes it for `docker system dial-stdio` only; infra/apps-key.ts). A file made before
- * that key existed gets it added by `infra bootstrap`, every other value kept. The operator's own
+ * apply authorizes it for `docker system dial-stdio` only; infra/apps-key.ts) and the metrics
+ * token (`SLIPWAY_METRICS_TOKEN`). A file made before the last two existed gets them added by
+ * `infra bootstrap`, every other value kept. The operator's own
  * SSH credentials are never in it. No message of this module carries a secret.
  */
 import { randomBytes } from "node:crypto";
@@ -48,6 +49,12 @@ export const InfraSecretsSchema = Type.Object({
   }),
   /** Optional so that a file made before it still reads; bootstrap adds it. */
   apps_engine: Type.Optional(AppsEngineKeySchema),
+  /**
+   * The bearer token Prometheus scrapes the platform's containers' `/metrics` ports with
+   * (`SLIPWAY_METRICS_TOKEN`): not the operator's token, it reads metrics only. Optional like
+   * `apps_engine`; bootstrap adds it.
+   */
+  metrics_token: Type.Optional(Type.String({ minLength: 32 })),
 });
 export type InfraSecrets = Static<typeof InfraSecretsSchema>;
 
@@ -97,7 +104,12 @@ export function generateSecrets(environment: string, now = new Date()): InfraSec
       SLIPWAY_CONTROL_TOKEN: `slwc_${randomBytes(32).toString("base64url")}`,
     },
     apps_engine: generateAppsEngineKey(environment),
+    metrics_token: newMetricsToken(),
   };
+}
+
+function newMetricsToken(): string {
+  return `slwm_${randomBytes(32).toString("base64url")}`;
 }
 
 /**
@@ -137,7 +149,7 @@ export interface SecretsOutcome {
   readonly file: string;
   /** True when this run made the file. */
   readonly created: boolean;
-  /** The entries this run added to an existing file that lacked them (`apps_engine`). */
+  /** The entries this run added to an existing file that lacked them (`apps_engine`, `metrics_token`). */
   readonly added: readonly string[];
   readonly secrets: InfraSecrets;
 }
@@ -153,11 +165,17 @@ export function ensureSecrets(baseDir: string, environment: string): SecretsOutc
   const file = secretsPath(baseDir, environment);
   const existing = readSecrets(file);
   if (existing) {
-    if (existing.apps_engine) return { file, created: false, added: [], secrets: existing };
-    writeFileAtomic(file, fileText({ ...existing, apps_engine: generateAppsEngineKey(environment) }));
+    const missing = {
+      ...(existing.apps_engine ? {} : { apps_engine: generateAppsEngineKey(environment) }),
+      ...(existing.metrics_token ? {} : { metrics_token: newMetricsToken() }),
+    };
+    const added = Object.keys(missing);
+    if (added.length === 0) return { file, created: false, added: [], secrets: existing };
+    writeFileAtomic(file, fileText({ ...existing, ...missing }));
     const upgraded = readSecrets(file);
-    if (!upgraded) throw new InfraSecretsError(`${file} vanished while the apps engine key was being added`);
-    return { file, created: false, added: ["apps_engine"], secrets: upgraded };
+    if (!upgraded)
+      throw new InfraSecretsError(`${file} vanished while ${added.join(" and ")} was being added`);
+    return { file, created: false, added, secrets: upgraded };
   }
   const fresh = generateSecrets(environment);
   const created = createFileAtomic(file, fileText(fresh));

@@ -52,6 +52,8 @@ export const OutputsSchema = Type.Object({
   data_urls: Type.Array(Type.String()),
   proxy_urls: Type.Array(Type.String()),
   nats_urls: Type.Array(Type.String()),
+  /** Each platform container's `/metrics` (its bearer: the secrets' `metrics_token`); absent in a state written before it. */
+  metrics_urls: Type.Optional(Type.Array(Type.String())),
   /** Where the secrets are (a path on the operator's machine, never their values). */
   secrets_file: Type.String(),
 });

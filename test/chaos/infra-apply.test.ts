@@ -189,6 +189,19 @@ test.serial(
       if (!seen) await sleep(250);
     }
     t.true(seen, "the write through h0 was read through h1");
+    // every platform container's /metrics: the metrics token reads it, no token does not
+    const metricsUrls: string[] = out.json.result.metrics_urls;
+    t.is(metricsUrls.length, t.context.hosts.hosts.length * 4, "node, control, data and proxy on each host");
+    for (const u of metricsUrls) {
+      const bare = await fetch(u, { signal: AbortSignal.timeout(10_000) });
+      t.is(bare.status, 401, u);
+      const m = await fetch(u, {
+        headers: { authorization: `Bearer ${secrets.metrics_token}` },
+        signal: AbortSignal.timeout(10_000),
+      });
+      t.is(m.status, 200, u);
+      t.regex(await m.text(), /^slipway_eventloop_delay_seconds/m, u);
+    }
   },
 );
 test.serial(

@@ -144,6 +144,33 @@ test("node containers get the apps hosts (private address, ssh port and user, pi
   t.deepEqual(wantedOnHost(file, file.hosts[1]!, SECRETS, pinned), []);
 });
 
+test("node, gateway and proxy containers serve /metrics on a port of their role, with the metrics token as a secret", (t) => {
+  const token = `slwm_${"m".repeat(43)}`;
+  const file = parse(withAppsYaml());
+  const core = file.hosts[0]!;
+  const want = wantedOnHost(file, core, { ...SECRETS, metrics_token: token }, pinnedFor(file));
+  const ports: Record<string, number> = { node: 9464, control: 9465, data: 9466, proxy: 9467 };
+  for (const w of want.filter((x) => x.role !== "nats")) {
+    const port = ports[w.role]!;
+    t.is(w.env.SLIPWAY_METRICS_PORT, String(port), w.role);
+    t.is(w.env.SLIPWAY_METRICS_HOST, "0.0.0.0", w.role);
+    t.is(w.env.SLIPWAY_METRICS_TOKEN, token, w.role);
+    t.true(w.secretEnv.includes("SLIPWAY_METRICS_TOKEN"), `${w.role}: the token is hashed in the labels`);
+    t.true(w.ports.includes(`10.0.0.1:${port}:${port}`), `${w.role}: published on the private address`);
+  }
+  const nats = want.find((w) => w.role === "nats")!;
+  t.is(nats.env.SLIPWAY_METRICS_PORT, undefined);
+  t.false(JSON.stringify(want.map(({ env: _env, ...rest }) => rest)).includes(token), "only in the env");
+  // secrets made before the token: no metrics port (bootstrap adds the token, then apply serves it)
+  for (const w of wantedOnHost(file, core, SECRETS, pinnedFor(file))) {
+    t.is(w.env.SLIPWAY_METRICS_PORT, undefined, w.role);
+    t.false(
+      w.ports.some((p) => /:946\d$/.test(p)),
+      w.role,
+    );
+  }
+});
+
 test("without an apps host the node containers get neither variable", (t) => {
   const cluster = parse(clusterYaml());
   const file: InfraFile = {

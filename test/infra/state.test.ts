@@ -138,6 +138,23 @@ test("secrets: a file made before the apps engine key reads, and bootstrap's ens
   t.is(readFileSync(file, "utf8"), text);
 });
 
+test("secrets: a file made before the metrics token gets one from ensureSecrets, the rest kept", (t) => {
+  const base = tempBase(t);
+  const { file, secrets } = ensureSecrets(base, "staging");
+  t.regex(secrets.metrics_token ?? "", /^slwm_[A-Za-z0-9_-]{43}$/, "a fresh file has one");
+  t.not(secrets.metrics_token, secrets.env.SLIPWAY_CONTROL_TOKEN);
+  const { metrics_token: _token, apps_engine: _key, ...older } = secrets;
+  rmSync(file);
+  writeFileSync(file, `${JSON.stringify(older, null, 2)}\n`, { mode: 0o600 });
+  const upgraded = ensureSecrets(base, "staging");
+  t.deepEqual(upgraded.added, ["apps_engine", "metrics_token"]);
+  const { metrics_token: token, apps_engine: _added, ...rest } = upgraded.secrets;
+  t.deepEqual(rest, older, "every other value kept");
+  t.regex(token ?? "", /^slwm_/);
+  t.is(modeOf(file), 0o600);
+  t.deepEqual(ensureSecrets(base, "staging").added, []);
+});
+
 test("secrets: a file readable by others is refused, and no message carries a secret", (t) => {
   const base = tempBase(t);
   const { file, secrets } = ensureSecrets(base, "staging");
