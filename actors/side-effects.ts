@@ -35,7 +35,10 @@ export class SideEffectRunner {
   private readonly workspaceRoot: string;
   /** Saves a workspace after a commit made here (actors/workspace-bundles.ts), in the background. */
   private readonly committed: (app: string, dir: string) => void;
-  private readonly followers = new Map<string, { ac: AbortController; containerId: string }>();
+  private readonly followers = new Map<
+    string,
+    { ac: AbortController; containerId: string; ended?: Promise<void> }
+  >();
   private closed = false;
 
   constructor(
@@ -101,7 +104,10 @@ export class SideEffectRunner {
     if (current && current.containerId === e.container_id && !current.ac.signal.aborted) return;
     current?.ac.abort();
     const ac = new AbortController();
-    const entry = { ac, containerId: e.container_id };
+    const entry: { ac: AbortController; containerId: string; ended?: Promise<void> } = {
+      ac,
+      containerId: e.container_id,
+    };
     this.followers.set(e.app, entry);
     const done = () => {
       if (this.followers.get(e.app) === entry) this.followers.delete(e.app);
@@ -114,13 +120,26 @@ export class SideEffectRunner {
       throw err;
     }
     // in the background: the follower runs as long as the container (the side effects after it go on)
-    void this.collect(e, ac.signal, masker)
+    entry.ended = this.collect(e, ac.signal, masker)
       .catch((err) =>
         this.log(
           `the log of ${e.app}'s dev container ${e.container_id.slice(0, 12)} is not followed: ${err instanceof Error ? err.message : String(err)}`,
         ),
       )
       .finally(done);
+  }
+
+  /**
+   * Resolves once the follower of `app`'s container `containerId` has read the container's last
+   * line (the container stopped) and stored it, or after `timeoutMs`: a dev server that failed
+   * ends its task only after its own output is in the log. At once when nothing follows it here.
+   */
+  async followEnded(app: string, containerId: string, timeoutMs: number): Promise<void> {
+    const f = this.followers.get(app);
+    if (!f?.ended || f.containerId !== containerId) return;
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([f.ended, new Promise<void>((r) => (timer = setTimeout(r, timeoutMs)))]);
+    clearTimeout(timer);
   }
 
   /** Reads a container's lines into its resource's log until it exits or `signal` aborts. */

@@ -19,7 +19,10 @@ export interface TaskHost {
   readonly bus: Bus;
   readonly vault: Sealer;
   readonly workspaceRoot: string;
-  readonly sideEffects: { apply(e: SideEffect): Promise<void> };
+  readonly sideEffects: {
+    apply(e: SideEffect): Promise<void>;
+    followEnded(app: string, containerId: string, timeoutMs: number): Promise<void>;
+  };
   log(msg: string): void;
   /** Saves an app's workspace as its bundle after a commit a task made (in the background). */
   saveWorkspace?(app: string, dir: string): void;
@@ -70,6 +73,7 @@ export class TaskRunner {
           `${commandId}/task/${line++}`,
         ).catch(() => {}),
       sideEffect: (e) => this.node.sideEffects.apply(e),
+      containerLogEnded: (id, ms) => this.node.sideEffects.followEnded(app, id, ms),
       saveWorkspace: (dir) => this.node.saveWorkspace?.(app, dir),
       progress: async (fields) => {
         const n = progressed++;

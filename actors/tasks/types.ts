@@ -22,6 +22,11 @@ export interface TaskContext {
   /** Outside work of the node that runs the task (a dev server's log followed). */
   sideEffect(effect: SideEffect): Promise<void>;
   /**
+   * Waits (at most `timeoutMs`) until the followed log of the app's container `containerId` has
+   * its last line stored: the container stopped and its output is read to the end.
+   */
+  containerLogEnded(containerId: string, timeoutMs: number): Promise<void>;
+  /**
    * After a commit or a tag the task made in the app's workspace `dir`: saves the repository as the
    * app's bundle (actors/workspace-bundles.ts), in the background; a failure is only logged.
    */

@@ -69,6 +69,7 @@ function taskContext(lines: string[]): TaskContext {
       lines.push(line);
     },
     sideEffect: async () => {},
+    containerLogEnded: async () => {},
     progress: async () => {},
   };
 }

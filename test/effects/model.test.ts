@@ -377,6 +377,7 @@ function taskContext(ctxRoot: string, resource: any, lines: string[], signal = n
       lines.push(line);
     },
     sideEffect: async () => {},
+    containerLogEnded: async () => {},
     progress: async () => {},
   };
   return t;
