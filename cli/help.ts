@@ -18,6 +18,8 @@ function metavar(f: FlagSpec): string {
       return " [<id>]";
     case FlagKind.integer:
       return " <n>";
+    case FlagKind.number:
+      return " <number>";
     case FlagKind.list:
       return " <a,b,...>";
     case FlagKind.json:

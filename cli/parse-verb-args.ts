@@ -133,6 +133,13 @@ function flagValue(f: FlagSpec, raw: unknown, env: Env, words: readonly string[]
       }
       return n;
     }
+    case FlagKind.number: {
+      const text = String(raw);
+      if (!/^-?[0-9]{1,15}(\.[0-9]{1,15})?$/.test(text)) {
+        throw new UsageError(`${label} expects a number, got '${text}'`, words);
+      }
+      return Number(text);
+    }
     case FlagKind.list: {
       const parts = (Array.isArray(raw) ? raw : [raw]).flatMap((r) => String(r).split(","));
       return parts.map((p) => p.trim()).filter((p) => p !== "");

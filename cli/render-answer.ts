@@ -1,6 +1,7 @@
 import { type AnswerView, type ErrorAnswer, isListAnswer, isRecord } from "./answer-shapes.js";
 import { fieldLines, keyValuePairs, printableEntries, scalarText, tableLines } from "./format-values.js";
 import { ASSERTIONS_FIELD, assertionLines, hasAssertions } from "./render-assertions.js";
+import { EVAL_FIELDS, evalLines, isEvalRun } from "./render-eval.js";
 import { hasPhases, PHASES_FIELD, phaseLines } from "./render-phases.js";
 
 const NOT_SHOWN_AS_FIELDS = new Set(["type", "id"]);
@@ -27,7 +28,11 @@ export function humanCapability(answer: AnswerView): string[] {
   const verification = isRecord(resource.verification) ? resource.verification : undefined;
   const verified = verification !== undefined && hasAssertions(verification);
   if (verified) delete fields.verification;
+  // an EvalRun's results print as a model × case table
+  const evalRun = isEvalRun(resource);
+  if (evalRun) for (const f of EVAL_FIELDS) delete fields[f];
   const lines = [`${answer.status}  ${resource.type}  ${resource.id}`, ...fieldLines(fields)];
+  if (evalRun) lines.push(...evalLines(resource));
   if (table) lines.push(...assertionLines(resource));
   if (phases) lines.push(...phaseLines(resource));
   if (verified) lines.push(...assertionLines(verification));

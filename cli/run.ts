@@ -2,6 +2,7 @@ import { handleJsonAnswer } from "./call-json.js";
 import { handleTextAnswer } from "./call-text.js";
 import { buildRequest } from "./build-request.js";
 import { readConfig } from "./config.js";
+import { isEvalCompare, runEvalCompare } from "./eval-compare.js";
 import { ExitCode } from "./exit-codes.js";
 import { wantsHelp } from "./globals.js";
 import { groupHelp, topHelp, verbHelp } from "./help.js";
@@ -21,6 +22,7 @@ function help(io: CliIo, text: string): number {
 }
 
 async function callVerb(verb: VerbSpec, rest: readonly string[], io: CliIo): Promise<number> {
+  if (isEvalCompare(verb, rest)) return await runEvalCompare(rest, io);
   const inv = parseVerbArgs(verb, rest, io.env);
   if (verb.local) return await runLocalVerb(inv, io);
   const { mode } = inv.globals;

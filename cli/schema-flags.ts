@@ -33,6 +33,8 @@ function kindOf(s: SchemaLike): FlagKind {
   switch (s.type) {
     case "integer":
       return FlagKind.integer;
+    case "number":
+      return FlagKind.number;
     case "boolean":
       return FlagKind.boolean;
     case "array":

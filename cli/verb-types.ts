@@ -8,6 +8,8 @@ export const FlagKind = {
   string: "string",
   /** A whole number (integer fields of the input schemas). */
   integer: "integer",
+  /** A decimal number (number fields of the input schemas: eval's `--budget`). */
+  number: "number",
   /** A flag without a value: `true` when given. */
   boolean: "boolean",
   /** A comma list (`a,b,c`); the flag may also be repeated. */

@@ -138,8 +138,10 @@ export const VERBS: readonly VerbSpec[] = [
     summary: "generate and start the dashboards, logs and metrics stack",
   }),
   capabilityVerb("eval", "eval", {
-    summary: "run an eval suite against an MCP server (costs money)",
+    summary:
+      "run an eval suite of the app's workspace against an MCP server, within --budget <usd> (costs money); exits 1 when a case fails. `eval --compare <run> <run>`: the cases that changed",
     positional: ["suite"],
+    rename: { budget_usd: "budget" },
   }),
   readVerb("capabilities", "/capabilities", {
     summary: "list the capabilities of the platform",

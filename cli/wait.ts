@@ -17,6 +17,7 @@ import { type CliIo, writeLine } from "./io.js";
 import type { Invocation } from "./parse-verb-args.js";
 import { WaitProgress } from "./progress.js";
 import { humanCapability, summaryCapability } from "./render-answer.js";
+import { evalFailed } from "./render-eval.js";
 import { printJson, reportBadAnswer, reportError, reportHttpError } from "./report.js";
 import type { WaitOptions } from "./wait-flags.js";
 
@@ -459,7 +460,8 @@ export async function waitForOutcome(ctx: WaitContext): Promise<number> {
       const events = mode === "json" || mode === "human" ? await closingEvents(ctx) : (answer.events ?? []);
       const view: AnswerView = { status, resource: end.resource, events, links, ...result };
       printView(io, mode, view, end.bytes);
-      return exitCodeForEndStatus(status);
+      // an eval that ran with a failed case exits 1 (docs/eval.md)
+      return evalFailed(end.resource) ? ExitCode.failed : exitCodeForEndStatus(status);
     }
     case "timeout": {
       const seconds = Math.round(opts.timeoutMs / 100) / 10;

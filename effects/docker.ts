@@ -1,4 +1,7 @@
 import type Docker from "dockerode";
+import { MonitoringEngine } from "./monitoring/engine.js";
+import { componentImage } from "./monitoring/images.js";
+import type { Component } from "./monitoring/plan.js";
 import { devContainerName, PlatformError } from "../proto/mod.js";
 import { describeBaseImage, type ImageEngine, provideBaseImage } from "./base-image.js";
 import { type AppsHost, dialerFor } from "./docker/apps-hosts.js";
@@ -223,6 +226,21 @@ export class ContainerRuntime {
       this.publishAddress,
       this.containerDataUrl,
     );
+  }
+
+  /** The monitoring stack's images, network and containers (provision-monitoring); the caller checks the engine is up. */
+  monitoring(): MonitoringEngine {
+    return new MonitoringEngine(this.imageEngine(), this.socketPaths());
+  }
+
+  /** The monitoring stack's image of a component, built from the host's binary when missing; its id. */
+  monitoringImage(
+    c: Component,
+    env: NodeJS.ProcessEnv,
+    user: { uid: number; gid: number },
+    onLog: (line: string) => void,
+  ): Promise<string> {
+    return componentImage(this.imageEngine(), c, env, user, onLog);
   }
 
   /** The bridge networks app containers join, and container addresses on them. */

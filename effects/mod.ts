@@ -19,3 +19,5 @@ export * from "./verify.js";
 export * from "./json-schema.js";
 export * from "./safe-pattern.js";
 export { METRICS_CONTENT_TYPE, mergedMetrics, metricsText, serveMetrics } from "./metrics.js";
+export * from "./monitoring/mod.js";
+export * from "./eval/mod.js";

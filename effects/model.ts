@@ -310,6 +310,27 @@ export type ToolAnswer = StructuredResult<unknown>;
  * is not a call of the tool and ModelCallError for a failed call.
  */
 export async function forcedToolCall(cfg: ModelConfig, req: ToolCallRequest): Promise<ToolAnswer> {
+  const raw = await messagesCreate(
+    cfg,
+    {
+      model: cfg.model,
+      max_tokens: req.maxTokens,
+      ...(req.system !== undefined ? { system: req.system } : {}),
+      messages: [{ role: "user", content: req.prompt }],
+      tools: [{ name: req.toolName, description: req.toolDescription, input_schema: req.inputSchema }],
+      tool_choice: { type: "tool", name: req.toolName, disable_parallel_tool_use: true },
+    },
+    req.signal,
+  );
+  return readAnswer(raw, req.toolName);
+}
+
+/** One Messages API request through the SDK (the answer unchecked); a failure throws a ModelError. */
+export async function messagesCreate(
+  cfg: ModelConfig,
+  params: Anthropic.MessageCreateParamsNonStreaming,
+  signal?: AbortSignal,
+): Promise<unknown> {
   const lib = await loadSdk();
   const client = new lib.default({
     apiKey: cfg.apiKey,
@@ -317,23 +338,11 @@ export async function forcedToolCall(cfg: ModelConfig, req: ToolCallRequest): Pr
     timeout: cfg.timeoutMs,
     maxRetries: cfg.maxRetries,
   });
-  let raw: unknown;
   try {
-    raw = await client.messages.create(
-      {
-        model: cfg.model,
-        max_tokens: req.maxTokens,
-        ...(req.system !== undefined ? { system: req.system } : {}),
-        messages: [{ role: "user", content: req.prompt }],
-        tools: [{ name: req.toolName, description: req.toolDescription, input_schema: req.inputSchema }],
-        tool_choice: { type: "tool", name: req.toolName, disable_parallel_tool_use: true },
-      },
-      req.signal ? { signal: req.signal } : undefined,
-    );
+    return await client.messages.create(params, signal ? { signal } : undefined);
   } catch (e) {
     callError(e, cfg, lib);
   }
-  return readAnswer(raw, req.toolName);
 }
 
 /**

@@ -1,4 +1,12 @@
-import { type Context, ROOT_CONTEXT, type Span, SpanKind, SpanStatusCode, trace } from "@opentelemetry/api";
+import {
+  type Context,
+  ROOT_CONTEXT,
+  type Span,
+  SpanKind,
+  SpanStatusCode,
+  type Tracer,
+  trace,
+} from "@opentelemetry/api";
 import { PlatformError } from "../proto/mod.js";
 import { commandDuration, commandsTotal, groupCommitSize, outcomeOf } from "../proto/mod.js";
 import { emitLog, type Exporter, type ExportConfig, type Pipeline, startPipeline } from "./telemetry-sdk.js";
@@ -46,6 +54,11 @@ export function configureTelemetry(c: ExportConfig | null, as?: Exporter): Promi
     await old?.shutdown();
   });
   return swapping;
+}
+
+/** The tracer of this process's configured export; undefined when nothing is exported (eval's case spans). */
+export function exportTracer(): Tracer | undefined {
+  return pipe?.tracer;
 }
 
 /** Flushes and stops the export (process shutdown). */

@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import Type, { type Static } from "typebox";
 import { SealedSchema } from "./command.js";
 
@@ -34,11 +35,27 @@ export const RouteSchema = Type.Object({
   acme_directory: Type.Optional(Type.String()),
   /** mTLS: PEM of the CA whose client certificates this host requires (`mcp_mtls_tls_options`). */
   client_ca_pem: Type.Optional(Type.String()),
+  /**
+   * HTTP Basic authentication the proxy asks of every request to the host before it forwards it
+   * (the monitoring stack's UI): the user, and the SHA-256 (hex) of the password. The password is
+   * 32 random bytes the platform generated, never a person's choice, so a fast hash is enough.
+   */
+  basic_auth: Type.Optional(
+    Type.Object({
+      user: Type.String({ minLength: 1, maxLength: 64, pattern: "^[^:]+$" }),
+      sha256: Type.String({ pattern: "^[0-9a-f]{64}$" }),
+    }),
+  ),
   /** The resource whose log gets the host's access lines (the Deployment serving it). */
   log_resource_id: Type.Optional(Type.String()),
   updated_at: Type.String(),
 });
 export type Route = Static<typeof RouteSchema>;
+
+/** The SHA-256 (hex) a route's `basic_auth` keeps of its password. */
+export function basicAuthDigest(password: string): string {
+  return createHash("sha256").update(password, "utf8").digest("hex");
+}
 
 /** `slipway_vault` value at `_certs.<host>`: a host's certificate and key, sealed together. */
 export const CertificateEntrySchema = Type.Object({

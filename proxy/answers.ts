@@ -11,6 +11,8 @@ export interface ProxyError {
   status: number;
   code: ErrorCode;
   message: string;
+  /** Headers of the answer besides its own (a 401's `WWW-Authenticate`). */
+  headers?: Record<string, string>;
 }
 
 export const noRoute = (host: string): ProxyError => ({
@@ -30,6 +32,12 @@ export const badGateway = (why: string): ProxyError => ({
 });
 export const badRequest = (why: string): ProxyError => ({ status: 400, code: "invalid_input", message: why });
 export const forbidden = (why: string): ProxyError => ({ status: 403, code: "forbidden", message: why });
+export const unauthenticated = (host: string): ProxyError => ({
+  status: 401,
+  code: "unauthenticated",
+  message: `host ${host} asks for its user and password`,
+  headers: { "www-authenticate": 'Basic realm="slipway", charset="UTF-8"' },
+});
 export const internal = (): ProxyError => ({ status: 500, code: "internal", message: "internal error" });
 export const shuttingDown = (): ProxyError => ({
   status: 503,
@@ -39,6 +47,7 @@ export const shuttingDown = (): ProxyError => ({
 
 const REASONS: Record<number, string> = {
   400: "Bad Request",
+  401: "Unauthorized",
   403: "Forbidden",
   404: "Not Found",
   405: "Method Not Allowed",
@@ -67,6 +76,7 @@ export function answer(res: ServerResponse, e: ProxyError): void {
     }
     const text = body(e, newId("req"));
     res.writeHead(e.status, {
+      ...e.headers,
       "content-type": "application/json; charset=utf-8",
       "content-length": Buffer.byteLength(text),
       "cache-control": "no-store",
@@ -87,6 +97,9 @@ export function answerSocket(socket: Duplex, e: ProxyError): void {
     const text = body(e, newId("req"));
     socket.end(
       `HTTP/1.1 ${e.status} ${REASONS[e.status] ?? "Error"}\r\n` +
+        Object.entries(e.headers ?? {})
+          .map(([k, v]) => `${k}: ${v}\r\n`)
+          .join("") +
         "content-type: application/json; charset=utf-8\r\n" +
         `content-length: ${Buffer.byteLength(text)}\r\n` +
         "connection: close\r\n\r\n" +

@@ -13,7 +13,9 @@ import {
   noUpstream,
   type ProxyError,
   shuttingDown,
+  unauthenticated,
 } from "./answers.js";
+import { basicAuthorized } from "./basic-auth.js";
 import { forward } from "./forward.js";
 import { type RequestHead, scanHead, upstreamHeaders } from "./headers.js";
 import type { HostEntry, RouteTable } from "./route-table.js";
@@ -134,6 +136,11 @@ export class Front {
         host,
         entry,
       };
+    if (
+      entry.route.basic_auth !== undefined &&
+      !basicAuthorized(req.headers.authorization, entry.route.basic_auth)
+    )
+      return { error: unauthenticated(host), host, entry };
     return { host, entry };
   }
 

@@ -179,8 +179,11 @@ if (!process.env.NATS_URL && !onPath(natsBin)) {
 // git (workspaces are git repositories: initialize-app and productionize commit), pebble (an
 // ACME test server with pebble-challtestsrv's mock DNS: the proxy's HTTPS tests obtain
 // certificates from it on loopback), docker-registry (the deploy tests push and pull by digest) and
-// chromium (the status page's browser test drives it with playwright-core; no browser is downloaded)
-// and prometheus (its promtool checks every process's /metrics in the metrics tests).
+// chromium (the status page's browser test drives it with playwright-core; no browser is downloaded),
+// prometheus (its promtool checks every process's /metrics in the metrics tests) and the
+// monitoring stack's other binaries (provision-monitoring builds its images from them). A package
+// with a service of its own (`services`) installs under a policy-rc.d that refuses every start
+// (when none exists): the tests run their own instances on loopback, never the host's service.
 for (const tool of [
   {
     bins: ["git"],
@@ -190,18 +193,57 @@ for (const tool of [
   { bins: ["pebble", "pebble-challtestsrv"], pkg: "pebble", why: "the proxy's TLS tests" },
   { bins: ["docker-registry"], pkg: "docker-registry", why: "the deploy tests (a local registry)" },
   { bins: ["chromium"], pkg: "chromium", why: "the status page's browser test (playwright-core)" },
-  { bins: ["promtool"], pkg: "prometheus", why: "the metrics tests (promtool checks /metrics)" },
+  {
+    bins: ["promtool", "prometheus"],
+    pkg: "prometheus",
+    why: "the metrics tests (promtool checks /metrics)",
+    services: true,
+  },
+  {
+    bins: ["prometheus-alertmanager", "amtool"],
+    pkg: "prometheus-alertmanager",
+    why: "the provision-monitoring tests (the stack's alertmanager)",
+    services: true,
+  },
+  {
+    bins: ["prometheus-blackbox-exporter"],
+    pkg: "prometheus-blackbox-exporter",
+    why: "the provision-monitoring tests (the stack's health probe)",
+    services: true,
+  },
+  {
+    bins: ["prometheus-postgres-exporter"],
+    pkg: "prometheus-postgres-exporter",
+    why: "the provision-monitoring tests (the stack's database exporter)",
+    services: true,
+  },
 ]) {
   if (tool.bins.every((b) => onPath(b))) continue;
   const isRoot = typeof process.getuid === "function" && process.getuid() === 0;
   if (isRoot && has("apt-get")) {
-    say(`installing ${tool.pkg} with apt-get (${tool.why})`);
-    const aptEnv = { ...process.env, DEBIAN_FRONTEND: "noninteractive" };
-    const apt = (a) => run("apt-get", a, { env: aptEnv });
-    if (!apt(["install", "-y", "--no-install-recommends", tool.pkg])) {
-      apt(["update"]);
-      if (!apt(["install", "-y", "--no-install-recommends", tool.pkg]))
-        say(`warning: apt-get could not install ${tool.pkg}; ${tool.why} need it`);
+    say(
+      `installing ${tool.pkg} with apt-get (${tool.why})${tool.services ? "; its service is kept from starting" : ""}`,
+    );
+    const policy = "/usr/sbin/policy-rc.d";
+    const ownPolicy = tool.services === true && !existsSync(policy);
+    if (ownPolicy)
+      writeFileSync(
+        policy,
+        `#!/bin/sh\n# Slipway setup: no service starts while ${tool.pkg} installs\nexit 101\n`,
+        {
+          mode: 0o755,
+        },
+      );
+    try {
+      const aptEnv = { ...process.env, DEBIAN_FRONTEND: "noninteractive" };
+      const apt = (a) => run("apt-get", a, { env: aptEnv });
+      if (!apt(["install", "-y", "--no-install-recommends", tool.pkg])) {
+        apt(["update"]);
+        if (!apt(["install", "-y", "--no-install-recommends", tool.pkg]))
+          say(`warning: apt-get could not install ${tool.pkg}; ${tool.why} need it`);
+      }
+    } finally {
+      if (ownPolicy) rmSync(policy, { force: true });
     }
   } else {
     say(`note: ${tool.pkg} is missing: ${tool.why} need it; fix: as root, apt-get install -y ${tool.pkg}`);

@@ -13,7 +13,9 @@ import { installDependencies } from "./install-dependencies.js";
 import { productionize } from "./productionize.js";
 import { deploy } from "./deploy.js";
 import { deliveryCheck } from "./delivery-check.js";
+import { evalRun } from "./eval.js";
 import { provisionEnvironment } from "./provision-environment.js";
+import { provisionMonitoring } from "./provision-monitoring.js";
 import { release } from "./release.js";
 import { runDevServer } from "./run-dev-server.js";
 import { jobRan, scheduleJob } from "./schedule-job.js";
@@ -55,6 +57,8 @@ export const HANDLERS: readonly CapabilityHandler[] = [
   sendEmail,
   setupObservability,
   sendMessage,
+  provisionMonitoring,
+  evalRun,
 ] as unknown as readonly CapabilityHandler[];
 
 /** Handlers of internal commands (never accepted from a gateway). */

@@ -1,5 +1,6 @@
 import Type from "typebox";
-import { declareCapability } from "../capability.js";
+import { BusyGroup, declareCapability } from "../capability.js";
+import { PlatformError } from "../errors.js";
 import {
   App,
   FilePath,
@@ -18,6 +19,64 @@ import {
 
 /** Operating what runs (spec 1.2): the monitoring stack and evals. */
 
+const invalid = (field: string, message: string) =>
+  new PlatformError("invalid_input", `${field}: ${message}`, { details: [{ path: `/${field}`, message }] });
+
+/** A compose project name (lower case, digits, `_`, `-`), and a network name (the engine's rule). */
+const PROJECT_NAME = /^[a-z0-9][a-z0-9_-]{0,127}$/;
+const NETWORK_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
+/** What RE2 (Loki's and its shippers' engine) refuses and JavaScript takes: lookaround, backreferences. */
+const NOT_RE2 = /\\(?:[1-9]|k<)|\(\?<?[=!]/;
+
+/**
+ * provision-monitoring's rules past the schema (docs/inputs.md#provision-monitoring): the file paths
+ * stay inside the platform's folder, names are ones compose and the engine take, the regex parses
+ * and is RE2's (it is never run by the platform), and fields that need another are given with it.
+ */
+function refineMonitoring(input: Record<string, unknown>): void {
+  for (const f of ["dir", "env_file", "context"]) {
+    const v = input[f];
+    if (typeof v !== "string") continue;
+    if (v.startsWith("/") || v.startsWith("-") || v.split("/").includes(".."))
+      throw invalid(f, "must be a relative path inside the platform's folder (no leading / or -, no ..)");
+  }
+  if (typeof input.dir === "string" && input.dir.split("/").every((s) => s === "" || s === "."))
+    throw invalid("dir", "must name a folder, not the platform's folder itself");
+  if (typeof input.project_name === "string" && !PROJECT_NAME.test(input.project_name))
+    throw invalid("project_name", "must be 1-128 of a-z, 0-9, _ and -, starting with a letter or digit");
+  for (const f of ["network", "proxy_network", "app_db_network"])
+    if (typeof input[f] === "string" && !NETWORK_NAME.test(input[f] as string))
+      throw invalid(f, "must be 1-128 of A-Z, a-z, 0-9, _, . and -, starting with a letter or digit");
+  const re = input.log_scope_regex;
+  if (typeof re === "string") {
+    try {
+      new RegExp(re);
+    } catch {
+      throw invalid("log_scope_regex", "is not a regular expression");
+    }
+    if (NOT_RE2.test(re))
+      throw invalid("log_scope_regex", "lookaround and backreferences are not RE2 syntax");
+  }
+  for (const f of ["smtp_user", "smtp_password", "smtp_from"])
+    if (input[f] !== undefined && input.smtp_host === undefined)
+      throw invalid("smtp_host", `is needed with ${f}`);
+  if (input.smtp_password !== undefined && input.smtp_user === undefined)
+    throw invalid("smtp_user", "is needed with smtp_password");
+  for (const f of [
+    "app_db_network",
+    "app_db_port",
+    "app_db_database",
+    "app_db_user",
+    "app_db_app_id",
+    "app_db_password",
+  ])
+    if (input[f] !== undefined && input.app_db_host === undefined)
+      throw invalid("app_db_host", `is needed with ${f}`);
+  if (input.app_db_host !== undefined)
+    for (const f of ["app_db_database", "app_db_user"])
+      if (input[f] === undefined) throw invalid(f, "is needed with app_db_host");
+}
+
 export const provisionMonitoring = declareCapability({
   name: "provision-monitoring",
   plane: "control",
@@ -27,8 +86,10 @@ export const provisionMonitoring = declareCapability({
   long_running: true,
   requires_container_runtime: true,
   app_less: true,
-  built: false,
-  example: { dir: "monitoring", public_host: "status.example.com" },
+  // one run at a time: a second waits for nothing, it is 409 busy while the first writes the folder
+  busy_group: BusyGroup.workspace,
+  built: true,
+  example: { dir: "monitoring", public_host: "status.example.com", skip_deploy: true },
   input: Obj({
     dir: FilePath("directory the stack is generated into"),
     project_name: OptStr("compose project name", 128),
@@ -63,6 +124,7 @@ export const provisionMonitoring = declareCapability({
     regenerate_secrets: OptBool("regenerate the stack's secrets"),
     health_timeout_ms: OptInt("health wait", 0, 3_600_000),
   }),
+  refine: (input) => refineMonitoring(input as Record<string, unknown>),
 });
 
 export const evalRun = declareCapability({
@@ -73,15 +135,21 @@ export const evalRun = declareCapability({
   events: ["EvalRunCompleted"],
   skill_action_planned: true,
   long_running: true,
-  built: false,
-  example: { app: "shop", suite: "evals/basic.json", mcp_url: "http://127.0.0.1:3718/mcp" },
+  built: true,
+  example: { app: "shop", suite: "evals/basic.yaml", mcp_url: "http://127.0.0.1:3718/mcp", budget_usd: 2 },
   input: Obj({
     app: App,
-    suite: FilePath("path of the suite file"),
+    suite: FilePath("path of the suite file in the app's workspace (YAML or JSON, docs/eval.md)"),
     mcp_url: Url("URL of the MCP server under test"),
     models: OptStrList("models that play the client", 20),
     judge_model: OptStr("model that grades", 128),
     run_name: OptStr("name of the run", 128),
     tracing: OptBool("export traces"),
+    budget_usd: Type.Number({
+      exclusiveMinimum: 0,
+      maximum: 10_000,
+      description: "the most the run may spend, in USD: refused when the estimate is over it, stopped at it",
+    }),
+    mcp_token: Type.Optional(Sensitive("token sent to mcp_url as Authorization: Bearer (the app's token)")),
   }),
 });

@@ -233,6 +233,8 @@ test("cli: eval, explain, plan and email send map positionals and flags to their
     "--models",
     "m1,m2",
     "--tracing",
+    "--budget",
+    "2.5",
   ]);
   t.deepEqual(ev.json, {
     app: "shop",
@@ -240,6 +242,7 @@ test("cli: eval, explain, plan and email send map positionals and flags to their
     mcp_url: "http://127.0.0.1:9/mcp",
     models: ["m1", "m2"],
     tracing: true,
+    budget_usd: 2.5,
   });
   t.deepEqual((await bodyOf(t, p, ["explain", "--resource", "bld_1"])).json, { resource: "bld_1" });
   t.deepEqual((await bodyOf(t, p, ["plan", "--app", "shop", "--goal", "add a cart"])).json, {

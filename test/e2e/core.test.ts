@@ -116,15 +116,22 @@ test("inspect answers app, resources, events, secrets, health and auth; an unkno
   t.is(bad.body.error.details[0].path, "/type");
 });
 
-test("capabilities not built yet answer 501 naming them", async (t) => {
+test("provision-monitoring is built: a valid call is accepted, bad input is 400 naming the field", async (t) => {
   const { p } = t.context;
   const r = await call(p.controlUrl, "provision-monitoring", {
     dir: "monitoring",
     public_host: "status.example.com",
+    skip_deploy: true,
   });
-  t.is(r.status, 501);
-  t.is(r.body.error.code, "not_implemented");
-  t.regex(r.body.error.message, /provision-monitoring/);
+  t.is(r.status, 202, r.text);
+  t.is(r.body.resource.type, "MonitoringStack");
+  const bad = await call(p.controlUrl, "provision-monitoring", {
+    dir: "../outside",
+    public_host: "status.example.com",
+    skip_deploy: true,
+  });
+  t.is(bad.status, 400);
+  t.is(bad.body.error.details[0].path, "/dir");
 });
 
 test("the catalogue, version, health, readiness and OpenAPI routes answer", async (t) => {

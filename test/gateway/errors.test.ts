@@ -203,14 +203,20 @@ test("413 payload_too_large and 415 unsupported_media_type", async (t) => {
   t.is(none.status, 415);
 });
 
-test("501 not_implemented names the capability not built yet; every route of the contract is served", async (t) => {
+test("every capability is built (none answers 501); every route of the contract is served", async (t) => {
   const { p } = t.context;
-  const r = await call(p.controlUrl, "provision-monitoring", {
-    dir: "monitoring",
-    public_host: "status.example.com",
+  // eval, the last one built (docs/eval.md): a call reaches its checks, here the required budget
+  const r = await call(p.controlUrl, "eval", {
+    app: "shop",
+    suite: "evals/basic.json",
+    mcp_url: "http://127.0.0.1:3718/mcp",
   });
-  isError(t, r, "not_implemented");
-  t.regex(r.body.error.message, /provision-monitoring/);
+  isError(t, r, "invalid_input");
+  t.regex(r.body.error.message, /budget_usd/);
+  t.deepEqual(
+    ALL_CAPABILITIES.filter((c) => !c.built).map((c) => c.name),
+    [],
+  );
   // every route of spec 4.2 is built: the control plane asks which app
   for (const path of ["/mcp/tools", "/policies", "/status/incidents"]) {
     const g = await get(p.controlUrl, path);

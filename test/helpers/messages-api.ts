@@ -11,13 +11,21 @@ import type { AddressInfo } from "node:net";
 /** One scripted answer, used in order (one per request, retries included). */
 export type ScriptedAnswer =
   /** A `tool_use` block with this input; `name` defaults to the tool the request forced. */
-  | { kind: "tool"; input: unknown; name?: string; stop_reason?: string; text?: string }
+  | { kind: "tool"; input: unknown; name?: string; stop_reason?: string; text?: string; usage?: Usage }
+  /** Several `tool_use` blocks in one turn (a model calling tools of its own choice). */
+  | { kind: "tools"; calls: { name: string; input: unknown }[]; text?: string; usage?: Usage }
   /** Text only, no tool call. */
-  | { kind: "text"; text: string; stop_reason?: string }
+  | { kind: "text"; text: string; stop_reason?: string; usage?: Usage }
   /** An API error body (`{type: "error", error: {type, message}}`) with this status. */
   | { kind: "error"; status: number; type?: string; message?: string; headers?: Record<string, string> }
   /** Exactly this body (e.g. not JSON, or JSON that is not a message). */
   | { kind: "raw"; status?: number; body: string; contentType?: string };
+
+/** Token counts an answer reports instead of the server's own count of the request and answer. */
+export interface Usage {
+  input_tokens: number;
+  output_tokens: number;
+}
 
 /** A request the server received. */
 export interface RecordedRequest {
@@ -35,6 +43,11 @@ export interface MessagesApi {
   readonly requests: RecordedRequest[];
   /** Queues answers; when the queue is empty, the server answers 500 api_error. */
   script(...answers: ScriptedAnswer[]): void;
+  /**
+   * Answers by the request instead (a conversation whose turns depend on what it is about): asked
+   * first for every request; `undefined` falls back to the queue. `undefined` removes it.
+   */
+  respond(fn: ((body: any) => ScriptedAnswer | undefined) | undefined): void;
   /** Delay before every answer (timeouts, aborts). */
   delayMs: number;
   close(): Promise<void>;
@@ -80,7 +93,9 @@ const tokens = (s: string) => Math.max(1, Math.ceil(s.length / 4));
 export async function startMessagesApi(): Promise<MessagesApi> {
   const queue: ScriptedAnswer[] = [];
   const requests: RecordedRequest[] = [];
-  const state = { delayMs: 0 };
+  const state: { delayMs: number; responder?: ((body: any) => ScriptedAnswer | undefined) | undefined } = {
+    delayMs: 0,
+  };
 
   const server: Server = createServer((req, res) => {
     const chunks: Buffer[] = [];
@@ -120,10 +135,10 @@ export async function startMessagesApi(): Promise<MessagesApi> {
       if (req.method !== "POST" || path !== "/v1/messages")
         return error(404, "not_found_error", `no route ${req.method} ${path}`);
       if (body === undefined) return error(400, "invalid_request_error", "body is not JSON");
-      const answer = queue.shift();
+      const answer = state.responder?.(body) ?? queue.shift();
       if (!answer) return error(500, "api_error", "messages-api test server: no scripted answer left");
       const model = typeof body.model === "string" ? body.model : "unknown";
-      const message = (content: unknown[], stop_reason: string) => {
+      const message = (content: unknown[], stop_reason: string, usage?: Usage) => {
         const out = JSON.stringify(content);
         send(
           200,
@@ -136,8 +151,8 @@ export async function startMessagesApi(): Promise<MessagesApi> {
             stop_reason,
             stop_sequence: null,
             usage: {
-              input_tokens: tokens(text),
-              output_tokens: tokens(out),
+              input_tokens: usage?.input_tokens ?? tokens(text),
+              output_tokens: usage?.output_tokens ?? tokens(out),
               cache_creation_input_tokens: 0,
               cache_read_input_tokens: 0,
               service_tier: "standard",
@@ -157,10 +172,20 @@ export async function startMessagesApi(): Promise<MessagesApi> {
             name: answer.name ?? forced,
             input: answer.input,
           });
-          return message(content, answer.stop_reason ?? "tool_use");
+          return message(content, answer.stop_reason ?? "tool_use", answer.usage);
+        }
+        case "tools": {
+          const content: unknown[] = answer.text ? [{ type: "text", text: answer.text }] : [];
+          for (const c of answer.calls)
+            content.push({ type: "tool_use", id: id("toolu"), name: c.name, input: c.input });
+          return message(content, "tool_use", answer.usage);
         }
         case "text":
-          return message([{ type: "text", text: answer.text }], answer.stop_reason ?? "end_turn");
+          return message(
+            [{ type: "text", text: answer.text }],
+            answer.stop_reason ?? "end_turn",
+            answer.usage,
+          );
         case "error":
           return error(
             answer.status,
@@ -184,6 +209,9 @@ export async function startMessagesApi(): Promise<MessagesApi> {
     requests,
     script: (...answers) => {
       queue.push(...answers);
+    },
+    respond: (fn) => {
+      state.responder = fn;
     },
     get delayMs() {
       return state.delayMs;

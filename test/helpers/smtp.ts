@@ -28,7 +28,9 @@ export interface TestSmtp {
   close(): Promise<void>;
 }
 
-export async function startTestSmtp(o: { auth?: { user: string; pass: string } } = {}): Promise<TestSmtp> {
+export async function startTestSmtp(
+  o: { auth?: { user: string; pass: string }; host?: string } = {},
+): Promise<TestSmtp> {
   const received: ReceivedMail[] = [];
   let connections = 0;
   let failing = 0;
@@ -78,7 +80,8 @@ export async function startTestSmtp(o: { auth?: { user: string; pass: string } }
   });
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => resolve());
+    // another address only for a private engine's containers (its bridge address, test/helpers/dockerd.ts)
+    server.listen(0, o.host ?? "127.0.0.1", () => resolve());
   });
   const port = (server.server.address() as AddressInfo).port;
   return {

@@ -65,7 +65,8 @@ test("the field counts of spec 4.1 hold where the spec states them", (t) => {
   t.is(count("send-email"), 7);
   t.is(count("schedule-job"), 9);
   t.is(count("delivery-check"), 7);
-  t.is(count("eval"), 7);
+  // the spec's 7, budget_usd (issue 28: no run without a budget) and mcp_token (docs/inputs.md#eval)
+  t.is(count("eval"), 9);
   t.is(count("setup-observability"), 4);
 });
 
