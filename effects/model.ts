@@ -204,7 +204,8 @@ export type StructuredRequest<S extends TSchema> = Omit<ToolCallRequest, "inputS
   schema: S;
 };
 
-const MessageEnvelopeSchema = Type.Object({
+/** The Messages API's answer as far as the platform reads it (checked before any use). */
+export const MessageEnvelopeSchema = Type.Object({
   id: Type.String(),
   type: Type.Literal("message"),
   model: Type.String(),

@@ -1,7 +1,13 @@
 import type Anthropic from "@anthropic-ai/sdk";
-import Type, { type Static } from "typebox";
+import type { Static } from "typebox";
 import { check, CodecError } from "../../proto/mod.js";
-import { type ModelConfig, ModelAnswerError, type ModelUsage, messagesCreate } from "../model.js";
+import {
+  MessageEnvelopeSchema,
+  type ModelConfig,
+  ModelAnswerError,
+  type ModelUsage,
+  messagesCreate,
+} from "../model.js";
 
 /**
  * One turn of eval's conversations: the Messages API through the platform's model client
@@ -28,15 +34,6 @@ export interface ConversationTurn {
   usage: ModelUsage;
 }
 
-const EnvelopeSchema = Type.Object({
-  id: Type.String(),
-  type: Type.Literal("message"),
-  model: Type.String(),
-  content: Type.Array(Type.Object({ type: Type.String() })),
-  stop_reason: Type.Union([Type.String(), Type.Null()]),
-  usage: Type.Object({ input_tokens: Type.Integer(), output_tokens: Type.Integer() }),
-});
-
 /**
  * Calls the model once (`tool_choice` auto) and returns its turn, the envelope checked. Throws
  * ModelCallError for a failed call, ModelAnswerError for an answer that is not a message.
@@ -59,9 +56,9 @@ export async function conversationTurn(
   );
   if (raw === null || typeof raw !== "object")
     throw new ModelAnswerError("not_json", "the API answered with an empty or non-JSON body");
-  let msg: Static<typeof EnvelopeSchema>;
+  let msg: Static<typeof MessageEnvelopeSchema>;
   try {
-    msg = check(EnvelopeSchema, raw, "model answer");
+    msg = check(MessageEnvelopeSchema, raw, "model answer");
   } catch (e) {
     if (e instanceof CodecError)
       throw new ModelAnswerError("not_message", `not a Messages API message: ${e.message}`, e.details);

@@ -38,25 +38,19 @@ export interface CaseResult {
   started_at: string | null;
 }
 
-/** Totals of a run, per model and in all. */
-export interface RunTotals {
+/** Counts and spend of some cases. */
+export interface Tally {
   passed: number;
   failed: number;
   not_run: number;
   input_tokens: number;
   output_tokens: number;
   cost_usd: number;
-  by_model: Record<
-    string,
-    {
-      passed: number;
-      failed: number;
-      not_run: number;
-      input_tokens: number;
-      output_tokens: number;
-      cost_usd: number;
-    }
-  >;
+}
+
+/** Totals of a run, per model and in all. */
+export interface RunTotals extends Tally {
+  by_model: Record<string, Tally>;
 }
 
 export interface RunProgress {
