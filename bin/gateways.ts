@@ -2,6 +2,7 @@ import { join } from "node:path";
 import { ContainerRuntime, type DevCallerDirectory } from "../effects/mod.js";
 import {
   AppDirectory,
+  consoleSettingsFromEnv,
   type GatewayHandle,
   isLoopback,
   originPolicyFromEnv,
@@ -86,6 +87,7 @@ export async function startGateways(opts: PlatformOptions, s: Started): Promise<
       ...common,
       ...(s.metrics ? { metrics: s.metrics } : {}),
       plane: "control",
+      console: consoleSettingsFromEnv(s.env),
       host: controlHost,
       port: controlPort,
       otherPort: () => out.data?.port ?? dataPort,

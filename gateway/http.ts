@@ -21,6 +21,7 @@ const STATUS_TEXT: Record<number, string> = {
   429: "Too Many Requests",
   500: "Internal Server Error",
   501: "Not Implemented",
+  502: "Bad Gateway",
   503: "Service Unavailable",
   504: "Gateway Timeout",
 };

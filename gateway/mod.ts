@@ -3,6 +3,7 @@
  * public face of this folder (bin/ imports `gateway/mod.js`: biome.json).
  */
 export { AppDirectory, isLoopback, loadControlToken } from "./auth.js";
+export { type ConsoleSettings, consoleSettingsFromEnv } from "./console.js";
 export type { DevCallers } from "./guard.js";
 export { DEFAULT_ORIGIN_POLICY, type OriginPolicy, originPolicyFromEnv } from "./origin.js";
 export {

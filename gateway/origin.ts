@@ -17,6 +17,12 @@ export interface OriginPolicy {
   allowedHosts: readonly string[];
   /** Origins (`scheme://host[:port]`) whose browser pages may call the gateway. */
   allowedOrigins: readonly string[];
+  /**
+   * Also admit the gateway's own origin: an `Origin` that is `http://` or `https://` followed by
+   * exactly the request's `Host` (itself already checked). The control plane sets it for its
+   * console's page (docs/console.md); no other origin is admitted by it.
+   */
+  sameOrigin?: boolean;
 }
 
 export const DEFAULT_ORIGIN_POLICY: OriginPolicy = { allowedHosts: [], allowedOrigins: [] };
@@ -56,12 +62,20 @@ export function checkHostAndOrigin(headers: Record<string, string>, policy: Orig
       );
   }
   const origin = headers.origin;
-  if (origin !== undefined && !policy.allowedOrigins.includes(origin)) {
+  if (origin !== undefined && !policy.allowedOrigins.includes(origin) && !isOwnOrigin(origin, host, policy)) {
     throw new PlatformError(
       "forbidden",
       `requests from browser pages (Origin ${JSON.stringify(origin.slice(0, 100))}) are refused; add the origin to SLIPWAY_ALLOWED_ORIGINS to allow it`,
     );
   }
+}
+
+/** True when the policy admits the gateway's own origin and `origin` is the one `host` names. */
+function isOwnOrigin(origin: string, host: string | undefined, policy: OriginPolicy): boolean {
+  if (!policy.sameOrigin || host === undefined || host === "") return false;
+  const h = host.trim().toLowerCase();
+  const o = origin.toLowerCase();
+  return o === `http://${h}` || o === `https://${h}`;
 }
 
 /** The policy from the environment: comma lists SLIPWAY_ALLOWED_HOSTS and SLIPWAY_ALLOWED_ORIGINS, plus the hosts of the public URLs. */

@@ -14,6 +14,7 @@ import { METRICS_CONTENT_TYPE, metricsText } from "../effects/mod.js";
 import { APP_EVENT_ROUTE, appEventsRoute, type AppEventDeps } from "./app-events.js";
 import { authenticate, type AppDirectory, type AuthInput, type Principal } from "./auth.js";
 import { capabilityRoute, type CapabilityDeps } from "./capability-route.js";
+import { CONSOLE_ROUTE, type ConsoleDeps, consoleRoute, type ConsoleSettings } from "./console.js";
 import { CommandClient } from "./command-client.js";
 import { CONNECT_ROUTE, type ConnectDeps, connectRoute } from "./connect.js";
 import { type DevCallers, guard, type GuardOptions } from "./guard.js";
@@ -63,6 +64,8 @@ export interface GatewayOptions {
   originPolicy?: OriginPolicy;
   /** Concurrent tails (event streams, followed logs) per token; past it 429. */
   tailsPerToken?: number;
+  /** Control plane: where the console reads Prometheus and Alertmanager (docs/console.md). */
+  console?: ConsoleSettings;
   /** Data plane: token buckets per app and capability or route (default: from the environment, docs/configuration.md). */
   rateLimits?: RateLimitConfig;
   log?: (msg: string) => void;
@@ -134,6 +137,7 @@ interface RouteDeps {
   mcp: ReturnType<typeof mcpDeps>;
   reads: ReadDeps;
   metrics: () => Promise<string>;
+  console: ConsoleDeps;
 }
 
 /** One router for every HTTP request; the guard answers whatever it throws. */
@@ -142,6 +146,8 @@ function router(r: RouteDeps): (req: Req, res: Res) => void | Promise<void> {
   return (req, res) => {
     const path = req.url;
     if (path === "/metrics" && r.plane === "control") return metricsRoute(r, req, res);
+    if (r.plane === "control" && CONSOLE_ROUTE.test(path))
+      return consoleRoute(r.console, req, res, methodNotAllowed);
     const cm = /^\/capabilities\/([^/]+)$/.exec(path);
     if (cm) {
       const name = decodeComponent(cm[1]!, "capability name");
@@ -213,7 +219,8 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
   };
   const inflight = new Set<Promise<void>>();
   const guardOpts: GuardOptions = {
-    policy: opts.originPolicy ?? DEFAULT_ORIGIN_POLICY,
+    // the control plane admits its own origin too: the console's page calls it (docs/console.md)
+    policy: { ...(opts.originPolicy ?? DEFAULT_ORIGIN_POLICY), sameOrigin: plane === "control" },
     log,
     name: `gateway ${plane}`,
     inflight,
@@ -293,6 +300,7 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
     mcp,
     reads,
     metrics,
+    console: { settings: opts.console ?? {}, auth },
   });
 
   const {
@@ -375,6 +383,8 @@ async function listen(
     // a server of its own: what arrives there is known by its source address only
     const devGuard: GuardOptions = {
       ...r.guardOpts,
+      // no page is served there: no origin of its own to admit
+      policy: { ...r.guardOpts.policy, sameOrigin: false },
       name: "gateway control (dev)",
       dev: opts.devListener.callers,
     };

@@ -16,6 +16,7 @@ import { Res } from "./http.js";
 import { checkHostAndOrigin } from "./origin.js";
 import { appParam, eventTypeParam, intParam } from "./params.js";
 import { readRequest, remoteAddress, type Req } from "./request.js";
+import { parseWsProtocols, upgradeAuthHeaders } from "./ws-protocol.js";
 
 /** Concurrent tails (event streams and followed logs) one token may hold (docs/http.md). */
 export const TAILS_PER_TOKEN_DEFAULT = 32;
@@ -233,15 +234,17 @@ export function wsTail(app: TemplatedApp, d: TailDeps): void {
           req.devApp = d.guard.dev.known(req.remote);
         }
         const key = rq.getHeader("sec-websocket-key");
-        const protocol = rq.getHeader("sec-websocket-protocol");
         const ext = rq.getHeader("sec-websocket-extensions");
         checkHostAndOrigin(req.headers, d.guard.policy);
-        const principal = d.auth(req);
+        // a browser's token comes as a subprotocol (ws-protocol.ts); the answer names slipway.v1
+        // alone (or nothing), never what else was offered
+        const offer = parseWsProtocols(req.headers["sec-websocket-protocol"]);
+        const principal = d.auth({ ...req, headers: upgradeAuthHeaders(req.headers, offer) });
         notAsUser(principal, "the event stream");
         const filters = feedFilters(principal, req, d.scopedApp);
         const release = d.limiter.acquire(tailKey(principal));
         try {
-          raw.upgrade<WsData>({ filters, release }, key, protocol, ext, context);
+          raw.upgrade<WsData>({ filters, release }, key, offer.chosen, ext, context);
         } catch (e) {
           release();
           throw e;

@@ -5,8 +5,9 @@
 //
 // Inputs: every .ts under what tsconfig.json includes (minus its excludes), tsconfig.json,
 // package.json, package-lock.json, scripts/bundle-client.mjs, scripts/bundle-slipwayd.mjs, this
-// file, and the whole starter
-// (its template ships in every new app next to the bundled client).
+// file, the whole starter
+// (its template ships in every new app next to the bundled client) and the console's page
+// (console/: bundle-slipwayd.mjs copies it into dist/console).
 import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -18,6 +19,7 @@ export const BUILD_OUTPUTS = [
   "dist/bin/node-thread.mjs",
   "dist/bin/slipway.js",
   "dist/client/slipway.mjs",
+  "dist/console/index.html",
 ];
 
 export const stampFile = (root) => join(root, "dist", ".build-stamp");
@@ -66,6 +68,15 @@ export function buildInputs(root) {
     starter,
   );
   for (const f of starter) files.add(f);
+  const consolePage = [];
+  walk(
+    root,
+    "console",
+    () => true,
+    () => false,
+    consolePage,
+  );
+  for (const f of consolePage) files.add(f);
   for (const f of [
     "tsconfig.json",
     "package.json",

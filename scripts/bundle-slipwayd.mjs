@@ -9,8 +9,12 @@
 // The bundle sits beside the module it replaces, so the paths it derives from its own location
 // (the starter template, dist/client/slipway.mjs) stay the same.
 //
+// The console's page (console/, and the libraries it loads from node_modules: Preact, htm, uPlot)
+// is copied into dist/console/, where gateway/console.ts finds it when the source folder is not
+// there (the image ships dist/ only); the list of its files is the gateway's own (CONSOLE_ASSETS).
+//
 //   node scripts/bundle-slipwayd.mjs       after tsc (npm run build)
-import { chmodSync, existsSync, statSync } from "node:fs";
+import { chmodSync, copyFileSync, existsSync, mkdirSync, rmSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -65,4 +69,18 @@ if (import.meta.url === `file://${process.argv[1]}`) {
     chmodSync(out, 0o755);
     say(`wrote ${to} (${Math.round(statSync(out).size / 1024)} KiB)`);
   }
+  const { CONSOLE_ASSETS, consoleFiles } = await import(join(root, "dist", "gateway", "console.js"));
+  const target = join(root, "dist", "console");
+  const files = consoleFiles(join(root, "dist", "gateway", "console.js"), target);
+  rmSync(target, { recursive: true, force: true });
+  for (const a of CONSOLE_ASSETS) {
+    const from = files.get(a.name);
+    if (!from || from.startsWith(`${target}/`)) {
+      say(`the console's ${a.name} is missing (console/ or node_modules: npm ci)`);
+      process.exit(1);
+    }
+    mkdirSync(dirname(join(target, a.name)), { recursive: true });
+    copyFileSync(from, join(target, a.name));
+  }
+  say(`copied the console's ${CONSOLE_ASSETS.length} files into dist/console`);
 }

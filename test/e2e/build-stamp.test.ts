@@ -52,6 +52,7 @@ function fakeProject(): string {
   write(root, "bin/c.ts", "export const c = 3;\n");
   write(root, "starter/mod.ts", "export const s = 4;\n");
   write(root, "starter/template/README.md", "starter\n");
+  write(root, "console/app.js", "// the console's page\n");
   write(root, "scripts/bundle-client.mjs", "// bundles\n");
   write(root, "scripts/bundle-slipwayd.mjs", "// bundles the platform\n");
   for (const f of BUILD_OUTPUTS) write(root, f, "//\n");
@@ -64,6 +65,7 @@ test("the decision: build without a stamp, skip when nothing changed, build agai
   t.teardown(() => rmSync(root, { recursive: true, force: true }));
   t.deepEqual(buildInputs(root), [
     "bin/c.ts",
+    "console/app.js",
     "package-lock.json",
     "package.json",
     "scripts/bundle-client.mjs",
@@ -108,6 +110,8 @@ test("the decision: build without a stamp, skip when nothing changed, build agai
   rebuild("tsconfig changed");
   write(root, "starter/template/README.md", "starter 2\n");
   rebuild("the starter changed");
+  write(root, "console/app.js", "// the console's page 2\n");
+  rebuild("the console changed");
   write(root, "scripts/bundle-client.mjs", "// bundles 2\n");
   rebuild("the bundler changed");
   write(root, "scripts/bundle-slipwayd.mjs", "// bundles the platform 2\n");
@@ -154,6 +158,8 @@ test("setup.mjs --build runs tsc and the bundle once, skips them on an unchanged
       'import fs from "node:fs";',
       'fs.writeFileSync("dist/bin/slipwayd.mjs", "//\\n");',
       'fs.writeFileSync("dist/bin/node-thread.mjs", "//\\n");',
+      'fs.mkdirSync("dist/console", { recursive: true });',
+      'fs.writeFileSync("dist/console/index.html", "//\\n");',
       'fs.appendFileSync("build.log", "platform\\n");',
     ].join("\n"),
   );
