@@ -1,8 +1,10 @@
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
+import { isIP } from "node:net";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { PlatformError } from "../proto/mod.js";
+import type { ReadIndex } from "../store/mod.js";
 import type { Principal } from "./auth.js";
 import type { Res } from "./http.js";
 import type { Req } from "./request.js";
@@ -145,6 +147,34 @@ export function consoleSettingsFromEnv(env: NodeJS.ProcessEnv): ConsoleSettings 
 export interface ConsoleDeps {
   settings: ConsoleSettings;
   auth: (req: Req) => Principal;
+  /** The read index: without the settings, the newest started monitoring stack is used. */
+  index?: Pick<ReadIndex, "listResources">;
+}
+
+/**
+ * Where Prometheus and Alertmanager answer: the settings, else the newest MonitoringStack that
+ * provision-monitoring started (its containers' addresses on the stack's network, ports 9090 and
+ * 9093), else nothing (docs/console.md#monitoring).
+ */
+export async function monitoringUrls(d: ConsoleDeps): Promise<ConsoleSettings & { source: string }> {
+  if (d.settings.prometheusUrl || d.settings.alertmanagerUrl) return { ...d.settings, source: "settings" };
+  if (!d.index) return { source: "none" };
+  const page = await d.index.listResources({ type: "MonitoringStack", limit: 50 });
+  for (const r of page.items) {
+    const fields = r as { status?: string; deployed?: unknown; containers?: unknown };
+    const addresses = (fields.containers as { addresses?: Record<string, unknown> } | null)?.addresses;
+    const prom = addresses?.prometheus;
+    if (fields.status !== "succeeded" || fields.deployed !== true || typeof prom !== "string" || !isIP(prom))
+      continue;
+    const am = addresses?.alertmanager;
+    const host = (a: string) => (isIP(a) === 6 ? `[${a}]` : a);
+    return {
+      prometheusUrl: `http://${host(prom)}:9090`,
+      alertmanagerUrl: typeof am === "string" && isIP(am) ? `http://${host(am)}:9093` : undefined,
+      source: r.id,
+    };
+  }
+  return { source: "none" };
 }
 
 /** How long the gateway waits for Prometheus or Alertmanager. */
@@ -179,14 +209,14 @@ export async function consoleRoute(
 async function apiRoute(d: ConsoleDeps, req: Req, res: Res, what: string): Promise<void> {
   if (d.auth(req).kind !== "operator")
     throw new PlatformError("forbidden", "the console's calls are for the operator's token only");
-  const { prometheusUrl, alertmanagerUrl } = d.settings;
+  const { prometheusUrl, alertmanagerUrl, source } = await monitoringUrls(d);
   const noStore = { "cache-control": "no-store" };
   switch (what) {
     case "monitoring":
       req.query.only([], "GET /console/api/monitoring");
       return res.json(
         200,
-        { prometheus_url: prometheusUrl ?? null, alertmanager_url: alertmanagerUrl ?? null },
+        { prometheus_url: prometheusUrl ?? null, alertmanager_url: alertmanagerUrl ?? null, source },
         noStore,
       );
     case "query_range": {

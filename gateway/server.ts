@@ -300,7 +300,7 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
     mcp,
     reads,
     metrics,
-    console: { settings: opts.console ?? {}, auth },
+    console: { settings: opts.console ?? {}, auth, index },
   });
 
   const {

@@ -172,6 +172,7 @@ test.serial(
     t.deepEqual(await mon.json(), {
       prometheus_url: `http://127.0.0.1:${t.context.promPort}`,
       alertmanager_url: `http://127.0.0.1:${t.context.amPort}`,
+      source: "settings",
     });
     const down = await fetch(`${base}/console/api/query_range?query=up&start=1&end=2&step=1`, {
       headers: controlAuth(base),

@@ -158,6 +158,19 @@ test.serial(
       return r.data.result.length > 0 ? r.data.result : undefined;
     }, 90_000);
     t.true(series.length > 0);
+    // the console finds the stack by itself (no SLIPWAY_PROMETHEUS_URL) and charts through it
+    const found = await get(t.context.p.controlUrl, "/console/api/monitoring");
+    t.is(found.status, 200, found.text);
+    t.is(found.body.prometheus_url, prom);
+    t.is(found.body.alertmanager_url, `http://${doc.containers.addresses.alertmanager}:9093`);
+    t.is(found.body.source, doc.id);
+    const now = Math.floor(Date.now() / 1000);
+    const chart = await get(
+      t.context.p.controlUrl,
+      `/console/api/query_range?query=${encodeURIComponent("sum(rate(slipway_http_requests_total[1m]))")}&start=${now - 300}&end=${now}&step=15`,
+    );
+    t.is(chart.status, 200, chart.text);
+    t.is(chart.body.status, "success");
     // the UI behind the platform's proxy at public_host, asked for its password
     t.is(doc.ui.host, "status.example.com");
     t.is(doc.ui.user, "admin");
