@@ -6,12 +6,14 @@ import {
   cpSync,
   existsSync,
   mkdirSync,
+  mkdtempSync,
   readFileSync,
   statSync,
   symlinkSync,
   writeFileSync,
 } from "node:fs";
 import { createServer } from "node:http";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type Browser, chromium, type Page } from "playwright-core";
 import WebSocket from "ws";
@@ -34,7 +36,7 @@ import { slipwaydSetup } from "../helpers/slipwayd-process.js";
  * The operator console (issue 27, docs/console.md), end to end: a real platform on ephemeral ports
  * with its own nats-server, Debian's Chromium driven through playwright-core, and a real
  * Prometheus (Debian's binary) scraping the control plane's `/metrics` with the operator's token.
- * Screenshots go to docs/console/.
+ * Screenshots go to docs/console/ with SLIPWAY_CONSOLE_SCREENSHOTS=1, else to a temporary folder.
  */
 interface Ctx {
   nats: TestNats;
@@ -48,7 +50,14 @@ interface Ctx {
 }
 const test = anyTest as TestFn<Ctx>;
 
-const SHOTS = join(repoRoot, "docs", "console");
+/**
+ * Where the screenshots go: docs/console/ with SLIPWAY_CONSOLE_SCREENSHOTS=1 (to refresh the docs'
+ * pictures), else a temporary folder, so a test run leaves the checkout as it was.
+ */
+const SHOTS =
+  process.env.SLIPWAY_CONSOLE_SCREENSHOTS === "1"
+    ? join(repoRoot, "docs", "console")
+    : mkdtempSync(join(tmpdir(), "slipway-console-shots-"));
 
 test.before(async (t) => {
   const nats = await startTestNats();
