@@ -2,6 +2,7 @@ import type { Bus, Vault } from "../store/mod.js";
 import type { PlatformUrls } from "./context.js";
 import type { NodeInstrumentation } from "./instrument.js";
 import { RuntimeNode } from "./runtime-node.js";
+import { startLogShipper } from "./log-shipper.js";
 import { launchScheduler } from "./scheduler.js";
 
 export interface NodeOptions {
@@ -23,6 +24,8 @@ export interface NodeOptions {
   scheduler?: boolean;
   /** Scheduler: how long a tick's callback may take. */
   tickTimeoutMs?: number;
+  /** Run a log shipper candidate on this node (default true; docs/monitoring.md). */
+  logShipper?: boolean;
 }
 
 export interface NodeHandle {
@@ -31,6 +34,8 @@ export interface NodeHandle {
   partitions(): number[];
   /** True while this node's scheduler leads. */
   isSchedulerLeader(): boolean;
+  /** True while this node ships the log lines to Loki (it holds the `log_shipper` lease); a node thread's handle (bin/) does not say. */
+  isLogShipper?(): boolean;
   close(): Promise<void>;
 }
 
@@ -57,11 +62,22 @@ export async function launchNode(opts: NodeOptions, instrument: NodeInstrumentat
           },
           instrument.onFire ? { onFire: instrument.onFire } : {},
         );
+  const shipper =
+    opts.logShipper === false
+      ? undefined
+      : startLogShipper({
+          bus: opts.bus,
+          nodeId: node.nodeId,
+          ...(opts.leaseTtlMs ? { leaseTtlMs: opts.leaseTtlMs } : {}),
+          ...(opts.log ? { log: opts.log } : {}),
+        });
   return {
     nodeId: node.nodeId,
     partitions: () => node.partitions(),
     isSchedulerLeader: () => scheduler?.isLeader() ?? false,
+    isLogShipper: () => shipper?.isShipping() ?? false,
     close: async () => {
+      await shipper?.close();
       await scheduler?.close();
       await node.close();
     },

@@ -18,6 +18,7 @@ export * from "./telemetry.js";
 export * from "./verify.js";
 export * from "./json-schema.js";
 export * from "./safe-pattern.js";
+export * from "./loki-push.js";
 export { METRICS_CONTENT_TYPE, mergedMetrics, metricsText, serveMetrics } from "./metrics.js";
 export * from "./monitoring/mod.js";
 export * from "./eval/mod.js";

@@ -107,3 +107,14 @@ const PREFIX: Record<string, string> = {
 export function newResourceId(type: string): string {
   return newId(PREFIX[type] ?? "res");
 }
+
+const TYPE_OF_PREFIX = new Map(Object.entries(PREFIX).map(([type, prefix]) => [prefix, type]));
+
+/**
+ * The resource type an id was made for, from its prefix (`mon_...`: MonitoringStack), or `other`
+ * for an id of no known prefix: a bounded set (the log shipper's `resource_type` label).
+ */
+export function resourceTypeOfId(id: string): string {
+  const i = id.indexOf("_");
+  return (i > 0 ? TYPE_OF_PREFIX.get(id.slice(0, i)) : undefined) ?? "other";
+}

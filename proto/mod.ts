@@ -32,4 +32,6 @@ export * from "./schedule.js";
 export * from "./service-token.js";
 export * from "./subjects.js";
 export * from "./random.js";
+export * from "./safe-pattern.js";
+export * from "./log-shipping.js";
 export * from "./metrics.js";

@@ -109,6 +109,14 @@ export const subjects = {
   logsAll: "slipway.log.>",
 } as const;
 
+/** The resource id of a log subject (`slipway.log.<id>`), or undefined for another subject. */
+export function resourceIdOfLogSubject(subject: string): string | undefined {
+  const prefix = "slipway.log.";
+  if (!subject.startsWith(prefix)) return undefined;
+  const id = subject.slice(prefix.length);
+  return SAFE.test(id) ? id : undefined;
+}
+
 /** Parses the app out of a command subject. */
 export function appOfCommandSubject(subject: string): string | undefined {
   const parts = subject.split(".");

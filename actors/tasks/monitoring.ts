@@ -20,6 +20,7 @@ import {
 import { NETWORKS, PLATFORM_APP, type Sealed } from "../../proto/mod.js";
 import { type MonitoringInput, monitoringPlan, operatorToken } from "./monitoring-plan.js";
 import { HEALTH_TIMEOUT_MS, pinImages, runnable, type Started, startStack } from "./monitoring-deploy.js";
+import { configureShipping, pushUrlSetting } from "./monitoring-shipping.js";
 import { exposeUi, proxyPresent, uiPassword } from "./monitoring-ui.js";
 import type { TaskContext, TaskResult, TaskSpec } from "./types.js";
 
@@ -49,7 +50,7 @@ const SECRET_MODE = 0o600;
 
 /** Why Loki is not started, on the resource (docs/monitoring.md#loki). */
 export const LOKI_NOT_STARTED =
-  "not started: its configuration and the log shipping configuration are written; Loki runs only when SLIPWAY_LOKI_BIN names a Grafana Loki binary (Debian's loki package is another program), and no log shipper is started";
+  "not started: its configuration and the log shipping configuration are written; Loki runs only when SLIPWAY_LOKI_BIN names a Grafana Loki binary (Debian's loki package is another program); the platform ships its log lines to SLIPWAY_LOKI_PUSH_URL when set (log_shipping)";
 
 /** Where the UI is, on the resource, when no proxy of the platform runs. */
 const UI_NO_PROXY =
@@ -112,10 +113,20 @@ function stackHash(files: Record<string, string>, secrets: Partial<Record<Secret
   return h.digest("hex");
 }
 
+/** How the control plane is scraped, on the resource. */
+function controlScrape(scraped: boolean, token: boolean): string {
+  return scraped
+    ? token
+      ? "with the operator's token (secrets/control_token)"
+      : "without a token: this node has neither SLIPWAY_CONTROL_TOKEN nor a readable control.token, so the control plane will answer 401"
+    : "not scraped: the control plane listens on loopback, out of the stack's containers' reach; the platform is scraped on its metrics ports (SLIPWAY_METRICS_HOST and SLIPWAY_METRICS_PORT, SLIPWAY_MONITORING_TARGETS)";
+}
+
 async function run(t: TaskContext, o: MonitoringTaskInput): Promise<TaskResult> {
   const i = o.input;
   const root = resolve(t.workspaceRoot, PLATFORM_APP);
   await t.progress({ phase: "generate" });
+  pushUrlSetting(process.env); // a malformed setting fails the call before anything is written
   const secrets: Partial<Record<SecretName, string>> = {};
   if (o.smtp_password)
     secrets.smtp_password = t.vault.openString(o.smtp_password.sealed, o.smtp_password.aad);
@@ -178,7 +189,14 @@ async function run(t: TaskContext, o: MonitoringTaskInput): Promise<TaskResult> 
           rotated,
         })
       : UI_NO_PROXY;
+  // where the platform's log lines go: the stack's Loki, else SLIPWAY_LOKI_PUSH_URL (the shipper follows)
+  const shipping = await configureShipping(t, {
+    project: o.project,
+    log_scope_regex: i.log_scope_regex ?? null,
+    loki_address: loki === null ? (started?.state.addresses.loki ?? null) : null,
+  });
   const unchanged =
+    !shipping.changed &&
     changed.length === 0 &&
     (started?.state.started.length ?? 0) === 0 &&
     (typeof ui === "string" || ui.route_written === false);
@@ -191,6 +209,7 @@ async function run(t: TaskContext, o: MonitoringTaskInput): Promise<TaskResult> 
     config_hash: hash,
     components,
     loki: loki ? LOKI_NOT_STARTED : "started",
+    log_shipping: shipping.fields,
     deployed: started !== undefined,
     images: plan.images,
     network: plan.network,
@@ -211,11 +230,7 @@ async function run(t: TaskContext, o: MonitoringTaskInput): Promise<TaskResult> 
       app: plan.health_url,
       app_db: plan.app_db ? `${plan.app_db.host}:${plan.app_db.port}` : null,
     },
-    control_scrape: targets.control
-      ? token
-        ? "with the operator's token (secrets/control_token)"
-        : "without a token: this node has neither SLIPWAY_CONTROL_TOKEN nor a readable control.token, so the control plane will answer 401"
-      : "not scraped: the control plane listens on loopback, out of the stack's containers' reach; the platform is scraped on its metrics ports (SLIPWAY_METRICS_HOST and SLIPWAY_METRICS_PORT, SLIPWAY_MONITORING_TARGETS)",
+    control_scrape: controlScrape(targets.control !== null, token !== null),
     alerts_mailed: mailsAlerts(plan),
     not_applied: notApplied(i, o.tracing_given),
     error: null,

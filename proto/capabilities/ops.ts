@@ -1,6 +1,7 @@
 import Type from "typebox";
 import { BusyGroup, declareCapability } from "../capability.js";
 import { PlatformError } from "../errors.js";
+import { logScopePattern } from "../log-shipping.js";
 import {
   App,
   FilePath,
@@ -31,7 +32,8 @@ const NOT_RE2 = /\\(?:[1-9]|k<)|\(\?<?[=!]/;
 /**
  * provision-monitoring's rules past the schema (docs/inputs.md#provision-monitoring): the file paths
  * stay inside the platform's folder, names are ones compose and the engine take, the regex parses
- * and is RE2's (it is never run by the platform), and fields that need another are given with it.
+ * and is RE2's with a bounded backtracking (the log shipper runs it: proto/log-shipping.ts), and
+ * fields that need another are given with it.
  */
 function refineMonitoring(input: Record<string, unknown>): void {
   for (const f of ["dir", "env_file", "context"]) {
@@ -49,11 +51,9 @@ function refineMonitoring(input: Record<string, unknown>): void {
       throw invalid(f, "must be 1-128 of A-Z, a-z, 0-9, _, . and -, starting with a letter or digit");
   const re = input.log_scope_regex;
   if (typeof re === "string") {
-    try {
-      new RegExp(re);
-    } catch {
-      throw invalid("log_scope_regex", "is not a regular expression");
-    }
+    // the shipper runs it on the node's event loop: its backtracking must be bounded
+    const p = logScopePattern(re);
+    if ("refused" in p) throw invalid("log_scope_regex", p.refused);
     if (NOT_RE2.test(re))
       throw invalid("log_scope_regex", "lookaround and backreferences are not RE2 syntax");
   }

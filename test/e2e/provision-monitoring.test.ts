@@ -106,6 +106,9 @@ test.serial("provision-monitoring: bad input is 400 naming the field", async (t)
     [{ ...base, alert_email: "nobody" }, "/alert_email"],
     [{ ...base, log_scope_regex: "(unclosed" }, "/log_scope_regex"],
     [{ ...base, log_scope_regex: "(a)\\1" }, "/log_scope_regex"],
+    // the shipper runs it on the node: a backtracking without bound, or one too short to be of use
+    [{ ...base, log_scope_regex: "^(a+)+$" }, "/log_scope_regex"],
+    [{ ...base, log_scope_regex: "^.*a.*b.*c.*$" }, "/log_scope_regex"],
     [{ ...base, smtp_user: "u" }, "/smtp_host"],
     [{ ...base, smtp_host: "smtp.example.com", smtp_password: "pw" }, "/smtp_user"],
     [{ ...base, app_db_user: "u" }, "/app_db_host"],
