@@ -149,6 +149,7 @@ test.serial("status and outputs read the state; untaint clears a host's taint", 
     data_urls: ["http://127.0.0.1:3718"],
     proxy_urls: ["http://127.0.0.1:80"],
     nats_urls: ["nats://127.0.0.1:4222"],
+    metrics_urls: [9464, 9465, 9466, 9467].map((port) => `http://127.0.0.1:${port}/metrics`),
     secrets_file: join(dir, ".slipway", "infra", "staging.secrets"),
   });
 

@@ -33,7 +33,8 @@ test("wanted containers: one per platform role, NATS routes to the other nats ho
   t.true(conf.includes(secrets.nats_roles.node.public_key));
   t.false(conf.includes(secrets.nats_roles.node.seed), "nats.conf holds public keys only");
   const control = a.find((w) => w.role === "control")!;
-  t.deepEqual(control.ports, ["10.9.0.1:3717:3717"]);
+  // the gateway, and its /metrics on the private address
+  t.deepEqual(control.ports, ["10.9.0.1:3717:3717", "10.9.0.1:9465:9465"]);
   t.is(control.env.NATS_URL, "nats://10.9.0.1:4222,nats://10.9.0.2:4222,nats://10.9.0.3:4222");
   t.is(control.env.SLIPWAY_REPLICAS, "3");
   for (const w of a) {

@@ -64,6 +64,7 @@ const SAMPLES: Record<string, string> = {
   template_name: "welcome",
   suite_path: "evals/suite.json",
   mcp_url: "https://shop.example.com/mcp",
+  usd: "2",
   otlp_url: "https://otel.example.com:4318",
   repo_name: "shop",
   owner: "ada@example.com",
@@ -72,7 +73,7 @@ const SAMPLES: Record<string, string> = {
   subject: "Your order",
   body: "It shipped today.",
 };
-const ENV = { STRIPE_KEY_VALUE: "sk_test_not_a_secret" };
+const ENV = { STRIPE_KEY_VALUE: "sk_test_not_a_secret", SLIPWAY_TOKEN: "slw_not_a_token" };
 
 const files: StarterFile[] = renderStarter({ app: APP, platform: "node", framework: "node-http" });
 const fileText = (path: string): string => {
