@@ -1,7 +1,6 @@
 import type Anthropic from "@anthropic-ai/sdk";
 import Type, { type Static, type TSchema } from "typebox";
 import { check, CodecError, type ErrorDetail, PlatformError } from "../proto/mod.js";
-import { FailureReadingSchema, type FailureReading } from "./model-schemas.js";
 
 export {
   FailureReadingSchema,
@@ -13,6 +12,14 @@ export {
   type PlanFile,
   type PlanStep,
 } from "./model-schemas.js";
+export {
+  FINDINGS_MAX_CHARS,
+  type FailureFacts,
+  failurePrompt,
+  LOG_TAIL_MAX_CHARS,
+  readFailure,
+  scrubSecrets,
+} from "./model-failure.js";
 
 /**
  * The platform's one model client (DESIGN §7): the Messages API through
@@ -367,23 +374,27 @@ export async function structuredCall<S extends TSchema>(
   return answer as StructuredResult<Static<S>>;
 }
 
-/** Checks a Messages API answer and extracts the forced tool's input (not checked against its schema). */
-function readAnswer(raw: unknown, toolName: string): ToolAnswer {
-  if (typeof raw === "string" || raw === undefined || raw === null)
+/** Checks that a Messages API answer is a message: ModelAnswerError `not_json` or `not_message` if not. */
+export function readEnvelope(raw: unknown): Static<typeof MessageEnvelopeSchema> {
+  if (typeof raw !== "object" || raw === null)
     throw new ModelAnswerError(
       "not_json",
       raw
         ? `the API answered with a non-JSON body: ${clip(JSON.stringify(raw), 200)}`
         : "the API answered with an empty body",
     );
-  let msg: Static<typeof MessageEnvelopeSchema>;
   try {
-    msg = check(MessageEnvelopeSchema, raw, "model answer");
+    return check(MessageEnvelopeSchema, raw, "model answer");
   } catch (e) {
     if (e instanceof CodecError)
       throw new ModelAnswerError("not_message", `not a Messages API message: ${e.message}`, e.details);
     throw e;
   }
+}
+
+/** Checks a Messages API answer and extracts the forced tool's input (not checked against its schema). */
+function readAnswer(raw: unknown, toolName: string): ToolAnswer {
+  const msg = readEnvelope(raw);
   if (msg.stop_reason === "max_tokens" || msg.stop_reason === "model_context_window_exceeded")
     throw new ModelAnswerError(
       "truncated",
@@ -420,83 +431,4 @@ function readAnswer(raw: unknown, toolName: string): ToolAnswer {
     stop_reason: msg.stop_reason,
     id: msg.id,
   };
-}
-
-/** What explain-failure knows of a failed run. */
-export interface FailureFacts {
-  capability: string;
-  resourceType: string;
-  exitCode: number | null | undefined;
-  /** Parsed findings (tsc, lint, test, npm errors); sent as JSON, clipped. */
-  findings: unknown;
-  /** Last lines of the run's log; clipped to its end and scrubbed of secret-looking values. */
-  logTail: string;
-  signal?: AbortSignal;
-}
-
-/** Most characters of findings JSON sent to the model. */
-export const FINDINGS_MAX_CHARS = 6000;
-/** Most characters of log tail sent to the model (the end is kept). */
-export const LOG_TAIL_MAX_CHARS = 8000;
-
-const SECRET_ASSIGNMENT =
-  /\b([A-Za-z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|AUTH)[A-Za-z0-9_]*)(\s*[=:]\s*)(?!\[redacted\])(?:Bearer \[redacted\]|"[^"]*"|'[^']*'|\S+)/gi;
-
-/**
- * Best-effort removal of secret-looking values from text sent to a model:
- * `NAME=value` / `NAME: value` where the name says key, token, secret or
- * password, bearer tokens, platform tokens (`slw_...`) and API keys (`sk-...`).
- */
-export function scrubSecrets(text: string): string {
-  return text
-    .replace(/\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]{8,}/g, "$1 [redacted]")
-    .replace(SECRET_ASSIGNMENT, (_m, name: string, sep: string) => `${name}${sep}[redacted]`)
-    .replace(/\bslw_[A-Za-z0-9_-]{8,}/g, "slw_[redacted]")
-    .replace(/\bsk-[A-Za-z0-9_-]{8,}/g, "sk-[redacted]");
-}
-
-const READ_FAILURE_SYSTEM = [
-  "You help developers on Slipway, a platform that builds, tests and runs small web applications.",
-  "You are given a failed run of one platform capability: its exit code, the errors the platform parsed from its output, and the end of its log.",
-  "Explain the failure briefly and concretely, list the likely causes (most likely first, grounded in the given output), and give the single next step that fixes it.",
-  "Answer only by calling the tool read_failure once.",
-].join("\n");
-
-/** Builds the user prompt of readFailure (exported for tests). */
-export function failurePrompt(f: Omit<FailureFacts, "signal">): string {
-  let findings = JSON.stringify(f.findings ?? null, null, 1) ?? "null";
-  if (findings.length > FINDINGS_MAX_CHARS)
-    findings = `${findings.slice(0, FINDINGS_MAX_CHARS)}\n... (clipped)`;
-  let tail = f.logTail;
-  if (tail.length > LOG_TAIL_MAX_CHARS) tail = `... (clipped)\n${tail.slice(-LOG_TAIL_MAX_CHARS)}`;
-  return [
-    `Capability: ${f.capability}`,
-    `Resource type: ${f.resourceType}`,
-    `Exit code: ${f.exitCode ?? "none"}`,
-    "",
-    "Findings parsed from the output (JSON):",
-    scrubSecrets(findings),
-    "",
-    "End of the log:",
-    "<log>",
-    scrubSecrets(tail),
-    "</log>",
-  ].join("\n");
-}
-
-/** Asks the model for its reading of a failed run (summary, likely causes, next step). */
-export function readFailure(
-  cfg: ModelConfig,
-  facts: FailureFacts,
-): Promise<StructuredResult<FailureReading>> {
-  return structuredCall(cfg, {
-    system: READ_FAILURE_SYSTEM,
-    prompt: failurePrompt(facts),
-    toolName: "read_failure",
-    toolDescription:
-      "Report your reading of the failed run: what failed, the likely causes and the next step.",
-    schema: FailureReadingSchema,
-    maxTokens: 2048,
-    ...(facts.signal ? { signal: facts.signal } : {}),
-  });
 }

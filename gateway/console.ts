@@ -300,20 +300,23 @@ const labelsOf = (v: unknown): Record<string, string> => {
   return out;
 };
 
+/** One alert of either API: its labels, annotations and the time it has fired since. */
+function alertOf(a: Record<string, unknown>, since: unknown): FiringAlert {
+  const labels = labelsOf(a.labels);
+  const ann = labelsOf(a.annotations);
+  return {
+    name: labels.alertname ?? "",
+    severity: labels.severity ?? "",
+    summary: ann.summary ?? ann.description ?? "",
+    since: str(since),
+    labels,
+  };
+}
+
 /** Alertmanager's `GET /api/v2/alerts` (an array of gettable alerts). */
 export function fromAlertmanager(body: unknown): FiringAlert[] {
   if (!Array.isArray(body)) return [];
-  return body.map((a: Record<string, unknown>) => {
-    const labels = labelsOf(a.labels);
-    const ann = labelsOf(a.annotations);
-    return {
-      name: labels.alertname ?? "",
-      severity: labels.severity ?? "",
-      summary: ann.summary ?? ann.description ?? "",
-      since: str(a.startsAt),
-      labels,
-    };
-  });
+  return body.map((a: Record<string, unknown>) => alertOf(a, a.startsAt));
 }
 
 /** Prometheus's `GET /api/v1/alerts`: the firing ones. */
@@ -322,15 +325,5 @@ export function fromPrometheus(body: unknown): FiringAlert[] {
   if (!Array.isArray(alerts)) return [];
   return alerts
     .filter((a: Record<string, unknown>) => a.state === "firing")
-    .map((a: Record<string, unknown>) => {
-      const labels = labelsOf(a.labels);
-      const ann = labelsOf(a.annotations);
-      return {
-        name: labels.alertname ?? "",
-        severity: labels.severity ?? "",
-        summary: ann.summary ?? ann.description ?? "",
-        since: str(a.activeAt),
-        labels,
-      };
-    });
+    .map((a: Record<string, unknown>) => alertOf(a, a.activeAt));
 }

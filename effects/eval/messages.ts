@@ -1,13 +1,5 @@
 import type Anthropic from "@anthropic-ai/sdk";
-import type { Static } from "typebox";
-import { check, CodecError } from "../../proto/mod.js";
-import {
-  MessageEnvelopeSchema,
-  type ModelConfig,
-  ModelAnswerError,
-  type ModelUsage,
-  messagesCreate,
-} from "../model.js";
+import { type ModelConfig, type ModelUsage, messagesCreate, readEnvelope } from "../model.js";
 
 /**
  * One turn of eval's conversations: the Messages API through the platform's model client
@@ -54,16 +46,7 @@ export async function conversationTurn(
     },
     req.signal,
   );
-  if (raw === null || typeof raw !== "object")
-    throw new ModelAnswerError("not_json", "the API answered with an empty or non-JSON body");
-  let msg: Static<typeof MessageEnvelopeSchema>;
-  try {
-    msg = check(MessageEnvelopeSchema, raw, "model answer");
-  } catch (e) {
-    if (e instanceof CodecError)
-      throw new ModelAnswerError("not_message", `not a Messages API message: ${e.message}`, e.details);
-    throw e;
-  }
+  const msg = readEnvelope(raw);
   return {
     id: msg.id,
     model: msg.model,
